@@ -1,0 +1,178 @@
+"""The course's machinery: runtime, checks that can fail, the exercise pipeline, set-up files."""
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tritonllm_course import cli, kernels, regions
+from tritonllm_course.checking import check, check_fn
+from tritonllm_course.colab import SETUP_CELL
+from tritonllm_course.notebooks_tools import first_code_cell, notebooks
+
+ROOT = Path(__file__).resolve().parents[1]
+SOLUTION = (ROOT / "solutions" / "vector_add.py").read_text()
+
+
+def test_runtime_summary(rt):
+    assert rt.mode in ("gpu", "interpreter")
+    line = rt.summary()
+    assert f"mode={rt.mode}" in line and "triton" in line and "torch" in line
+    if rt.interpreted:
+        import os
+        assert os.environ["TRITON_INTERPRET"] == "1" and rt.dtype == torch.float32
+
+
+# --- checks fail on wrong kernels -------------------------------------------------------------------
+def _vector_inputs(shape, dtype, device, gen):
+    return {"x": torch.randn(shape["n"], dtype=dtype, device=device, generator=gen),
+            "y": torch.randn(shape["n"], dtype=dtype, device=device, generator=gen)}
+
+
+def _out(inp):
+    return {"out": torch.empty_like(inp["x"])}
+
+
+def test_check_passes_the_solution(rt):
+    report = check("vector_add", "solutions", verbose=False)
+    assert report.passed and report.max_error < 1e-6, report
+
+
+def test_check_catches_an_unwritten_tail(rt):
+    """A grid one block short leaves the tail unwritten: the NaN poison shows it."""
+    from tritonllm_kernels.solutions.vector_add import add_kernel  # loaded by the check above
+
+    def short_grid(x, y, out):
+        add_kernel[(x.numel() // 256,)](x, y, out, x.numel(), BLOCK_SIZE=256)
+
+    report = check_fn(short_grid, lambda x, y: x + y, _vector_inputs, _out, shape={"n": 1000}, name="short")
+    assert not report.passed
+    assert "NaN" in str(report) and "FAIL" in str(report)
+
+
+def test_check_catches_wrong_math_and_ignored_out(rt):
+    report = check_fn(lambda x, y, out: out.copy_(x - y), lambda x, y: x + y, _vector_inputs, _out,
+                      shape={"n": 33})
+    assert not report.passed and report.max_error > 0.1
+    report = check_fn(lambda x, y, out: x + y, lambda x, y: x + y, _vector_inputs, _out, shape={"n": 33})
+    assert not report.passed, "a kernel that ignores out= must not pass"
+
+
+def test_fresh_inputs_each_trial(rt):
+    seen = []
+    def make(shape, dtype, device, gen):
+        inp = _vector_inputs(shape, dtype, device, gen)
+        seen.append(inp["x"].clone())
+        return inp
+    check_fn(lambda x, y, out: out.copy_(x + y), lambda x, y: x + y, make, _out, shape={"n": 8}, trials=3)
+    assert not torch.equal(seen[0], seen[1]) and not torch.equal(seen[1], seen[2])
+
+
+# --- the exercise pipeline --------------------------------------------------------------------------
+def test_exercise_generation_round_trip():
+    ex = regions.make_exercise(SOLUTION, "vector_add")
+    assert "BEGIN SOLUTION" not in ex and "tl.store" not in ex
+    assert regions.mask(ex) == regions.mask(SOLUTION)
+    assert all(r.unfilled for r in regions.regions(ex))
+
+
+def test_unbalanced_markers_are_errors():
+    with pytest.raises(regions.RegionError, match="without END"):
+        regions.regions("    # BEGIN SOLUTION\n    x = 1\n")
+    with pytest.raises(regions.RegionError, match="END without BEGIN"):
+        regions.regions("x = 1\n# END SOLUTION\n")
+
+
+def test_committed_exercises_match_solutions():
+    assert cli.drifted() == []
+
+
+def test_drift_is_detected_but_filled_regions_are_not_drift(course_copy):
+    (course_copy / "solutions" / "vector_add.py").write_text(SOLUTION)
+    ex = regions.make_exercise(SOLUTION, "vector_add")
+    filled = ex.replace('raise NotImplementedError', 'pass  # my attempt\n    # raise NotImplementedError', 1)
+    (course_copy / "exercises" / "vector_add.py").write_text(filled)
+    assert cli.drifted() == []
+    (course_copy / "exercises" / "vector_add.py").write_text(ex.replace("block_size: int = 1024",
+                                                                        "block_size: int = 512"))
+    assert len(cli.drifted()) == 1
+
+
+def test_unfilled_exercise_reports_not_implemented(course_copy, rt):
+    (course_copy / "solutions" / "vector_add.py").write_text(SOLUTION)
+    (course_copy / "exercises" / "vector_add.py").write_text(regions.make_exercise(SOLUTION, "vector_add"))
+    report = check("vector_add", "exercises", verbose=False)
+    assert not report.passed and "not implemented yet" in str(report)
+    # auto falls back to the solution, and says so
+    report = check("vector_add", "auto", verbose=False)
+    assert report.passed and "using the solution" in report.note
+    with pytest.raises(kernels.NotImplementedYet, match="not implemented yet"):
+        kernels.load("vector_add", "exercises")
+
+
+def test_a_wrong_exercise_fails_through_the_cli(course_copy, rt):
+    (course_copy / "solutions" / "vector_add.py").write_text(SOLUTION)
+    wrong = SOLUTION.replace("x + y, mask=mask", "x - y, mask=mask").replace("BEGIN SOLUTION", "BEGIN EXERCISE") \
+                    .replace("END SOLUTION", "END EXERCISE")
+    (course_copy / "exercises" / "vector_add.py").write_text(wrong)
+    env = {**__import__("os").environ, "TRITONLLM_COURSE_ROOT": str(course_copy)}
+    r = subprocess.run([sys.executable, "-m", "tritonllm_course.cli", "check", "vector_add",
+                        "--source", "exercises"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "[FAIL] vector_add (exercises)" in r.stdout and "relative error" in r.stdout
+
+
+def test_student_copy_has_no_solutions(tmp_path):
+    dest = tmp_path / "student"
+    assert cli.main(["student-copy", str(dest)]) == 0
+    assert not (dest / "solutions").exists()
+    assert (dest / "exercises" / "vector_add.py").exists() and (dest / "notebooks").is_dir()
+    assert regions.unfilled_regions(dest / "exercises" / "vector_add.py")
+
+
+def test_bad_input_is_named(rt):
+    add = kernels.get("vector_add", "add", "solutions")
+    x = torch.randn(10)
+    with pytest.raises(TypeError, match="y has dtype int64"):
+        add(x, torch.arange(10))
+    with pytest.raises(ValueError, match=r"y has shape \[11\]"):
+        add(x, torch.randn(11))
+    with pytest.raises(ValueError, match="contiguous"):
+        add(torch.randn(10, 2).t().reshape(2, 10)[0:1].expand(3, 10), torch.randn(3, 10))
+
+
+# --- set-up files and notebooks ---------------------------------------------------------------------
+def _pins(lines):
+    return sorted(ln.split("#")[0].strip() for ln in lines if ln.split("#")[0].strip())
+
+
+def test_environment_yml_pip_section_equals_requirements():
+    req = _pins((ROOT / "requirements.txt").read_text().splitlines())
+    env = (ROOT / "environment.yml").read_text().splitlines()
+    pip = [ln.strip()[2:] for ln in env if re.match(r"^\s{6}- ", ln)]
+    assert _pins(p for p in pip if p != "-e .") == req
+
+
+def test_notebooks_have_no_outputs_and_the_standard_first_cell():
+    import nbformat
+    assert notebooks(), "no chapters found"
+    for path in notebooks():
+        nb = nbformat.read(path, as_version=4)
+        assert first_code_cell(nb).source == SETUP_CELL, f"{path.name}: run `tritonllm-course sync-notebooks`"
+        for cell in nb.cells:
+            if cell.cell_type == "code":
+                assert not cell.outputs and cell.execution_count is None, f"{path.name} has outputs"
+
+
+def test_readme_syllabus_lists_every_chapter():
+    readme = (ROOT / "README.md").read_text()
+    for path in notebooks():
+        assert path.name in readme, f"README's syllabus does not list {path.name}"
+
+
+def test_ci_calls_the_readme_test_command():
+    readme = (ROOT / "README.md").read_text()
+    assert "make test" in readme and "make test" in (ROOT / ".ci" / "run").read_text()

@@ -1,0 +1,193 @@
+"""`bench`: how fast is a kernel, against PyTorch eager and torch.compile on the same inputs, and
+against the memory-bandwidth ceiling of this GPU.
+
+Timing method. Decode kernels run for microseconds, so a plain loop of launches from Python would time
+the launch overhead, and re-using one input would time the 60 MB L2 cache instead of HBM. Each
+implementation is therefore captured in a CUDA graph that calls it on `copies` independent sets of
+inputs (together larger than L2), the graph is replayed several times, and the median time per call
+is reported. The ceiling is a device-to-device copy of 2 GiB (bytes read + written), measured once per
+GPU and cached.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from . import kernels, slots
+from .runtime import runtime
+
+CACHE_DIR = Path.home() / ".cache" / "tritonllm_course"
+L2_FLUSH_BYTES = 256 * 2**20
+
+
+def skipped(what: str = "timing") -> bool:
+    """True (after saying why) when there is no GPU to time on."""
+    if runtime().on_gpu:
+        return False
+    print(f"{what} skipped: no GPU here (the Triton interpreter runs kernels on the CPU, ~1000x slower; "
+          "its times say nothing about a GPU)")
+    return True
+
+
+def _median_event_time(fn, reps: int) -> float:
+    """Median milliseconds of `fn()` over `reps` runs, timed with CUDA events."""
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        s.record()
+        fn()
+        e.record()
+    torch.cuda.synchronize()
+    times = sorted(s.elapsed_time(e) for s, e in zip(starts, ends))
+    return times[len(times) // 2]
+
+
+def ceiling_gbps(refresh: bool = False) -> float:
+    """Measured device-to-device copy bandwidth in GB/s (read + write), cached per GPU."""
+    name = torch.cuda.get_device_name()
+    path = CACHE_DIR / "ceiling.json"
+    cache = json.loads(path.read_text()) if path.exists() else {}
+    if name in cache and not refresh:
+        return cache[name]
+    n = 2**30  # 1 GiB each way
+    src = torch.empty(n, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    dst.copy_(src)
+    ms = _median_event_time(lambda: dst.copy_(src), 15)
+    cache[name] = 2 * n / (ms * 1e-3) / 1e9
+    del src, dst
+    CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cache, indent=1))
+    return cache[name]
+
+
+def time_calls(call, input_sets: list[dict], reps: int = 20) -> float:
+    """Microseconds per `call(**inputs)`, replayed from a CUDA graph over several input sets."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for inputs in input_sets[:2]:   # warm-up: compile and autotune outside the capture
+            call(**inputs)
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for inputs in input_sets:
+            call(**inputs)
+    graph.replay()
+    ms = _median_event_time(graph.replay, reps)
+    return ms * 1e3 / len(input_sets)
+
+
+@dataclass
+class BenchResult:
+    name: str
+    shape: dict
+    dtype: str
+    bytes: int
+    flops: int | None
+    ceiling_gbps: float
+    gpu: str
+    times_us: dict[str, float] = field(default_factory=dict)
+
+    def gbps(self, impl: str) -> float:
+        return self.bytes / (self.times_us[impl] * 1e-6) / 1e9
+
+    def rows(self) -> list[dict]:
+        base = self.times_us.get("torch eager")
+        out = []
+        for impl, us in self.times_us.items():
+            row = {"impl": impl, "time_us": us, "GB/s": self.gbps(impl),
+                   "% of ceiling": 100 * self.gbps(impl) / self.ceiling_gbps}
+            if self.flops:
+                row["TFLOP/s"] = self.flops / (us * 1e-6) / 1e12
+            if base:
+                row["speed-up vs eager"] = base / us
+            out.append(row)
+        return out
+
+    def __str__(self) -> str:
+        shape = ", ".join(f"{k}={v}" for k, v in self.shape.items())
+        lines = [f"{self.name} | {shape} | {self.dtype} | {self.bytes / 1e6:.2f} MB moved | {self.gpu}, "
+                 f"ceiling {self.ceiling_gbps:.0f} GB/s (measured copy)"]
+        for r in self.rows():
+            extra = f"  {r['speed-up vs eager']:5.2f}x eager" if "speed-up vs eager" in r else ""
+            lines.append(f"  {r['impl']:<16} {r['time_us']:9.2f} us  {r['GB/s']:7.0f} GB/s  "
+                         f"{r['% of ceiling']:5.1f}% of ceiling{extra}")
+        return "\n".join(lines)
+
+    _repr_pretty_ = lambda self, p, cycle: p.text(str(self))  # noqa: E731
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "shape": self.shape, "dtype": self.dtype, "bytes": self.bytes,
+                "flops": self.flops, "gpu": self.gpu, "ceiling_gbps": self.ceiling_gbps,
+                "rows": self.rows()}
+
+    def plot(self, ax=None):
+        import matplotlib.pyplot as plt
+        ax = ax or plt.subplots(figsize=(6, 3))[1]
+        impls = list(self.times_us)
+        pct = [100 * self.gbps(i) / self.ceiling_gbps for i in impls]
+        bars = ax.barh(impls, pct, color=["tab:orange" if i.startswith("triton") else "tab:blue" for i in impls])
+        for bar, i in zip(bars, impls):
+            ax.text(bar.get_width(), bar.get_y() + bar.get_height() / 2, f" {self.times_us[i]:.1f} us",
+                    va="center")
+        ax.axvline(100, color="k", lw=0.8)
+        ax.set_xlabel(f"% of measured bandwidth ({self.ceiling_gbps / 1000:.2f} TB/s)")
+        ax.set_title(f"{self.name} on {self.gpu}")
+        ax.invert_yaxis()
+        return ax
+
+
+def bench(name: str, source: str | None = None, *, shape: dict | None = None, dtype=None,
+          compile: bool = True, extra: dict | None = None, verbose: bool = True) -> BenchResult | None:
+    """Time a slot's kernel against PyTorch eager (and torch.compile) on the same inputs.
+
+    extra: more implementations to time, {label: callable taking the slot's input kwargs}.
+    Returns None (after saying why) on a machine without a GPU.
+    """
+    if skipped(f"bench {name}"):
+        return None
+    slot = slots.get(name)
+    rt = runtime()
+    dtype = dtype or rt.dtype
+    shape = shape or slot.shape(rt.preset)
+    loaded = kernels.load(slot.family, source)
+    kernel = getattr(loaded.module, slot.function)
+    torch_fn = slot.torch_impl or slot.reference
+
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    probe = slot.make_inputs(shape, dtype, "cuda", gen)
+    moved = slot.bytes(probe) if slot.bytes else slots.tensor_bytes(
+        *probe.values(), *(slot.make_out(probe).values() if slot.make_out else ()))
+    copies = max(1, min(64, math.ceil(L2_FLUSH_BYTES / max(moved, 1))))
+    sets = [probe] + [slot.make_inputs(shape, dtype, "cuda", gen) for _ in range(copies - 1)]
+    out_sets = [slot.make_out(s) if slot.make_out else {} for s in sets]
+    kernel_sets = [{**s, **o} for s, o in zip(sets, out_sets)]
+
+    label = "triton (yours)" if loaded.source == "exercises" else "triton"
+    impls = {label: (kernel, kernel_sets), "torch eager": (torch_fn, sets)}
+    if compile:
+        impls["torch.compile"] = (torch.compile(torch_fn, dynamic=False), sets)
+    for key, fn in (extra or {}).items():
+        impls[key] = (fn, sets)
+    result = BenchResult(name, dict(shape), str(dtype).replace("torch.", ""), moved,
+                         slot.flops(probe) if slot.flops else None, ceiling_gbps(),
+                         torch.cuda.get_device_name())
+    for impl, (fn, input_sets) in impls.items():
+        result.times_us[impl] = time_calls(fn, input_sets)
+    if verbose:
+        print(result)
+    return result
+
+
+def save_results(results: list[BenchResult], path: str | Path) -> Path:
+    """Write results as JSON (for the results folder and the README's tables)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([r.as_dict() for r in results], indent=1))
+    return path

@@ -1,0 +1,101 @@
+"""Find and load kernel modules: the learner's `exercises/<family>.py` or the reference `solutions/<family>.py`.
+
+Which one runs is chosen by `source=` or the environment variable `TRITONLLM_KERNELS`:
+  auto       (default) the learner's exercise when every region of it is filled in, else the solution
+  exercises  the learner's exercise only (an unfilled one raises NotImplementedYet)
+  solutions  the solution (what the tests and the engine use)
+The learner's module is re-read from disk on every load, so an edit in the editor takes effect at the
+next check without restarting the notebook's kernel.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+
+from .regions import unfilled_regions
+
+SOURCES = ("auto", "exercises", "solutions")
+
+
+class NotImplementedYet(NotImplementedError):
+    """An exercise whose regions are still the stubs: reported as such, never compiled."""
+
+
+def course_root() -> Path:
+    root = os.environ.get("TRITONLLM_COURSE_ROOT")
+    return Path(root) if root else Path(__file__).resolve().parents[1]
+
+
+def module_path(kind: str, family: str) -> Path:
+    if kind not in ("exercises", "solutions"):
+        raise ValueError(f"kind must be 'exercises' or 'solutions', got {kind!r}")
+    return course_root() / kind / f"{family}.py"
+
+
+def has_solutions() -> bool:
+    return (course_root() / "solutions").is_dir()
+
+
+@dataclass
+class Loaded:
+    module: ModuleType
+    source: str        # "exercises" or "solutions"
+    note: str          # one line for the report: why this source
+
+
+_solution_cache: dict[str, ModuleType] = {}
+
+
+def _import(kind: str, family: str) -> ModuleType:
+    path = module_path(kind, family)
+    if not path.exists():
+        raise FileNotFoundError(f"no kernel module {path}")
+    name = f"tritonllm_kernels.{kind}.{family}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def exercise_status(family: str) -> tuple[bool, str]:
+    """(filled, message): is every region of exercises/<family>.py filled in?"""
+    path = module_path("exercises", family)
+    if not path.exists():
+        return False, f"{path} does not exist"
+    todo = unfilled_regions(path)
+    if todo:
+        lines = ", ".join(str(r.begin + 1) for r in todo)
+        return False, f"exercise {path.name} is not implemented yet (fill in the region at line {lines})"
+    return True, f"your kernel from exercises/{family}.py"
+
+
+def load(family: str, source: str | None = None) -> Loaded:
+    source = source or os.environ.get("TRITONLLM_KERNELS", "auto")
+    if source not in SOURCES:
+        raise ValueError(f"TRITONLLM_KERNELS / source must be one of {SOURCES}, got {source!r}")
+    if source == "solutions":
+        if family not in _solution_cache:
+            _solution_cache[family] = _import("solutions", family)
+        return Loaded(_solution_cache[family], "solutions", f"the solution solutions/{family}.py")
+    filled, message = exercise_status(family)
+    if filled:
+        return Loaded(_import("exercises", family), "exercises", message)
+    if source == "exercises" or not has_solutions():
+        raise NotImplementedYet(message)
+    loaded = load(family, "solutions")
+    loaded.note = f"{message}; using the solution instead"
+    return loaded
+
+
+def get(family: str, name: str, source: str | None = None):
+    """One function of a kernel module, e.g. `get("rmsnorm", "rms_norm")`."""
+    loaded = load(family, source)
+    try:
+        return getattr(loaded.module, name)
+    except AttributeError:
+        raise AttributeError(f"{module_path(loaded.source, family)} has no function {name!r}") from None

@@ -1,0 +1,105 @@
+"""Solution regions: cut exercises out of solutions, detect unfilled ones, compare the two files.
+
+In `solutions/<family>.py` the part a learner writes sits between
+
+    # BEGIN SOLUTION: optional hint for the learner
+    ...
+    # END SOLUTION
+
+`make_exercise()` turns each region into
+
+    # BEGIN EXERCISE: optional hint for the learner
+    raise NotImplementedError("exercise <family>.py line N: not implemented yet")
+    # END EXERCISE
+
+which keeps the module importable. The learner replaces the `raise` line with code. `mask()` blanks the
+inside of every region of either kind, so a filled-in exercise still compares equal to its solution
+everywhere else: that is the drift test.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN (?P<kind>SOLUTION|EXERCISE)(?::[ \t]*(?P<hint>.*))?$")
+END = re.compile(r"^[ \t]*# END (?P<kind>SOLUTION|EXERCISE)[ \t]*$")
+STUB_TAG = "not implemented yet"
+
+
+class RegionError(ValueError):
+    pass
+
+
+@dataclass
+class Region:
+    kind: str        # SOLUTION or EXERCISE
+    begin: int       # 0-based line index of the BEGIN marker
+    end: int         # 0-based line index of the END marker
+    indent: str
+    hint: str
+    body: list[str]
+
+    @property
+    def unfilled(self) -> bool:
+        return any(STUB_TAG in line and "NotImplementedError" in line for line in self.body)
+
+
+def regions(text: str, where: str = "<source>") -> list[Region]:
+    lines = text.splitlines()
+    found, open_ = [], None
+    for i, line in enumerate(lines):
+        if m := BEGIN.match(line):
+            if open_ is not None:
+                raise RegionError(f"{where}:{i + 1}: BEGIN inside the region opened at line {open_[0] + 1}")
+            open_ = (i, m)
+        elif m := END.match(line):
+            if open_ is None:
+                raise RegionError(f"{where}:{i + 1}: END without BEGIN")
+            b, bm = open_
+            if bm["kind"] != m["kind"]:
+                raise RegionError(f"{where}:{i + 1}: END {m['kind']} closes BEGIN {bm['kind']} (line {b + 1})")
+            found.append(Region(bm["kind"], b, i, bm["indent"], (bm["hint"] or "").strip(), lines[b + 1:i]))
+            open_ = None
+    if open_ is not None:
+        raise RegionError(f"{where}:{open_[0] + 1}: BEGIN without END")
+    return found
+
+
+def make_exercise(solution_text: str, family: str) -> str:
+    """The exercise file for one solution file."""
+    lines = solution_text.splitlines()
+    regs = regions(solution_text, f"solutions/{family}.py")
+    if not regs:
+        raise RegionError(f"solutions/{family}.py has no '# BEGIN SOLUTION' region")
+    out, pos = [], 0
+    for r in regs:
+        if r.kind != "SOLUTION":
+            raise RegionError(f"solutions/{family}.py:{r.begin + 1}: solutions must use SOLUTION markers")
+        out += lines[pos:r.begin]
+        hint = f": {r.hint}" if r.hint else ""
+        out.append(f"{r.indent}# BEGIN EXERCISE{hint}")
+        out.append(f'{r.indent}raise NotImplementedError("exercise {family}.py line {len(out) + 1}: '
+                   f'{STUB_TAG}")')
+        out.append(f"{r.indent}# END EXERCISE")
+        pos = r.end + 1
+    out += lines[pos:]
+    return "\n".join(out) + "\n"
+
+
+def mask(text: str, where: str = "<source>") -> str:
+    """The text with every region's inside replaced by one placeholder line, markers normalised."""
+    lines = text.splitlines()
+    out, pos = [], 0
+    for r in regions(text, where):
+        out += lines[pos:r.begin]
+        out.append(f"{r.indent}# BEGIN REGION: {r.hint}".rstrip())
+        out.append(f"{r.indent}# END REGION")
+        pos = r.end + 1
+    out += lines[pos:]
+    return "\n".join(out) + "\n"
+
+
+def unfilled_regions(path: Path) -> list[Region]:
+    text = path.read_text()
+    return [r for r in regions(text, str(path)) if r.kind == "EXERCISE" and r.unfilled]

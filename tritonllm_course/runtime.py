@@ -1,0 +1,140 @@
+"""Runtime mode: a real GPU, or Triton's CPU interpreter.
+
+`setup()` must run before `triton` is imported: the interpreter is chosen by the environment variable
+`TRITON_INTERPRET=1`, which Triton reads when kernels are decorated. Every notebook calls it in its
+first code cell and the test suite calls it in `conftest.py`.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from dataclasses import dataclass
+
+from .config import PRESETS, Qwen35Config
+
+_DTYPE_NAMES = ("float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class Runtime:
+    mode: str                 # "gpu" or "interpreter"
+    device: str               # "cuda" or "cpu"
+    dtype_name: str           # activation/weight dtype of the chapter: bfloat16, float16 or float32
+    preset: str               # "qwen3.5-0.8b" or "tiny"
+    gpu_name: str | None
+    capability: tuple[int, int] | None
+
+    @property
+    def dtype(self):
+        import torch
+        return getattr(torch, self.dtype_name)
+
+    @property
+    def config(self) -> Qwen35Config:
+        return PRESETS[self.preset]
+
+    @property
+    def on_gpu(self) -> bool:
+        return self.mode == "gpu"
+
+    @property
+    def interpreted(self) -> bool:
+        return self.mode == "interpreter"
+
+    def summary(self) -> str:
+        import torch
+        import triton
+        where = f"GPU {self.gpu_name} (sm_{self.capability[0]}{self.capability[1]})" if self.on_gpu \
+            else f"CPU ({platform.machine()}), Triton interpreter"
+        return (f"tritonllm_course | mode={self.mode} | {where} | dtype={self.dtype_name} | "
+                f"shapes={self.preset} | triton {triton.__version__} | torch {torch.__version__}")
+
+
+_RUNTIME: Runtime | None = None
+
+
+def _cuda_available() -> bool:
+    if os.environ.get("TRITONLLM_FORCE_CPU") == "1":
+        return False
+    import torch
+    return torch.cuda.is_available()
+
+
+def setup(dtype: str | None = None, preset: str | None = None, quiet: bool = False) -> Runtime:
+    """Choose the mode, the dtype and the shape preset; print one summary line.
+
+    dtype: None picks bfloat16 on sm_80+, float16 on older GPUs (Colab's T4), float32 on the CPU.
+    preset: None picks the real Qwen3.5-0.8B shapes on a GPU and `tiny` on the CPU.
+    """
+    global _RUNTIME
+    gpu = _cuda_available()
+    if not gpu:
+        if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+            raise RuntimeError(
+                "No GPU, and `triton` was imported before tritonllm_course.setup() could switch on the "
+                "CPU interpreter. Restart the kernel and run the set-up cell first.")
+        os.environ["TRITON_INTERPRET"] = "1"
+    import torch
+
+    cap = torch.cuda.get_device_capability() if gpu else None
+    if dtype is None:
+        dtype = ("bfloat16" if cap >= (8, 0) else "float16") if gpu else "float32"
+    if dtype not in _DTYPE_NAMES:
+        raise ValueError(f"dtype must be one of {_DTYPE_NAMES}, got {dtype!r}")
+    if gpu and dtype == "bfloat16" and cap < (8, 0):
+        raise ValueError(f"bfloat16 needs sm_80 or newer; this GPU is sm_{cap[0]}{cap[1]}: use float16")
+    if not gpu and dtype == "bfloat16":
+        raise ValueError("bfloat16 arithmetic is wrong under Triton's CPU interpreter; "
+                         "use float32 or float16 on the CPU")
+    preset = preset or ("qwen3.5-0.8b" if gpu else "tiny")
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+
+    _RUNTIME = Runtime(mode="gpu" if gpu else "interpreter", device="cuda" if gpu else "cpu",
+                       dtype_name=dtype, preset=preset,
+                       gpu_name=torch.cuda.get_device_name() if gpu else None, capability=cap)
+    if not gpu:
+        _install_cpu_benchmarker()
+    if not quiet:
+        print(_RUNTIME.summary())
+    return _RUNTIME
+
+
+def runtime() -> Runtime:
+    """The current runtime; runs `setup(quiet=True)` the first time if nobody has."""
+    return _RUNTIME or setup(quiet=True)
+
+
+def _cpu_do_bench(fn, warmup=1, rep=1, quantiles=None, return_mode="mean", **_):
+    """Wall-clock stand-in for `triton.testing.do_bench` under the interpreter (autotune needs one)."""
+    fn()
+    times = []
+    for _ in range(max(1, min(int(rep), 3))):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    times.sort()
+    med = times[len(times) // 2]
+    return [med for _ in quantiles] if quantiles else med
+
+
+def _install_cpu_benchmarker() -> None:
+    """Under the interpreter there is no GPU driver: `@triton.autotune` and `do_bench` would fail with
+    "0 active drivers". Patch a CPU timer into both so autotuned kernels still run (and pick any config)."""
+    import triton
+    import triton.testing
+    from triton.runtime import autotuner
+
+    triton.testing.do_bench = _cpu_do_bench
+    if getattr(autotuner.Autotuner, "_tritonllm_patched", False):
+        return
+    original_init = autotuner.Autotuner.__init__
+
+    def init(self, *args, **kwargs):
+        original_init(self, *args, **kwargs)
+        self._do_bench = _cpu_do_bench  # read by the `do_bench` property in triton 3.x
+
+    autotuner.Autotuner.__init__ = init
+    autotuner.Autotuner._tritonllm_patched = True

@@ -1,0 +1,101 @@
+"""Kernel slots: every kernel of the course by name, with what is needed to check and time it.
+
+A slot names one kernel at one place in the model: its article operator number (where it has one),
+what it is in Qwen3.5, its chapter, the PyTorch reference, the solution/exercise function, how to make
+random inputs at a given shape, and the bytes and FLOPs it must move and do (for the roofline).
+`catalog.py` lists every planned slot; the modules beside it (`slots/<family>.py`) fill in the ones
+that have kernels. A slot without a kernel shows as "planned".
+"""
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+
+@dataclass
+class Slot:
+    name: str
+    title: str
+    op: int | None = None                 # operator number in the source article's table (1..21)
+    qwen: str = ""                        # what it is in Qwen3.5-0.8B
+    chapter: str = ""                     # notebook slug, e.g. "01_triton_basics"
+    family: str | None = None             # solutions/<family>.py and exercises/<family>.py
+    function: str | None = None           # the host wrapper in that module
+    reference: Callable | None = None     # PyTorch reference, accurate for fp64 inputs
+    make_inputs: Callable[..., dict] | None = None   # (shape, dtype, device, generator) -> kwargs
+    make_out: Callable[..., dict] | None = None      # (inputs) -> {kwarg: empty output buffer}
+    mutated: tuple[str, ...] = ()         # input kwargs the kernel updates in place (caches, states)
+    shapes: dict[str, list[dict]] = field(default_factory=dict)  # "tiny" (CPU) and "real" (GPU)
+    bytes: Callable[[dict], int] | None = None   # HBM bytes one call must move (default: all tensors)
+    flops: Callable[[dict], int] | None = None
+    tol: dict | None = None               # {dtype: relative tolerance} overriding the defaults
+    exact: bool = False                   # integer outputs: must match exactly
+    torch_impl: Callable | None = None    # eager PyTorch as the model runs it (default: reference)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ready(self) -> bool:
+        return self.function is not None
+
+    @property
+    def status(self) -> str:
+        return "ready" if self.ready else "planned"
+
+    def shape(self, preset: str, index: int = 0) -> dict:
+        key = "tiny" if preset == "tiny" else "real"
+        if key not in self.shapes:
+            raise KeyError(f"slot {self.name} has no {key!r} shapes")
+        return dict(self.shapes[key][index])
+
+
+_REGISTRY: dict[str, Slot] = {}
+_loaded = False
+
+
+def register(slot: Slot) -> Slot:
+    _REGISTRY[slot.name] = slot
+    return slot
+
+
+def implement(name: str, **fields) -> Slot:
+    """Attach a kernel and its test spec to a catalogued slot (or add a new variant slot)."""
+    if name in _REGISTRY:
+        slot = _REGISTRY[name]
+        for key, value in fields.items():
+            if not hasattr(slot, key):
+                raise TypeError(f"Slot has no field {key!r}")
+            setattr(slot, key, value)
+        return slot
+    return register(Slot(name=name, **fields))
+
+
+def _load() -> None:
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    from . import catalog  # noqa: F401  (registers every planned slot first)
+    for info in pkgutil.iter_modules(__path__):
+        if info.name not in ("catalog", "common"):
+            importlib.import_module(f"{__name__}.{info.name}")
+
+
+def all_slots() -> list[Slot]:
+    _load()
+    return list(_REGISTRY.values())
+
+
+def get(name: str) -> Slot:
+    _load()
+    if name not in _REGISTRY:
+        close = [n for n in _REGISTRY if name.split(".")[0] in n]
+        raise KeyError(f"no kernel slot {name!r}" + (f"; did you mean {close}?" if close else ""))
+    return _REGISTRY[name]
+
+
+def tensor_bytes(*tensors) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))

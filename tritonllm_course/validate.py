@@ -1,0 +1,61 @@
+"""Input checks for the host wrappers: bad input gets an error that names the problem before any launch.
+
+A Triton kernel reads raw pointers: a wrong dtype, a transposed view or a CPU tensor on the GPU path is
+not an exception inside the kernel but garbage or a crash. Every wrapper therefore calls `tensor()` on
+its arguments first.
+"""
+from __future__ import annotations
+
+import torch
+
+FLOATS = (torch.float32, torch.float16, torch.bfloat16)
+INTS = (torch.int32, torch.int64)
+
+
+def _name(dt) -> str:
+    return str(dt).replace("torch.", "")
+
+
+def tensor(x, name: str, *, dtype=None, ndim: int | None = None, shape: tuple | None = None,
+           device=None, contiguous: bool = True) -> torch.Tensor:
+    """Check one argument. `shape` may hold None for "any size"; `dtype` a dtype or a tuple of them."""
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if dtype is not None:
+        allowed = dtype if isinstance(dtype, tuple) else (dtype,)
+        if x.dtype not in allowed:
+            raise TypeError(f"{name} has dtype {_name(x.dtype)}; expected "
+                            f"{' or '.join(_name(d) for d in allowed)}")
+    if ndim is not None and x.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(x.shape)}")
+    if shape is not None:
+        if x.dim() != len(shape) or any(s is not None and s != n for s, n in zip(shape, x.shape)):
+            want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
+            raise ValueError(f"{name} has shape {list(x.shape)}; expected {want}")
+    if device is not None and x.device.type != torch.device(device).type:
+        raise ValueError(f"{name} is on {x.device}, expected {torch.device(device).type}")
+    if contiguous and not x.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (strides {x.stride()} for shape {tuple(x.shape)}); "
+                         "call .contiguous() first")
+    return x
+
+
+def same_device(**tensors: torch.Tensor) -> torch.device:
+    """All tensors on one device, and a device Triton can launch on in the current mode."""
+    devices = {n: t.device for n, t in tensors.items() if t is not None}
+    first = next(iter(devices.values()))
+    for n, d in devices.items():
+        if d != first:
+            listing = ", ".join(f"{k} on {v}" for k, v in devices.items())
+            raise ValueError(f"tensors must share one device: {listing}")
+    from .runtime import runtime
+    if runtime().on_gpu and first.type != "cuda":
+        raise ValueError(f"inputs are on {first}; on the GPU runtime they must be CUDA tensors")
+    return first
+
+
+def output(out, name: str, shape: tuple, dtype, device) -> torch.Tensor:
+    """Allocate the output, or check the caller's `out=` buffer (the checks pass NaN-poisoned ones)."""
+    if out is None:
+        return torch.empty(shape, dtype=dtype, device=device)
+    return tensor(out, name, dtype=dtype, shape=tuple(shape), device=device.type)
