@@ -191,3 +191,28 @@ def save_results(results: list[BenchResult], path: str | Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([r.as_dict() for r in results], indent=1))
     return path
+
+
+def sweep(name: str, shapes: list[dict], source: str | None = None, compile: bool = True,
+          verbose: bool = False) -> list[BenchResult] | None:
+    """`bench` over several shapes (e.g. growing n), for a bandwidth-versus-size plot."""
+    if skipped(f"sweep {name}"):
+        return None
+    results = [bench(name, source, shape=s, compile=compile, verbose=verbose) for s in shapes]
+    return results
+
+
+def plot_sweep(results: list[BenchResult], x_key: str, ax=None):
+    """GB/s of every implementation against the swept size, with the measured ceiling."""
+    import matplotlib.pyplot as plt
+    ax = ax or plt.subplots(figsize=(6, 3.5))[1]
+    xs = [r.shape[x_key] for r in results]
+    for impl in results[0].times_us:
+        ax.plot(xs, [r.gbps(impl) for r in results], marker="o", label=impl)
+    ax.axhline(results[0].ceiling_gbps, color="k", ls="--", lw=0.8, label="measured copy ceiling")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel(x_key)
+    ax.set_ylabel("GB/s")
+    ax.set_title(f"{results[0].name} on {results[0].gpu} ({results[0].dtype})")
+    ax.legend()
+    return ax

@@ -43,8 +43,10 @@ class Report:
     def __str__(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
         shape = ", ".join(f"{k}={v}" for k, v in self.shape.items())
-        lines = [f"[{verdict}] {self.name} ({self.source}) {self.dtype} {shape}",
-                 f"    kernel: {self.note}"]
+        source = f" ({self.source})" if self.source else ""
+        lines = [f"[{verdict}] {self.name}{source} {self.dtype} {shape}"]
+        if self.note:
+            lines.append(f"    kernel: {self.note}")
         if self.errors:
             errs = " ".join(f"{e:.1e}" for e in self.errors)
             lines.append(f"    relative error per trial: {errs} (tolerance {self.tol:.0e}; seeds {self.seeds})")
