@@ -38,7 +38,8 @@ def _out(inp):
 
 def test_check_passes_the_solution(rt):
     report = check("vector_add", "solutions", verbose=False)
-    assert report.passed and report.max_error < 1e-6, report
+    # x + y is exact in fp64; the only error left is the rounding of the output dtype
+    assert report.passed and report.max_error < report.tol / 2, report
 
 
 def test_check_catches_an_unwritten_tail(rt):

@@ -53,6 +53,7 @@ class Report:
         lines += [f"    problem: {p}" for p in self.problems]
         return "\n".join(lines)
 
+    __repr__ = __str__  # readable in pytest's assertion messages too
     _repr_pretty_ = lambda self, p, cycle: p.text(str(self))  # noqa: E731  (IPython display)
 
     def raise_if_failed(self) -> "Report":

@@ -15,6 +15,6 @@ implement(
     reference=lambda x, y: x + y,
     make_inputs=_inputs,
     make_out=lambda inp: {"out": torch.empty_like(inp["x"])},
-    shapes={"tiny": [{"n": 1000}, {"n": 4097}], "real": [{"n": 2**24 + 7}, {"n": 1000}]},
+    shapes={"tiny": [{"n": 1000}, {"n": 4097}], "real": [{"n": 2**24}, {"n": 2**24 + 7}, {"n": 1000}]},
     bytes=lambda inp: 3 * tensor_bytes(inp["x"]),
 )
