@@ -1,0 +1,55 @@
+"""The decode state of Qwen3.5, allocated once: static buffers that decode steps update in place.
+
+- 6 attention layers: a KV cache [max_seq_len, kv_heads, head_dim] each for K and V, in the model dtype.
+- 18 DeltaNet layers: the conv state [conv_dim, K] (the last K in_proj_qkv outputs, model dtype) and the
+  recurrent state [value_heads, key_dim, value_dim] in fp32 (fp64 for an fp64 model): it accumulates
+  over the whole sequence, so bf16 would drift.
+The DeltaNet state does not grow with the sequence; only the KV cache does.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..config import Qwen35Config
+from ..reference.precision import acc_dtype
+
+
+@dataclass
+class Qwen35Cache:
+    max_seq_len: int
+    k: dict[int, torch.Tensor]          # attention layer -> [max_seq_len, kv_heads, head_dim]
+    v: dict[int, torch.Tensor]
+    conv: dict[int, torch.Tensor]       # DeltaNet layer -> [conv_dim, conv_kernel]
+    state: dict[int, torch.Tensor]      # DeltaNet layer -> [value_heads, key_dim, value_dim]
+    length: int = 0                     # tokens already in the cache (= the next token's position)
+
+    @classmethod
+    def allocate(cls, config: Qwen35Config, max_seq_len: int, dtype=torch.float32,
+                 device="cpu") -> "Qwen35Cache":
+        if not 0 < max_seq_len <= config.max_position_embeddings:
+            raise ValueError(f"max_seq_len must be in [1, {config.max_position_embeddings}] "
+                             f"(max_position_embeddings), got {max_seq_len}")
+        c = config
+        kv_shape = (max_seq_len, c.num_key_value_heads, c.head_dim)
+        state_shape = (c.linear_num_value_heads, c.linear_key_head_dim, c.linear_value_head_dim)
+        return cls(
+            max_seq_len=max_seq_len,
+            k={i: torch.zeros(kv_shape, dtype=dtype, device=device) for i in c.attention_layers},
+            v={i: torch.zeros(kv_shape, dtype=dtype, device=device) for i in c.attention_layers},
+            conv={i: torch.zeros(c.conv_dim, c.linear_conv_kernel_dim, dtype=dtype, device=device)
+                  for i in c.linear_layers},
+            state={i: torch.zeros(state_shape, dtype=acc_dtype(dtype), device=device) for i in c.linear_layers},
+        )
+
+    def reset(self) -> None:
+        """Start a new sequence: zero every buffer (keeping the addresses, as a CUDA graph needs)."""
+        for buffers in (self.k, self.v, self.conv, self.state):
+            for t in buffers.values():
+                t.zero_()
+        self.length = 0
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size()
+                   for buffers in (self.k, self.v, self.conv, self.state) for t in buffers.values())

@@ -1,0 +1,146 @@
+"""Gated full attention (6 of the 24 layers): operators 5, 6, 7, 18-21 and the output gate.
+
+Layouts, batch 1, tokens first:
+  q [T, heads, head_dim]; k, v [S, kv_heads, head_dim]; scores / probabilities [heads, T, S];
+  the static KV cache [max_seq_len, kv_heads, head_dim] per layer, row p = the token at position p.
+GQA: query head h reads kv head h // (heads / kv_heads) (4 query heads per kv head in Qwen3.5-0.8B).
+"""
+from __future__ import annotations
+
+import torch
+
+from .precision import acc, expect, shape_str
+
+
+def _gqa_group(q: torch.Tensor, k: torch.Tensor) -> int:
+    expect(q.shape[-1] == k.shape[-1], f"q {shape_str(q)} and k {shape_str(k)} differ in head_dim")
+    heads, kv_heads = q.shape[-2], k.shape[-2]
+    expect(heads % kv_heads == 0, f"{heads} query heads are not a multiple of {kv_heads} kv heads")
+    return heads // kv_heads
+
+
+def _as_int(n) -> int:
+    return int(n.reshape(-1)[0]) if isinstance(n, torch.Tensor) else int(n)
+
+
+def causal_mask(pos: torch.Tensor, kv_len: int) -> torch.Tensor:
+    """Operator 20: which keys each query may attend to.
+
+    pos:    [T] int, absolute position of each query token
+    kv_len: number of key positions (the cache rows 0 .. kv_len-1)
+    returns [T, kv_len] bool, True where key j <= pos[i] (the token itself and everything before it).
+    """
+    keys = torch.arange(kv_len, device=pos.device)
+    return keys[None, :] <= pos.long()[:, None]                 # [T, kv_len]
+
+
+def qk_scores(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+    """Operator 5: raw dot products q . k for every (head, query, key), unscaled.
+
+    q: [T, heads, head_dim]; k: [S, kv_heads, head_dim], same dtype
+    returns [heads, T, S] in q's dtype.
+    """
+    k = k.repeat_interleave(_gqa_group(q, k), dim=1)             # [S, heads, head_dim]
+    return torch.einsum("thd,shd->hts", q, k)
+
+
+def scaled_softmax(scores: torch.Tensor, scale: float) -> torch.Tensor:
+    """Operator 21: `softmax(scores * scale)` over the last dim, in fp32.
+
+    scores: [..., S] float; scale: 1/sqrt(head_dim) = 1/16 in Qwen3.5
+    returns probabilities in scores' dtype.
+    """
+    return torch.softmax(acc(scores) * scale, dim=-1).to(scores.dtype)
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, scale: float) -> torch.Tensor:
+    """Operator 6: `softmax(scores * scale)` with masked-out keys at probability 0, in fp32.
+
+    scores: [heads, T, S] float; mask: [T, S] bool (True = attend); scale as in `scaled_softmax`
+    returns [heads, T, S] in scores' dtype. A row with no allowed key would be NaN; causal rows always
+    allow the token itself.
+    """
+    expect(mask.shape == scores.shape[-2:], f"mask has shape {shape_str(mask)}; expected "
+           f"{list(scores.shape[-2:])} for scores of shape {shape_str(scores)}")
+    masked = (acc(scores) * scale).masked_fill(~mask, float("-inf"))
+    return torch.softmax(masked, dim=-1).to(scores.dtype)
+
+
+def pv(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Operator 7: attention output `P . V`.
+
+    p: [heads, T, S] probabilities; v: [S, kv_heads, head_dim], same dtype
+    returns [T, heads, head_dim] in p's dtype.
+    """
+    expect(p.shape[-1] == v.shape[0], f"p has {p.shape[-1]} keys but v has {v.shape[0]} rows")
+    expect(p.shape[0] % v.shape[1] == 0, f"{p.shape[0]} heads are not a multiple of {v.shape[1]} kv heads")
+    v = v.repeat_interleave(p.shape[0] // v.shape[1], dim=1)    # [S, heads, head_dim]
+    return torch.einsum("hts,shd->thd", p, v)
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor,
+              scale: float) -> torch.Tensor:
+    """Causal attention from the unfused operators: scores, mask, softmax, P . V.
+
+    q: [T, heads, head_dim] at positions `pos` [T]; k, v: [S, kv_heads, head_dim], the keys/values at
+    positions 0 .. S-1 (the new tokens included). returns [T, heads, head_dim] in q's dtype.
+    """
+    probs = masked_softmax(qk_scores(q, k), causal_mask(pos, k.shape[0]), scale)
+    return pv(probs, v)
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, length,
+                     scale: float) -> torch.Tensor:
+    """One decode token attending to the first `length` rows of a static KV cache (FlashDecoding's target).
+
+    q:                [heads, head_dim], the new token (already written to the cache)
+    k_cache, v_cache: [max_seq_len, kv_heads, head_dim]
+    length:           int or 1-element int tensor, cached tokens including the new one
+    returns [heads, head_dim] in q's dtype; computed in fp32 throughout (fp64 for fp64).
+    """
+    n = _as_int(length)
+    expect(0 < n <= k_cache.shape[0], f"length {n} is outside the cache of {k_cache.shape[0]} rows")
+    k = acc(k_cache[:n]).repeat_interleave(_gqa_group(q, k_cache), dim=1)   # [n, heads, head_dim]
+    v = acc(v_cache[:n]).repeat_interleave(_gqa_group(q, v_cache), dim=1)   # [n, heads, head_dim]
+    probs = torch.softmax(torch.einsum("hd,shd->hs", acc(q), k) * scale, dim=-1)  # [heads, n]
+    return torch.einsum("hs,shd->hd", probs, v).to(q.dtype)
+
+
+def output_gate(o: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
+    """`o * sigmoid(gate)`, elementwise in o's dtype, before o_proj.
+
+    o: [T, heads * head_dim] (attention output, heads flattened); gate: the same shape, from q_proj
+    """
+    expect(o.shape == gate.shape, f"o {shape_str(o)} and gate {shape_str(gate)} must have one shape")
+    return o * torch.sigmoid(gate)
+
+
+def kv_cache_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                   pos: torch.Tensor):
+    """Operator 18: store the new keys/values at their positions, IN PLACE (the cache is a static buffer).
+
+    k, v:             [T, kv_heads, head_dim]
+    k_cache, v_cache: [max_seq_len, kv_heads, head_dim], same dtype
+    pos:              [T] int positions (decode: one position, read from device memory)
+    returns (k_cache, v_cache), the same tensors, updated.
+    """
+    expect(k.shape[1:] == k_cache.shape[1:] and v.shape[1:] == v_cache.shape[1:],
+           f"k {shape_str(k)} / v {shape_str(v)} do not fit caches of shape {shape_str(k_cache)}")
+    expect(pos.shape == k.shape[:1], f"pos has shape {shape_str(pos)}; expected [{k.shape[0]}]")
+    if pos.numel() and pos.device.type == "cpu":  # on a GPU: no sync; a bad index is a device-side assert
+        expect(int(pos.max()) < k_cache.shape[0],
+               f"position {int(pos.max())} is past the end of the cache ({k_cache.shape[0]} rows)")
+    k_cache[pos.long()] = k
+    v_cache[pos.long()] = v
+    return k_cache, v_cache
+
+
+def kv_cache_read(k_cache: torch.Tensor, v_cache: torch.Tensor, length):
+    """Operator 19: the first `length` rows of the cache, the keys/values a step attends to.
+
+    k_cache, v_cache: [max_seq_len, kv_heads, head_dim]; length: int or 1-element int tensor
+    returns views k, v: [length, kv_heads, head_dim].
+    """
+    n = _as_int(length)
+    expect(0 <= n <= k_cache.shape[0], f"length {n} is outside the cache of {k_cache.shape[0]} rows")
+    return k_cache[:n], v_cache[:n]

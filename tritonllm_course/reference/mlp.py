@@ -1,0 +1,28 @@
+"""The SwiGLU MLP (operators 10, 11, 12): `down( silu(gate(x)) * up(x) )`, 1024 -> 3584 -> 1024."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .linear import linear
+from .precision import expect, shape_str
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """`silu(gate) * up`, elementwise in the input dtype (as transformers does).
+
+    gate, up: [..., I] float, same shape
+    """
+    expect(gate.shape == up.shape, f"gate {shape_str(gate)} and up {shape_str(up)} must have one shape")
+    return F.silu(gate) * up
+
+
+def mlp_gate_up(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor):
+    """The MLP's two input projections. x: [T, hidden]; weights [I, hidden]; returns gate, up [T, I]."""
+    return linear(x, gate_weight), linear(x, up_weight)
+
+
+def mlp(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor,
+        down_weight: torch.Tensor) -> torch.Tensor:
+    """The whole MLP. x: [T, hidden]; gate/up [I, hidden]; down [hidden, I]; returns [T, hidden]."""
+    return linear(swiglu(*mlp_gate_up(x, gate_weight, up_weight)), down_weight)

@@ -1,0 +1,63 @@
+"""Operator 17: choosing the next token from the logits.
+
+Greedy decoding is an argmax whose ties go to the lowest index, so a kernel and the reference agree
+exactly. Sampling divides by a temperature, keeps the top-k logits and then the smallest set of tokens
+whose probability reaches top-p, and draws from what is left with a seeded torch.Generator.
+"""
+from __future__ import annotations
+
+import torch
+
+from .precision import acc, expect
+
+
+def argmax(logits: torch.Tensor) -> torch.Tensor:
+    """Index of the largest logit over the last dim; ties go to the lowest index.
+
+    logits: [..., vocab] float
+    returns [...] int64. NaN logits raise (a NaN would otherwise win silently).
+    """
+    expect(not torch.isnan(logits).any(), "logits contain NaN")
+    return torch.argmax(logits, dim=-1)  # documented: the first maximal index
+
+
+def top_k_top_p_filter(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Logits with everything outside the top-k and outside the top-p nucleus set to -inf.
+
+    logits: [..., vocab] float (already divided by the temperature)
+    top_k:  keep the k largest (0 = all); ties at the k-th value are all kept
+    top_p:  keep the smallest prefix of the sorted distribution whose probability reaches top_p
+            (1.0 = all); the most likely token is always kept
+    returns fp32 (fp64 for fp64) logits of the same shape.
+    """
+    expect(top_k >= 0, f"top_k must be >= 0, got {top_k}")
+    expect(0.0 < top_p <= 1.0, f"top_p must be in (0, 1], got {top_p}")
+    logits = acc(logits)
+    if 0 < top_k < logits.shape[-1]:
+        kth = torch.topk(logits, top_k, dim=-1).values[..., -1:]        # [..., 1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, order = torch.sort(logits, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # drop a token when the tokens before it already reach top_p
+        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+        drop = drop_sorted.scatter(-1, order, drop_sorted)               # back to vocabulary order
+        logits = logits.masked_fill(drop, float("-inf"))
+    return logits
+
+
+def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
+           generator: torch.Generator | None = None) -> torch.Tensor:
+    """Draw one token per row: softmax(top_k_top_p_filter(logits / temperature)).
+
+    logits:      [..., vocab] float
+    temperature: > 0; 0 means greedy (`argmax`)
+    generator:   a torch.Generator on logits' device, for reproducible draws
+    returns [...] int64.
+    """
+    expect(temperature >= 0, f"temperature must be >= 0, got {temperature}")
+    if temperature == 0:
+        return argmax(logits)
+    probs = torch.softmax(top_k_top_p_filter(acc(logits) / temperature, top_k, top_p), dim=-1)
+    flat = probs.reshape(-1, probs.shape[-1])                             # [rows, vocab]
+    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])

