@@ -26,3 +26,9 @@ def softplus(x):
 def tanh(x):
     # tl.math.tanh is not available under the CPU interpreter
     return 2.0 * sigmoid(2.0 * x) - 1.0
+
+
+@triton.jit
+def l2_normalize_rows(x, eps):
+    # x [R, D] -> each row divided by sqrt(sum(row^2) + eps): the DeltaNet L2 norm of q and k
+    return x * tl.rsqrt(tl.sum(x * x, axis=1) + eps)[:, None]
