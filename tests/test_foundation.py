@@ -177,3 +177,55 @@ def test_readme_syllabus_lists_every_chapter():
 def test_ci_calls_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
     assert "make test" in readme and "make test" in (ROOT / ".ci" / "run").read_text()
+
+
+@pytest.mark.parametrize("slot", [s for s in __import__("tritonllm_course.slots", fromlist=["x"]).all_slots()
+                                  if s.ready], ids=lambda s: s.name)
+def test_every_fresh_exercise_reports_not_implemented(slot, course_copy, rt):
+    """Each generated exercise, before it is filled in, fails its check with 'not implemented yet'."""
+    text = (ROOT / "solutions" / f"{slot.family}.py").read_text()
+    (course_copy / "solutions" / f"{slot.family}.py").write_text(text)
+    (course_copy / "exercises" / f"{slot.family}.py").write_text(regions.make_exercise(text, slot.family))
+    report = check(slot.name, "exercises", verbose=False)
+    assert not report.passed and "not implemented yet" in str(report)
+
+
+TWO_KERNELS = '''import triton
+
+
+@triton.jit
+def first_kernel(x):
+    # BEGIN SOLUTION
+    pass
+    # END SOLUTION
+
+
+@triton.jit
+def second_kernel(x):
+    # BEGIN SOLUTION
+    pass
+    # END SOLUTION
+
+
+def first(x):
+    first_kernel[(1,)](x)
+
+
+def second(x):
+    second_kernel[(1,)](x)
+'''
+
+
+def test_one_kernel_of_a_family_can_be_checked_before_the_others(course_copy):
+    (course_copy / "solutions" / "two.py").write_text(TWO_KERNELS)
+    ex = regions.make_exercise(TWO_KERNELS, "two")
+    head, tail = ex.split("def second_kernel")
+    filled_first = head.replace('raise NotImplementedError("exercise two.py line 7: not implemented yet")',
+                                "pass") + "def second_kernel" + tail
+    assert filled_first != ex
+    (course_copy / "exercises" / "two.py").write_text(filled_first)
+    assert kernels.exercise_status("two", "first")[0]
+    assert not kernels.exercise_status("two", "second")[0]
+    assert not kernels.exercise_status("two")[0]
+    assert kernels.load("two", "auto", "first").source == "exercises"
+    assert kernels.load("two", "auto", "second").source == "solutions"

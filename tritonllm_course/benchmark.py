@@ -156,7 +156,7 @@ def bench(name: str, source: str | None = None, *, shape: dict | None = None, dt
     rt = runtime()
     dtype = dtype or rt.dtype
     shape = shape or slot.shape(rt.preset)
-    loaded = kernels.load(slot.family, source)
+    loaded = kernels.load(slot.family, source, slot.function)
     kernel = getattr(loaded.module, slot.function)
     torch_fn = slot.torch_impl or slot.reference
 

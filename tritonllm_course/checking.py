@@ -156,7 +156,7 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype)
     try:
-        loaded = kernels.load(slot.family, source)
+        loaded = kernels.load(slot.family, source, slot.function)
     except kernels.NotImplementedYet as e:
         report = Report(name, "exercises", str(e), str(dtype).replace("torch.", ""), shape or {},
                         tol=TOLERANCE[dtype], problems=[str(e)])

@@ -33,7 +33,7 @@ def cmd_progress(args) -> int:
         if not slot.ready:
             print(f"{slot.name:<24}{op:>4}  {slot.chapter:<24}{'planned':<9}")
             continue
-        filled, _ = kernels.exercise_status(slot.family)
+        filled, _ = kernels.exercise_status(slot.family, slot.function)
         verdict = ""
         if filled and args.run:
             verdict = "pass" if check(slot.name, "exercises", trials=1, verbose=False).passed else "FAIL"

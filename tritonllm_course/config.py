@@ -134,6 +134,7 @@ TINY = Qwen35Config(
     num_attention_heads=4, num_key_value_heads=2, head_dim=32,
     linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32,
     max_position_embeddings=4096, bos_token_id=1, eos_token_id=2,
+    full_attention_interval=2,   # layers [lin, full, lin, full]: an attention layer feeds later layers
 )
 
 PRESETS: dict[str, Qwen35Config] = {"qwen3.5-0.8b": QWEN35_0_8B, "tiny": TINY}

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from .regions import unfilled_regions
+from .regions import call_closure, unfilled_regions
 
 SOURCES = ("auto", "exercises", "solutions")
 
@@ -62,19 +62,26 @@ def _import(kind: str, family: str) -> ModuleType:
     return module
 
 
-def exercise_status(family: str) -> tuple[bool, str]:
-    """(filled, message): is every region of exercises/<family>.py filled in?"""
+def exercise_status(family: str, function: str | None = None) -> tuple[bool, str]:
+    """(filled, message): are the regions of exercises/<family>.py filled in? With `function`, only
+    the regions that function needs (itself and the functions it calls) count, so a learner can check
+    one kernel of a family before writing the others."""
     path = module_path("exercises", family)
     if not path.exists():
         return False, f"{path} does not exist"
-    todo = unfilled_regions(path)
+    only = None
+    if function is not None:   # the call graph of the full solution, where there is one
+        source = module_path("solutions", family)
+        only = call_closure((source if source.exists() else path).read_text(), function)
+    todo = unfilled_regions(path, only)
     if todo:
         lines = ", ".join(str(r.begin + 1) for r in todo)
         return False, f"exercise {path.name} is not implemented yet (fill in the region at line {lines})"
     return True, f"your kernel from exercises/{family}.py"
 
 
-def load(family: str, source: str | None = None) -> Loaded:
+def load(family: str, source: str | None = None, function: str | None = None) -> Loaded:
+    """The module to run. `function`: the wrapper about to be called (its regions decide "filled")."""
     source = source or os.environ.get("TRITONLLM_KERNELS", "auto")
     if source not in SOURCES:
         raise ValueError(f"TRITONLLM_KERNELS / source must be one of {SOURCES}, got {source!r}")
@@ -82,7 +89,7 @@ def load(family: str, source: str | None = None) -> Loaded:
         if family not in _solution_cache:
             _solution_cache[family] = _import("solutions", family)
         return Loaded(_solution_cache[family], "solutions", f"the solution solutions/{family}.py")
-    filled, message = exercise_status(family)
+    filled, message = exercise_status(family, function)
     if filled:
         return Loaded(_import("exercises", family), "exercises", message)
     if source == "exercises" or not has_solutions():
@@ -94,7 +101,7 @@ def load(family: str, source: str | None = None) -> Loaded:
 
 def get(family: str, name: str, source: str | None = None):
     """One function of a kernel module, e.g. `get("rmsnorm", "rms_norm")`."""
-    loaded = load(family, source)
+    loaded = load(family, source, name)
     try:
         return getattr(loaded.module, name)
     except AttributeError:

@@ -18,6 +18,7 @@ everywhere else: that is the drift test.
 """
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,6 +101,36 @@ def mask(text: str, where: str = "<source>") -> str:
     return "\n".join(out) + "\n"
 
 
-def unfilled_regions(path: Path) -> list[Region]:
+def _functions(tree: ast.Module) -> dict[str, ast.FunctionDef]:
+    return {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef)}
+
+
+def enclosing_function(tree: ast.Module, line: int) -> str | None:
+    """The module-level function whose body holds 1-based `line`."""
+    for name, node in _functions(tree).items():
+        if node.lineno <= line <= node.end_lineno:
+            return name
+    return None
+
+
+def call_closure(text: str, function: str) -> set[str]:
+    """`function` and every module-level function it uses, directly or through others."""
+    funcs = _functions(ast.parse(text))
+    seen, todo = set(), [function]
+    while todo:
+        name = todo.pop()
+        if name in seen or name not in funcs:
+            continue
+        seen.add(name)
+        todo += [n.id for n in ast.walk(funcs[name]) if isinstance(n, ast.Name) and n.id in funcs]
+    return seen
+
+
+def unfilled_regions(path: Path, only: set[str] | None = None) -> list[Region]:
+    """The exercise regions of `path` still holding their stub; `only`: those inside these functions."""
     text = path.read_text()
-    return [r for r in regions(text, str(path)) if r.kind == "EXERCISE" and r.unfilled]
+    todo = [r for r in regions(text, str(path)) if r.kind == "EXERCISE" and r.unfilled]
+    if only is None:
+        return todo
+    tree = ast.parse(text)
+    return [r for r in todo if enclosing_function(tree, r.begin + 1) in only]

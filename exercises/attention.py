@@ -1,0 +1,323 @@
+"""Gated full attention of Qwen3.5 (chapter 08): the pipeline op by op, then fused.
+
+Shapes (batch 1, tokens first): q [T, heads, head_dim] = [T, 8, 256]; k, v [S, kv_heads, head_dim] =
+[S, 2, 256]; scores and probabilities [heads, T, S]; the static cache [max_len, 2, 256].
+
+GQA as rows. Query head h reads KV head g = h // G (G = heads / kv_heads = 4). Every kernel here gives
+one program one KV head and stacks the G query heads that share it as the rows of its tiles: row
+r = t * G + j is token t, query head g * G + j. A K or V tile loaded once then serves all G heads
+through one `tl.dot`, and a decode token (T = 1) still has G = 4 rows (padded to the 16 that `tl.dot`
+needs) instead of 1.
+
+Numerics: `tl.dot` takes the operands in their input dtype (bf16/fp16 on the tensor cores; "ieee"
+keeps fp32 inputs in full fp32) and accumulates in fp32. Everything elementwise (scaling, softmax,
+the gate) is fp32 after the load; the softmax uses exp2 with the scale folded into log2(e).
+
+- op 5  `qk_scores`       raw q . k^T                         [heads, T, S]
+- op 20 `causal_mask`     key s visible to token t iff s <= pos[t]
+- op 21 `scaled_softmax`  softmax(scores / 16), fp32
+- op 6  `masked_softmax`  the same with masked keys at probability 0 (one kernel, HAS_MASK)
+- op 7  `pv`              P . V                               [T, heads, head_dim]
+- `decode_attention`      one token over the cache, length in device memory: K/V read once
+- `attention`             causal prefill (two passes over the keys: statistics, then P . V)
+- `output_gate`           o * sigmoid(gate) before o_proj      [T, heads * head_dim]
+"""
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from tritonllm_course import validate
+from tritonllm_course.kv_cache_positions import check_range
+from tritonllm_course.triton_helpers import sigmoid
+
+LOG2E = math.log2(math.e)
+SOFTMAX_BLOCK = 2048     # keys per step of the softmax loop: 16 fp32 per thread at 4 warps
+GATE_BLOCK = 1024        # elements per program of the output gate
+# chosen by timing BLOCK_N x warps x stages on an H200 in bf16: 64 cached rows per step with 3 loads
+# in flight is the fastest decode loop (2 x 3 x 32 KB of K/V tiles in shared memory) at 128 to 4,096
+# tokens; the prefill kernel is fastest with small row blocks (64 programs at T = 128), 64 keys a step
+DECODE_BLOCK_N = 64
+DECODE_STAGES = 3
+PREFILL_BLOCK_M = 16
+PREFILL_BLOCK_N = 64
+PREFILL_STAGES = 2
+
+
+# --- op 5: scores ---------------------------------------------------------------------------------
+@triton.jit
+def qk_scores_kernel(q_ptr, k_ptr, out_ptr, T, S, H, KV, D,
+                     G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """out[h, t, s] = q[t, h] . k[s, h // G] for one KV head (axis 0), BLOCK_M rows, BLOCK_N keys."""
+    # BEGIN EXERCISE: rows r -> token r // G and head g*G + r % G; loop over head_dim in BLOCK_D pieces: q tile [BM, BD], K^T tile [BD, BN], tl.dot into fp32; store to out[head, t, s]
+    raise NotImplementedError("exercise attention.py line 54: not implemented yet")
+    # END EXERCISE
+
+
+# --- op 20: the causal mask -----------------------------------------------------------------------
+@triton.jit
+def causal_mask_kernel(pos_ptr, out_ptr, T, S, BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr):
+    """out[t, s] = s <= pos[t] for a [BLOCK_T, BLOCK_S] tile."""
+    # BEGIN EXERCISE: this tile's token rows and key columns; load pos of the rows; store (s <= pos) where t < T and s < S
+    raise NotImplementedError("exercise attention.py line 63: not implemented yet")
+    # END EXERCISE
+
+
+# --- ops 21 and 6: scaled (masked) softmax --------------------------------------------------------
+@triton.jit
+def softmax_kernel(x_ptr, mask_ptr, out_ptr, S, T, scale_log2e,
+                   HAS_MASK: tl.constexpr, BLOCK: tl.constexpr):
+    """One row of S scores per program: softmax(x * scale), masked keys -> 0 when HAS_MASK.
+
+    Row `row` of the [rows, S] scores uses mask row `row % T` (the mask is [T, S], shared by heads).
+    """
+    # BEGIN EXERCISE: pass 1 over the row in BLOCK pieces: per-lane running max m and sum l of exp2(x*scale_log2e - m) (masked keys = -inf); combine the lanes; pass 2: store exp2(x - M) / L
+    raise NotImplementedError("exercise attention.py line 76: not implemented yet")
+    # END EXERCISE
+
+
+# --- op 7: P . V ----------------------------------------------------------------------------------
+@triton.jit
+def pv_kernel(p_ptr, v_ptr, out_ptr, T, S, H, KV, D,
+              G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """out[t, h, d] = sum_s p[h, t, s] v[s, h // G, d]: one KV head (axis 0), BLOCK_M rows, BLOCK_D dims."""
+    # BEGIN EXERCISE: rows as in qk_scores; loop over keys in BLOCK_N pieces: P tile [BM, BN] from p[head, t, :], V tile [BN, BD] from v[:, g, :], tl.dot into fp32; store to out[t, head, d]
+    raise NotImplementedError("exercise attention.py line 86: not implemented yet")
+    # END EXERCISE
+
+
+# --- fused decode attention -----------------------------------------------------------------------
+@triton.jit
+def decode_attention_kernel(q_ptr, k_cache_ptr, v_cache_ptr, length_ptr, out_ptr, max_len, KV, D,
+                            scale_log2e, G: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
+                            BLOCK_D: tl.constexpr):
+    """One new token, one KV head per program: its G query heads over cache rows 0 .. length-1.
+
+    q [heads, D]; caches [max_len, KV, D]; length: 1 int in device memory; out [heads, D].
+    Online softmax: running max m and sum l per head; acc is rescaled when m grows.
+    """
+    # BEGIN EXERCISE: load the G query rows (padded to BLOCK_H); length from device memory (at most max_len); loop over the cache in BLOCK_N rows: scores = q . K^T (masked past length), online max/sum update, acc = acc * alpha + P . V; store acc / l
+    raise NotImplementedError("exercise attention.py line 101: not implemented yet")
+    # END EXERCISE
+
+
+# --- causal prefill attention ---------------------------------------------------------------------
+@triton.jit
+def _masked_scores(q, k_head_ptr, row_stride, pos, n0, S, d, d_ok, scale_log2e, BLOCK_N: tl.constexpr):
+    """Scores (log2 units) of a row block q [BLOCK_M, BLOCK_D] against keys n0 .. n0+BLOCK_N-1 of one
+    KV head (k_head_ptr points at k[0, g], rows row_stride apart), -inf where key n > pos of the row."""
+    # BEGIN EXERCISE: load the K rows (masked past S), q . K^T * scale_log2e, -inf where the key is after the row's position or past S
+    raise NotImplementedError("exercise attention.py line 111: not implemented yet")
+    # END EXERCISE
+
+
+@triton.jit
+def attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, T, S, H, KV, D, scale_log2e,
+                     G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Causal attention of BLOCK_M (token, head) rows of one KV head over keys 0 .. S-1.
+
+    Pass 1 finds each row's max and sum of exp2 over its visible keys; pass 2 adds up the normalised
+    P . V. Keys past the block's newest position are visible to none of its rows and are skipped.
+    """
+    # BEGIN EXERCISE: rows as in qk_scores; q tile [BM, BD]; pos of each row; n_end = newest position + 1; pass 1: running max m / sum l over key blocks (masked s <= pos); pass 2: p = exp2(s - m) / l, acc += P . V; store to out[t, head]
+    raise NotImplementedError("exercise attention.py line 124: not implemented yet")
+    # END EXERCISE
+
+
+# --- the output gate ------------------------------------------------------------------------------
+@triton.jit
+def output_gate_kernel(o_ptr, gate_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    """out = o * sigmoid(gate), elementwise over n elements, fp32 inside."""
+    # BEGIN EXERCISE: this program's block of offsets; load o and gate as fp32; store o * sigmoid(gate)
+    raise NotImplementedError("exercise attention.py line 133: not implemented yet")
+    # END EXERCISE
+
+
+# --- host wrappers --------------------------------------------------------------------------------
+def _heads(q_heads: int, kv_heads: int) -> int:
+    if kv_heads == 0 or q_heads % kv_heads:
+        raise ValueError(f"{q_heads} query heads are not a multiple of {kv_heads} KV heads (GQA)")
+    return q_heads // kv_heads
+
+
+def _row_block(rows: int, most: int) -> int:
+    """A power-of-two tile height for `rows` rows: at least 16 (tl.dot's minimum), at most `most`."""
+    return max(16, min(most, triton.next_power_of_2(rows)))
+
+
+def qk_scores(q: torch.Tensor, k: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Operator 5: raw scores q . k for every (head, query, key), unscaled, with GQA.
+
+    q: [T, heads, head_dim]; k: [S, kv_heads, head_dim], same dtype (decode: T = 1, k = the cache rows)
+    out: [heads, T, S] in q's dtype.
+    """
+    validate.tensor(q, "q", dtype=validate.FLOATS, ndim=3)
+    T, H, D = q.shape
+    validate.tensor(k, "k", dtype=q.dtype, ndim=3)
+    S, KV = k.shape[0], k.shape[1]
+    validate.tensor(k, "k", shape=(S, KV, D))
+    G = _heads(H, KV)
+    device = validate.same_device(q=q, k=k)
+    out = validate.output(out, "out", (H, T, S), q.dtype, device)
+    if out.numel():
+        bm, bn, bd = _row_block(T * G, 64), 64, min(64, max(16, triton.next_power_of_2(D)))
+        grid = (KV, triton.cdiv(T * G, bm), triton.cdiv(S, bn))
+        qk_scores_kernel[grid](q, k, out, T, S, H, KV, D, G=G, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd,
+                               num_warps=4)
+    return out
+
+
+def causal_mask(pos: torch.Tensor, kv_len: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Operator 20: which keys each query may see, True where key s <= pos[t].
+
+    pos: [T] int positions; kv_len: number of keys. out: [T, kv_len] bool (or int8/uint8 0/1).
+    """
+    validate.tensor(pos, "pos", dtype=validate.INTS, ndim=1)
+    T = pos.shape[0]
+    if kv_len < 0:
+        raise ValueError(f"kv_len must be >= 0, got {kv_len}")
+    device = validate.same_device(pos=pos)
+    if out is None:
+        out = torch.empty((T, kv_len), dtype=torch.bool, device=device)
+    validate.tensor(out, "out", dtype=(torch.bool, torch.int8, torch.uint8), shape=(T, kv_len),
+                    device=device.type)
+    if out.numel():
+        grid = (triton.cdiv(T, 16), triton.cdiv(kv_len, 128))
+        causal_mask_kernel[grid](pos, out, T, kv_len, BLOCK_T=16, BLOCK_S=128, num_warps=4)
+    return out
+
+
+def _softmax(scores, mask, scale, out):
+    S = scores.shape[-1]
+    device = validate.same_device(scores=scores, mask=mask)
+    out = validate.output(out, "out", tuple(scores.shape), scores.dtype, device)
+    rows = scores.numel() // max(S, 1)
+    if rows and S:
+        T = mask.shape[0] if mask is not None else 1
+        block = min(SOFTMAX_BLOCK, max(16, triton.next_power_of_2(S)))
+        softmax_kernel[(rows,)](scores, scores if mask is None else mask, out, S, T, scale * LOG2E,
+                                HAS_MASK=mask is not None, BLOCK=block, num_warps=4 if block <= 1024 else 8)
+    return out
+
+
+def scaled_softmax(scores: torch.Tensor, scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Operator 21: softmax(scores * scale) over the last dim, in fp32 (scale = 1/sqrt(256) = 1/16).
+
+    scores: [..., S] float; out: the same shape and dtype.
+    """
+    validate.tensor(scores, "scores", dtype=validate.FLOATS)
+    if scores.dim() == 0:
+        raise ValueError("scores must have at least one dim (the keys)")
+    return _softmax(scores, None, scale, out)
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor, scale: float,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
+    """Operator 6: softmax(scores * scale) with keys where mask is False at probability 0, in fp32.
+
+    scores: [heads, T, S] float; mask: [T, S] bool (True = attend), shared by the heads
+    out: [heads, T, S] in scores' dtype. A row with no visible key is NaN, as in PyTorch.
+    """
+    validate.tensor(scores, "scores", dtype=validate.FLOATS, ndim=3)
+    validate.tensor(mask, "mask", dtype=(torch.bool, torch.int8, torch.uint8), shape=tuple(scores.shape[1:]))
+    return _softmax(scores, mask, scale, out)
+
+
+def pv(p: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Operator 7: the attention output P . V, with GQA.
+
+    p: [heads, T, S] probabilities; v: [S, kv_heads, head_dim], same dtype
+    out: [T, heads, head_dim] in p's dtype.
+    """
+    validate.tensor(p, "p", dtype=validate.FLOATS, ndim=3)
+    H, T, S = p.shape
+    validate.tensor(v, "v", dtype=p.dtype, ndim=3)
+    if v.shape[0] != S:
+        raise ValueError(f"p has {S} keys but v has {v.shape[0]} rows")
+    KV, D = v.shape[1], v.shape[2]
+    G = _heads(H, KV)
+    device = validate.same_device(p=p, v=v)
+    out = validate.output(out, "out", (T, H, D), p.dtype, device)
+    if out.numel():
+        # decode has a single row block per KV head: narrower head_dim blocks give it more programs
+        bm, bn = _row_block(T * G, 64), 64
+        bd = min(32 if T * G <= 16 else 64, max(16, triton.next_power_of_2(D)))
+        grid = (KV, triton.cdiv(T * G, bm), triton.cdiv(D, bd))
+        pv_kernel[grid](p, v, out, T, S, H, KV, D, G=G, BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=bd, num_warps=4)
+    return out
+
+
+def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, length,
+                     scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
+    """One decode token attending to the first `length` rows of the static KV cache, fused.
+
+    q:                [heads, head_dim], the new token (its k and v already written to the cache)
+    k_cache, v_cache: [max_len, kv_heads, head_dim], same dtype as q
+    length:           1-element int tensor in device memory (or an int): cached tokens, the new one
+                      included; read by the kernel, so a CUDA graph replays with the current value
+    out:              [heads, head_dim] in q's dtype.
+    One program per KV head reads its K and V rows once for all of its query heads: 2 programs for
+    Qwen3.5. That is far too few for a large GPU; split-KV (FlashDecoding) comes later.
+    """
+    validate.tensor(q, "q", dtype=validate.FLOATS, ndim=2)
+    H, D = q.shape
+    validate.tensor(k_cache, "k_cache", dtype=q.dtype, ndim=3)
+    max_len, KV = k_cache.shape[0], k_cache.shape[1]
+    validate.tensor(k_cache, "k_cache", shape=(max_len, KV, D))
+    validate.tensor(v_cache, "v_cache", dtype=q.dtype, shape=(max_len, KV, D))
+    G = _heads(H, KV)
+    device = validate.same_device(q=q, k_cache=k_cache, v_cache=v_cache)
+    if isinstance(length, torch.Tensor):
+        validate.tensor(length, "length", dtype=validate.INTS, shape=(1,), device=device.type)
+    else:
+        length = torch.tensor([int(length)], dtype=torch.int32, device=device)
+    check_range(length, 1, max_len, "length", f"a decode step attends to 1 .. {max_len} cached tokens")
+    out = validate.output(out, "out", (H, D), q.dtype, device)
+    decode_attention_kernel[(KV,)](q, k_cache, v_cache, length, out, max_len, KV, D, scale * LOG2E,
+                                   G=G, BLOCK_H=max(16, triton.next_power_of_2(G)), BLOCK_N=DECODE_BLOCK_N,
+                                   BLOCK_D=triton.next_power_of_2(D), num_warps=4, num_stages=DECODE_STAGES)
+    return out
+
+
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, scale: float,
+              out: torch.Tensor | None = None) -> torch.Tensor:
+    """Causal attention (prefill, or any T): q at positions pos over the keys/values 0 .. S-1.
+
+    q: [T, heads, head_dim]; k, v: [S, kv_heads, head_dim], same dtype (the new tokens included)
+    pos: [T] int positions, each in [0, S); out: [T, heads, head_dim] in q's dtype.
+    """
+    validate.tensor(q, "q", dtype=validate.FLOATS, ndim=3)
+    T, H, D = q.shape
+    validate.tensor(k, "k", dtype=q.dtype, ndim=3)
+    S, KV = k.shape[0], k.shape[1]
+    validate.tensor(k, "k", shape=(S, KV, D))
+    validate.tensor(v, "v", dtype=q.dtype, shape=(S, KV, D))
+    validate.tensor(pos, "pos", dtype=validate.INTS, shape=(T,))
+    G = _heads(H, KV)
+    device = validate.same_device(q=q, k=k, v=v, pos=pos)
+    check_range(pos, 0, S - 1, "position", f"queries attend to the {S} keys given, positions 0 .. {S - 1}")
+    out = validate.output(out, "out", (T, H, D), q.dtype, device)
+    if out.numel():
+        bm = _row_block(T * G, PREFILL_BLOCK_M)
+        grid = (KV, triton.cdiv(T * G, bm))
+        attention_kernel[grid](q, k, v, pos, out, T, S, H, KV, D, scale * LOG2E, G=G, BLOCK_M=bm,
+                               BLOCK_N=PREFILL_BLOCK_N, BLOCK_D=triton.next_power_of_2(D), num_warps=4,
+                               num_stages=PREFILL_STAGES)
+    return out
+
+
+def output_gate(o: torch.Tensor, gate: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """o * sigmoid(gate), elementwise, before o_proj (fp32 inside, one rounding).
+
+    o: [T, heads * head_dim] attention output (heads flattened); gate: the same shape, from q_proj
+    out: the same shape, in o's dtype.
+    """
+    validate.tensor(o, "o", dtype=validate.FLOATS)
+    validate.tensor(gate, "gate", dtype=o.dtype, shape=tuple(o.shape))
+    device = validate.same_device(o=o, gate=gate)
+    out = validate.output(out, "out", tuple(o.shape), o.dtype, device)
+    n = o.numel()
+    if n:
+        output_gate_kernel[(triton.cdiv(n, GATE_BLOCK),)](o, gate, out, n, BLOCK=GATE_BLOCK, num_warps=4)
+    return out
