@@ -1,0 +1,84 @@
+"""Slot specs of the projections (chapters 05 and 11): operators 2, 8, 10, 12 and 16, decode and prefill.
+
+Shapes are {"M": tokens, "N": output rows of the weight, "K": input features}. The real ones are the
+merged weights the engine runs, one GEMV per layer and projection group:
+- attention q_proj 4096 (8 heads x [256 query | 256 gate]) + k 512 + v 512 = 5120 x 1024;
+- DeltaNet in_proj_qkv 6144 + z 2048 + b 16 + a 16 = 8224 x 1024;
+- MLP gate 3584 + up 3584 = 7168 x 1024; down 1024 x 3584; o_proj / out_proj 1024 x 2048;
+- the tied LM head 248,320 x 1024.
+The tiny ones are odd sizes (masks on every edge) and the tiny model's own merged sizes.
+"""
+import torch
+
+from ..reference.linear import linear
+from ..reference.lm_head import lm_head
+from . import implement, tensor_bytes
+
+
+def _inputs(shape, dtype, device, gen):
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    return {"x": torch.randn(M, K, dtype=dtype, device=device, generator=gen),
+            "weight": (0.02 * torch.randn(N, K, device=device, generator=gen)).to(dtype)}
+
+
+def _out(inp):
+    return {"out": torch.empty(inp["x"].shape[0], inp["weight"].shape[0], dtype=inp["x"].dtype,
+                               device=inp["x"].device)}
+
+
+def _bytes(inp):
+    M, N = inp["x"].shape[0], inp["weight"].shape[0]
+    return tensor_bytes(inp["x"], inp["weight"]) + M * N * inp["x"].element_size()
+
+
+def _flops(inp):
+    (M, K), N = inp["x"].shape, inp["weight"].shape[0]
+    return 2 * M * N * K
+
+
+def _projection(name, function, tiny, real, **fields):
+    implement(name, family="linear", function=function, make_inputs=_inputs, make_out=_out,
+              bytes=_bytes, flops=_flops, shapes={"tiny": tiny, "real": real},
+              reference=fields.pop("reference", linear), **fields)
+
+
+def _shape(M, N, K):
+    return {"M": M, "N": N, "K": K}
+
+
+PROMPT = 128   # the prefill length of the course's measurements
+
+# decode: one token, the GEMV
+_projection("qkv_proj", "gemv",
+            tiny=[_shape(1, 509, 131), _shape(1, 392, 128)],
+            real=[_shape(1, 5120, 1024), _shape(1, 8224, 1024)])
+_projection("attn_out_proj", "gemv",
+            tiny=[_shape(1, 131, 509), _shape(1, 128, 128)],
+            real=[_shape(1, 1024, 2048)])
+_projection("mlp_gate_up", "gemv",
+            tiny=[_shape(1, 512, 128), _shape(1, 509, 131)],
+            real=[_shape(1, 7168, 1024)])
+_projection("mlp_down_proj", "gemv",
+            tiny=[_shape(1, 128, 256), _shape(1, 131, 509)],
+            real=[_shape(1, 1024, 3584)])
+_projection("logits_head", "gemv", reference=lm_head,
+            tiny=[_shape(1, 512, 128), _shape(1, 509, 131)],
+            real=[_shape(1, 248320, 1024)])
+
+# prefill: a prompt of M tokens, the GEMM
+_projection("qkv_proj.prefill", "gemm", title="QKV projection (prefill)", op=2, chapter="05_projections",
+            qwen="the merged attention / DeltaNet input projections over a whole prompt",
+            tiny=[_shape(37, 509, 131), _shape(16, 392, 128)],
+            real=[_shape(PROMPT, 5120, 1024), _shape(PROMPT, 8224, 1024)])
+_projection("attn_out_proj.prefill", "gemm", title="output projection (prefill)", op=8,
+            chapter="09_output_residual", qwen="o_proj / out_proj over a whole prompt",
+            tiny=[_shape(37, 131, 509)],
+            real=[_shape(PROMPT, 1024, 2048)])
+_projection("mlp_gate_up.prefill", "gemm", title="MLP gate/up projection (prefill)", op=10,
+            chapter="10_mlp", qwen="merged gate + up, 1024 -> 7168, over a whole prompt",
+            tiny=[_shape(19, 512, 128)],
+            real=[_shape(PROMPT, 7168, 1024)])
+_projection("mlp_down_proj.prefill", "gemm", title="MLP down projection (prefill)", op=12,
+            chapter="10_mlp", qwen="3584 -> 1024 over a whole prompt",
+            tiny=[_shape(19, 131, 509)],
+            real=[_shape(PROMPT, 1024, 3584)])
