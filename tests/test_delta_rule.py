@@ -1,0 +1,131 @@
+"""The gated delta rule kernels beyond the generic slot check: against transformers' own functions, prefill
+handing its state to decode, the state updated in place, bad input, and checks that catch the classic bugs."""
+import pytest
+import torch
+import torch.nn.functional as F
+
+from tritonllm_course import kernels, slots
+from tritonllm_course.runtime import runtime
+from tritonllm_course import reference as R
+from tritonllm_course.checking import check_fn, compare
+
+mod = kernels.load("delta_rule", "solutions").module
+recurrent, chunked = mod.gated_delta_rule_recurrent, mod.gated_delta_rule_chunked
+spec = slots.get("gated_delta_chunked")
+DEVICE = runtime().device
+
+
+def _raw(T, H, HV, D, device=DEVICE, seed=0, state=True, dtype=torch.float32):
+    """Un-normalised q, k (as the layer has them before its L2 norm), and the rest as the slot makes it."""
+    gen = torch.Generator(device=device).manual_seed(seed)
+    q, k = (torch.randn(T, H, D, device=device, generator=gen, dtype=dtype) for _ in range(2))
+    v = torch.randn(T, HV, D, device=device, generator=gen).to(dtype)
+    g = F.logsigmoid(torch.randn(T, HV, device=device, generator=gen) + 4.0)
+    beta = torch.sigmoid(torch.randn(T, HV, device=device, generator=gen)).to(dtype)
+    s0 = 0.5 * torch.randn(HV, D, D, device=device, generator=gen) if state else None
+    return q, k, v, g, beta, s0
+
+
+def _hf():
+    """transformers' PyTorch functions (the decorated names dispatch to fla when it is installed)."""
+    from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
+    return (getattr(hf.torch_chunk_gated_delta_rule, "__wrapped__", hf.torch_chunk_gated_delta_rule),
+            getattr(hf.torch_recurrent_gated_delta_rule, "__wrapped__", hf.torch_recurrent_gated_delta_rule))
+
+
+def _err(a, b):
+    return compare(a, b, "x")[0]
+
+
+@pytest.mark.parametrize("T,chunk,state", [(37, 16, True), (70, 32, False)])
+def test_matches_transformers(T, chunk, state):
+    """Value heads = 2 x key heads, T not a multiple of the chunk; transformers normalises q and k itself."""
+    hf_chunk, hf_rec = _hf()
+    q, k, v, g, beta, s0 = _raw(T, 2, 4, 32, state=state)
+    batched = (q[None], k[None], v[None], g[None], beta[None])
+    h0 = s0[None] if state else None
+    o_c, s_c = hf_chunk(*batched, chunk_size=chunk, initial_state=h0, output_final_state=True,
+                        use_qk_l2norm_in_kernel=True)
+    o_r, s_r = hf_rec(*batched, initial_state=h0, output_final_state=True, use_qk_l2norm_in_kernel=True)
+    qn, kn = R.l2norm_qk(q, k)
+    for name, (o, s) in {"chunked": chunked(qn, kn, v, g, beta, s0, chunk_size=chunk),
+                         "recurrent": recurrent(qn, kn, v, g, beta, s0)}.items():
+        for ref_o, ref_s in ((o_c[0], s_c[0]), (o_r[0], s_r[0])):
+            assert _err(o, ref_o) < 1e-5 and _err(s, ref_s) < 1e-5, name
+
+
+def test_prefill_then_decode_continues_the_state():
+    """A chunked prefill writes the state; recurrent decode steps update it in place (as the engine does);
+    together they equal one recurrence over the whole sequence."""
+    q, k, v, g, beta, _ = _raw(41, 2, 4, 32, seed=1)
+    q, k = R.l2norm_qk(q, k)
+    ref_o, ref_s = R.gated_delta_rule_recurrent(q.double(), k.double(), v.double(), g.double(), beta.double())
+    P = 37
+    o_pre, state = chunked(q[:P], k[:P], v[:P], g[:P], beta[:P], chunk_size=16)
+    outs = [o_pre]
+    for t in range(P, 41):
+        o_t, same = recurrent(q[t:t + 1], k[t:t + 1], v[t:t + 1], g[t:t + 1], beta[t:t + 1], state,
+                              final_state=state)
+        assert same is state
+        outs.append(o_t)
+    assert _err(torch.cat(outs), ref_o) < 1e-5 and _err(state, ref_s) < 1e-5
+
+
+def test_state_in_place_for_the_chunked_kernel():
+    q, k, v, g, beta, s0 = _raw(20, 1, 2, 32, seed=2)
+    q, k = R.l2norm_qk(q, k)
+    _, expected = R.gated_delta_rule_recurrent(q, k, v, g, beta, s0)
+    state = s0.clone()
+    chunked(q, k, v, g, beta, state, final_state=state, chunk_size=16)
+    assert _err(state, expected) < 1e-5
+
+
+def _broken_check(fn):
+    return check_fn(fn, spec.reference, spec.make_inputs, spec.make_out, shape=spec.shapes["tiny"][0],
+                    dtype=torch.float32, name="broken", trials=1)
+
+
+def test_checks_catch_a_dropped_initial_state():
+    report = _broken_check(lambda initial_state, **kw: chunked(initial_state=None, **kw))
+    assert not report.passed and report.max_error > 1e-2, report
+
+
+def test_checks_catch_chunks_that_do_not_carry_the_state():
+    """Each chunk started from the initial state instead of the previous chunk's final state."""
+    def forgetful(q, k, v, g, beta, initial_state, out, final_state, chunk_size):
+        for t0 in range(0, q.shape[0], chunk_size):
+            part = slice(t0, t0 + chunk_size)
+            o, final_state = chunked(q[part], k[part], v[part], g[part], beta[part], initial_state,
+                                     final_state=final_state, chunk_size=chunk_size)
+            out[part] = o
+    report = _broken_check(forgetful)
+    assert not report.passed and report.max_error > 1e-2, report
+
+
+def test_bad_input_is_named():
+    q, k, v, g, beta, s0 = _raw(5, 2, 4, 32)
+    with pytest.raises(TypeError, match="g .*float16"):
+        recurrent(q, k, v, g.half(), beta)
+    with pytest.raises(ValueError, match="3 value heads, not a multiple of the 2 key heads"):
+        chunked(q, k, v[:, :3].contiguous(), g[:, :3].contiguous(), beta[:, :3].contiguous())
+    with pytest.raises(ValueError, match=r"initial_state has shape \[4, 32, 16\]"):
+        recurrent(q, k, v, g, beta, s0[..., :16].contiguous())
+    with pytest.raises(ValueError, match="chunk_size must be one of"):
+        chunked(q, k, v, g, beta, chunk_size=48)
+    with pytest.raises(ValueError, match="contiguous"):
+        recurrent(q.transpose(0, 1).contiguous().transpose(0, 1), k, v, g, beta)
+    with pytest.raises(TypeError, match="final_state has dtype float16"):
+        chunked(q, k, v, g, beta, final_state=s0.half())
+
+
+@pytest.mark.gpu
+def test_bf16_prefill_then_decode_at_real_shapes():
+    """Qwen3.5-0.8B's layer in bf16: a 1000-token prefill, then 8 decode steps, against fp64."""
+    q, k, v, g, beta, s0 = _raw(1008, 16, 16, 128, dtype=torch.bfloat16)
+    q, k = R.l2norm_qk(q, k)
+    ref_o, ref_s = R.gated_delta_rule_recurrent(*(x.double() for x in (q, k, v, g, beta, s0)))
+    o, state = chunked(q[:1000], k[:1000], v[:1000], g[:1000], beta[:1000], s0)
+    outs = [o] + [recurrent(q[t:t + 1], k[t:t + 1], v[t:t + 1], g[t:t + 1], beta[t:t + 1], state,
+                            final_state=state)[0] for t in range(1000, 1008)]
+    # bf16 keeps 8 bits: rounding o alone gives ~2e-3; q, k, v are exact bf16 inputs to both sides
+    assert _err(torch.cat(outs), ref_o) < 1e-2 and _err(state, ref_s) < 1e-2
