@@ -13,7 +13,8 @@ $(STAMP): requirements.txt pyproject.toml scripts/install.py
 install: $(STAMP)
 
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks $(LAB_ARGS)
+	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks \
+		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
 test: $(STAMP)
 	TRITONLLM_KERNELS=solutions $(PY) -m pytest -q

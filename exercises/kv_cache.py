@@ -21,7 +21,6 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
-from tritonllm_course.kv_cache_positions import check_range
 
 COPY_BLOCK = 2048   # elements per program of the read: 16 per thread at 4 warps (two 16-byte bf16 loads)
 
@@ -31,7 +30,7 @@ def kv_cache_write_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, max_l
                           ROW: tl.constexpr, BLOCK: tl.constexpr):
     """Copy token t's k and v rows ([ROW] = kv_heads * head_dim each) into cache row pos[t]."""
     # BEGIN EXERCISE: token t = program id; its position from pos_ptr (device memory); copy k[t] and v[t] (ROW elements each) to cache row pos; never store outside 0 <= pos < max_len
-    raise NotImplementedError("exercise kv_cache.py line 34: not implemented yet")
+    raise NotImplementedError("exercise kv_cache.py line 33: not implemented yet")
     # END EXERCISE
 
 
@@ -43,7 +42,7 @@ def kv_cache_read_kernel(k_cache_ptr, v_cache_ptr, k_out_ptr, v_out_ptr, length_
     Axis 0 walks the flat [rows * ROW] output in BLOCK pieces, axis 1 picks K (0) or V (1).
     """
     # BEGIN EXERCISE: this program's flat offsets; length from device memory; pick K or V by program_id(1); load where the row < length, store everywhere (0 past length)
-    raise NotImplementedError("exercise kv_cache.py line 46: not implemented yet")
+    raise NotImplementedError("exercise kv_cache.py line 45: not implemented yet")
     # END EXERCISE
 
 
@@ -68,7 +67,7 @@ def kv_cache_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_ca
     validate.tensor(v, "v", dtype=k_cache.dtype, shape=(T, kv_heads, head_dim))
     validate.tensor(pos, "pos", dtype=validate.INTS, shape=(T,))
     validate.same_device(k=k, v=v, k_cache=k_cache, v_cache=v_cache, pos=pos)
-    check_range(pos, 0, max_len - 1, "position",
+    validate.device_range(pos, 0, max_len - 1, "position",
                 f"the KV cache holds {max_len} rows; the sequence is longer than it was allocated for")
     if T == 0:
         return k_cache, v_cache

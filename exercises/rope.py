@@ -29,7 +29,6 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
-from tritonllm_course.index_check import check_range
 
 
 @triton.jit
@@ -40,7 +39,7 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, heads, head_dim, half
     h = tl.arange(0, BLOCK_H)                                     # [BLOCK_H] heads
     row = t * heads * head_dim + h[:, None] * head_dim            # [BLOCK_H, 1] start of each head
     # BEGIN EXERCISE: read this token's position; load the two halves x1 = x[:, :half], x2 = x[:, half:2*half] of every head and the matching halves of its cos/sin row (as fp32; NaN when the position is outside the cache); store x1*c1 - x2*s1 and x2*c2 + x1*s2
-    raise NotImplementedError("exercise rope.py line 43: not implemented yet")
+    raise NotImplementedError("exercise rope.py line 42: not implemented yet")
     # END EXERCISE
     if COPY_PASS:   # out of place only: the dims past rotary_dim are copied unchanged
         j = 2 * half + tl.arange(0, BLOCK_P)
@@ -73,7 +72,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch
     out = validate.output(out, "out", tuple(x.shape), x.dtype, device)
     in_place = out.data_ptr() == x.data_ptr()
     if check_pos:
-        check_range(pos, num_positions, "pos (positions into the cos/sin cache)")
+        validate.device_range(pos, 0, num_positions - 1, "position", "beyond the cos/sin cache")
     if x.numel() == 0:
         return out
     half = rotary_dim // 2

@@ -29,7 +29,6 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
-from tritonllm_course.kv_cache_positions import check_range
 from tritonllm_course.triton_helpers import sigmoid
 
 LOG2E = math.log2(math.e)
@@ -403,7 +402,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         validate.tensor(length, "length", dtype=validate.INTS, shape=(1,), device=device.type)
     else:
         length = torch.tensor([int(length)], dtype=torch.int32, device=device)
-    check_range(length, 1, max_len, "length", f"a decode step attends to 1 .. {max_len} cached tokens")
+    validate.device_range(length, 1, max_len, "length", f"a decode step attends to 1 .. {max_len} cached tokens")
     out = validate.output(out, "out", (H, D), q.dtype, device)
     decode_attention_kernel[(KV,)](q, k_cache, v_cache, length, out, max_len, KV, D, scale * LOG2E,
                                    G=G, BLOCK_H=max(16, triton.next_power_of_2(G)), BLOCK_N=DECODE_BLOCK_N,
@@ -427,7 +426,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tens
     validate.tensor(pos, "pos", dtype=validate.INTS, shape=(T,))
     G = _heads(H, KV)
     device = validate.same_device(q=q, k=k, v=v, pos=pos)
-    check_range(pos, 0, S - 1, "position", f"queries attend to the {S} keys given, positions 0 .. {S - 1}")
+    validate.device_range(pos, 0, S - 1, "position", f"queries attend to the {S} keys given, positions 0 .. {S - 1}")
     out = validate.output(out, "out", (T, H, D), q.dtype, device)
     if out.numel():
         bm = _row_block(T * G, PREFILL_BLOCK_M)

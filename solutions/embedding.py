@@ -20,7 +20,6 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
-from tritonllm_course.index_check import check_range
 
 MAX_BLOCK_H = 1024   # columns per program: 16 bytes per thread at 4 warps in bf16
 
@@ -55,7 +54,7 @@ def embedding(ids: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None 
     vocab, hidden = weight.shape
     out = validate.output(out, "out", (ids.shape[0], hidden), weight.dtype, device)
     if check_ids:
-        check_range(ids, vocab, "ids (token ids)")
+        validate.device_range(ids, 0, vocab - 1, "token id", "outside the vocabulary")
     if ids.numel() == 0:
         return out
     block = min(triton.next_power_of_2(hidden), MAX_BLOCK_H)

@@ -21,7 +21,6 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
-from tritonllm_course.kv_cache_positions import check_range
 
 COPY_BLOCK = 2048   # elements per program of the read: 16 per thread at 4 warps (two 16-byte bf16 loads)
 
@@ -86,7 +85,7 @@ def kv_cache_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_ca
     validate.tensor(v, "v", dtype=k_cache.dtype, shape=(T, kv_heads, head_dim))
     validate.tensor(pos, "pos", dtype=validate.INTS, shape=(T,))
     validate.same_device(k=k, v=v, k_cache=k_cache, v_cache=v_cache, pos=pos)
-    check_range(pos, 0, max_len - 1, "position",
+    validate.device_range(pos, 0, max_len - 1, "position",
                 f"the KV cache holds {max_len} rows; the sequence is longer than it was allocated for")
     if T == 0:
         return k_cache, v_cache

@@ -29,7 +29,6 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
-from tritonllm_course.index_check import check_range
 
 
 @triton.jit
@@ -89,7 +88,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch
     out = validate.output(out, "out", tuple(x.shape), x.dtype, device)
     in_place = out.data_ptr() == x.data_ptr()
     if check_pos:
-        check_range(pos, num_positions, "pos (positions into the cos/sin cache)")
+        validate.device_range(pos, 0, num_positions - 1, "position", "beyond the cos/sin cache")
     if x.numel() == 0:
         return out
     half = rotary_dim // 2

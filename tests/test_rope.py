@@ -84,7 +84,7 @@ def test_gpt_j_pairing_fails_the_check():
 
 def test_positions_outside_the_cache():
     x, (cos, sin) = randn(3, 2, 16), R.rope_cache(8, 8, 1e7, device=RT.device)
-    with pytest.raises(ValueError, match=r"pos \(positions into the cos/sin cache\) must lie in \[0, 8\)"):
+    with pytest.raises(ValueError, match=r"position 8 is outside \[0, 7\]: beyond the cos/sin cache"):
         apply_rope(x, cos, sin, positions(0, 8, 1))
     out = apply_rope(x, cos, sin, positions(0, 8, 1), check_pos=False)
     assert torch.isnan(out[1, :, :8]).all() and not torch.isnan(out[[0, 2]]).any()

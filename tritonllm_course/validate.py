@@ -59,3 +59,19 @@ def output(out, name: str, shape: tuple, dtype, device) -> torch.Tensor:
     if out is None:
         return torch.empty(shape, dtype=dtype, device=device)
     return tensor(out, name, dtype=dtype, shape=tuple(shape), device=device.type)
+
+
+def device_range(t: torch.Tensor, lo: int, hi: int, name: str, why: str = "") -> None:
+    """Raise a ValueError naming `name` unless every value of the integer tensor `t` lies in [lo, hi].
+
+    Indices, positions and lengths that kernels read from device memory (token ids, the decode
+    position, the cache length) are checked here on the host. On a GPU that read is a sync, and while
+    a CUDA graph is being captured it is not allowed at all: the check is skipped then, and the
+    kernels' masks, which never touch memory outside their buffers, are the only guard.
+    """
+    if t.numel() == 0 or (t.is_cuda and torch.cuda.is_current_stream_capturing()):
+        return
+    first, last = (int(v) for v in torch.aminmax(t.reshape(-1)))
+    if first < lo or last > hi:
+        bad = first if first < lo else last
+        raise ValueError(f"{name} {bad} is outside [{lo}, {hi}]" + (f": {why}" if why else ""))

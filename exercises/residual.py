@@ -1,0 +1,47 @@
+"""Residual adds (operators 9 and 13): `h = residual + x` on the [T, hidden] residual stream (chapter 09).
+
+Every layer adds twice: the mixer's output (attention or DeltaNet, after o_proj / out_proj) and then the
+MLP's output onto the residual stream. One kernel serves both slots.
+
+An elementwise add does one FLOP per 6 bytes (bf16): it is memory-bound, and at decode (T = 1, 2 KB per
+tensor) it is launch-bound, which is why the engine later fuses it into the next RMSNorm. The add runs
+in fp32 and rounds once, which is exactly what PyTorch's bf16 `residual + x` does.
+
+The residual stream may be kept in fp32 while x is in the model dtype (the fp16 mode: Qwen's residual
+stream overflows fp16's 65,504 after a few layers); the output then has the residual's dtype. `out` may
+be `residual` itself: each element is read before it is written, by the same program, so the update can
+happen in place.
+"""
+import torch
+import triton
+import triton.language as tl
+
+from tritonllm_course import validate
+
+
+@triton.jit
+def residual_add_kernel(x_ptr, res_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    # BEGIN EXERCISE: this program's block of the flat tensor; load x and the residual, add in fp32, store in out's dtype
+    raise NotImplementedError("exercise residual.py line 25: not implemented yet")
+    # END EXERCISE
+
+
+def residual_add(x: torch.Tensor, residual: torch.Tensor, out: torch.Tensor | None = None,
+                 block_size: int = 1024) -> torch.Tensor:
+    """`residual + x`.
+
+    x:        [T, hidden] (any shape) float: the sublayer's output, in the model dtype
+    residual: same shape, x's dtype or float32 (an fp32 residual stream)
+    out:      same shape, residual's dtype; may be `residual` itself (in-place update)
+    block_size: elements per program; 1024 gives each of 128 threads 8 bf16 values (16-byte loads)
+    """
+    validate.tensor(x, "x", dtype=validate.FLOATS)
+    stream_dtypes = (x.dtype,) if x.dtype == torch.float32 else (x.dtype, torch.float32)
+    validate.tensor(residual, "residual", dtype=stream_dtypes, shape=tuple(x.shape))
+    device = validate.same_device(x=x, residual=residual)
+    out = validate.output(out, "out", tuple(x.shape), residual.dtype, device)
+    n = x.numel()
+    if n >= 2**31:
+        raise ValueError(f"x has {n} elements; this kernel indexes with int32 (at most 2**31 - 1)")
+    residual_add_kernel[(triton.cdiv(n, block_size),)](x, residual, out, n, BLOCK=block_size, num_warps=4)
+    return out
