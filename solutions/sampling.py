@@ -227,11 +227,12 @@ def _seed_tensor(seed, device) -> torch.Tensor:
 
 
 def _reduce(flat, out_flat, tile, chunk, n_blocks, *, bounds=None, seed=None, inv_temp=1.0):
+    """The two launches of the argmax: greedy, or (with bounds and seed) the Gumbel-max draw."""
     rows, vocab = flat.shape
-    part_key = torch.empty(rows, n_blocks, dtype=torch.int32, device=flat.device)
+    part_key = torch.empty(rows, n_blocks, dtype=torch.int32, device=flat.device)   # stage 1's pairs
     part_idx = torch.empty(rows, n_blocks, dtype=torch.int32, device=flat.device)
     sample = bounds is not None
-    argmax_partial_kernel[(rows, n_blocks)](
+    argmax_partial_kernel[(rows, n_blocks)](       # greedy never reads bounds_ptr / seed_ptr: any pointer
         flat, part_key, part_idx, bounds if sample else part_key, seed if sample else part_key, inv_temp,
         vocab, chunk, n_blocks, TILE=tile, SAMPLE=sample, num_warps=4)
     argmax_merge_kernel[(rows,)](part_key, part_idx, out_flat, n_blocks,

@@ -1,0 +1,43 @@
+"""Slot specs of SwiGLU (operator 11): separate gate and up, and the merged [gate | up] layout."""
+import torch
+
+from . import implement, tensor_bytes
+from ..reference import swiglu
+from ..reference.swiglu_extra import swiglu_merged
+
+_SHAPES = {"tiny": [{"T": 3, "I": 333}, {"T": 1, "I": 1000}],
+           "real": [{"T": 1, "I": 3584}, {"T": 128, "I": 3584}]}
+
+
+def _inputs(shape, dtype, device, gen):
+    size = (shape["T"], shape["I"])
+    return {"gate": torch.randn(size, generator=gen, device=device).to(dtype),
+            "up": torch.randn(size, generator=gen, device=device).to(dtype)}
+
+
+def _merged_inputs(shape, dtype, device, gen):
+    size = (shape["T"], 2 * shape["I"])                                             # [T, 2I] = [gate | up]
+    return {"gate_up": torch.randn(size, generator=gen, device=device).to(dtype)}
+
+
+implement(
+    "swish_mult", family="swiglu", function="swiglu",
+    reference=swiglu,
+    make_inputs=_inputs,
+    make_out=lambda inp: {"out": torch.empty_like(inp["gate"])},
+    shapes=_SHAPES,
+    bytes=lambda inp: 3 * tensor_bytes(inp["gate"]),
+    flops=lambda inp: 5 * inp["gate"].numel(),        # exp, add, divide, two multiplies per element
+)
+
+implement(
+    "swish_mult.merged", title="SwiGLU on the merged gate/up output", op=11,
+    qwen="silu(gate) * up read from one [T, 2 x 3584] tensor", chapter="10_mlp",
+    family="swiglu", function="swiglu_merged",
+    reference=swiglu_merged,
+    make_inputs=_merged_inputs,
+    make_out=lambda inp: {"out": inp["gate_up"].new_empty(inp["gate_up"].shape[0], inp["gate_up"].shape[1] // 2)},
+    shapes=_SHAPES,
+    bytes=lambda inp: tensor_bytes(inp["gate_up"]) * 3 // 2,
+    flops=lambda inp: 5 * inp["gate_up"].numel() // 2,
+)
