@@ -78,8 +78,8 @@ def _rewrite(src, dst, edit):
 
 def test_missing_tensor_is_named(hf_dir, tmp_path):
     path, _ = hf_dir
-    bad = _rewrite(path, tmp_path / "bad", lambda t: t.pop("model.layers.1.linear_attn.dt_bias"))
-    with pytest.raises(WeightError, match=r"missing tensor layers\.1\.linear_attn\.dt_bias \(expected shape \[4\]\)"):
+    bad = _rewrite(path, tmp_path / "bad", lambda t: t.pop("model.layers.0.linear_attn.dt_bias"))
+    with pytest.raises(WeightError, match=r"missing tensor layers\.0\.linear_attn\.dt_bias \(expected shape \[4\]\)"):
         load_weights(bad)
 
 

@@ -37,7 +37,7 @@ class Qwen35Config:
     max_position_embeddings: int = 262144
     bos_token_id: int | None = 248044
     eos_token_id: int | tuple[int, ...] | None = 248044
-    full_attention_interval: int = 4
+    full_attention_interval: int = field(default=4, compare=False)  # builds layer_types when not given
 
     def __post_init__(self):
         if not self.layer_types:
