@@ -1,16 +1,31 @@
 #!/usr/bin/env bash
 # On a GPU machine, in one call: the test suite at real shapes (GPU mode), every notebook under nbval,
 # and the kernel benchmarks. Writes a summary, the logs and the results into DIR.
-#   scripts/gpu_check.sh DIR            (PYTHON=... to choose the interpreter; default python3)
-# Works from a plain checkout: the course is put on PYTHONPATH, nothing is installed.
+#   scripts/gpu_check.sh DIR [STEP...]   STEP: tests notebooks bench extra (default: all four)
+#   PYTHON=... chooses the interpreter (default python3); JOBS=N parallel pytest workers (default 4)
+# Works from a plain checkout: the course is put on PYTHONPATH, nothing is installed into the system.
+# Wheels in .whl/ (scripts/fetch_gpu_wheels.sh) are installed into /tmp/site first when nbval is missing.
 set -uo pipefail
-OUT=${1:?usage: scripts/gpu_check.sh OUTDIR}
+OUT=${1:?usage: scripts/gpu_check.sh OUTDIR [tests|notebooks|bench|extra]...}
+shift
+STEPS=${*:-tests notebooks bench extra}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 mkdir -p "$OUT"
 OUT=$(cd "$OUT" && pwd)
 PY=${PYTHON:-python3}
+if ! $PY -c "import nbval" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
+  # all but flash-linear-attention: with it installed, transformers would route Qwen3.5 through its
+  # kernels; the DeltaNet benchmark (scripts/gpu_extra_delta_rule.sh) installs it for its own run only
+  $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    $(ls .whl/*.whl | grep -v '/fla_core-')
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TRITONLLM_KERNELS=solutions PYTHONUNBUFFERED=1
+JOBS=${JOBS:-4}
+PAR=""   # one notebook (or test file) per worker, all its cells in order
+$PY -c "import xdist" 2>/dev/null && [ "$JOBS" -gt 1 ] && PAR="-n $JOBS --dist loadfile"
+want() { [[ " $STEPS " == *" $1 "* ]]; }
 SUMMARY="$OUT/summary.md"
 
 step() {  # step NAME LOG CMD...: run, record time and exit status
@@ -33,15 +48,18 @@ step() {  # step NAME LOG CMD...: run, record time and exit status
 } >"$SUMMARY" 2>&1
 
 status=0
-step "tests (GPU mode, real shapes)" "$OUT/tests.log" \
-  $PY -m pytest tests -q -p no:cacheprovider -o addopts="" ${PYTEST_ARGS:-} || status=1
-step "notebooks (nbval)" "$OUT/notebooks.log" \
-  $PY -m pytest notebooks -q -p no:cacheprovider -o addopts="" --nbval-lax --nbval-cell-timeout=900 || status=1
-step "kernel benchmarks" "$OUT/bench.log" \
-  $PY -m tritonllm_course.kernel_table --out "$OUT/results" || status=1
-for extra in scripts/gpu_extra_*.sh; do   # later chapters add their own GPU runs here
-  [ -e "$extra" ] && { step "$(basename "$extra")" "$OUT/$(basename "$extra" .sh).log" bash "$extra" "$OUT/results" || status=1; }
-done
+want tests && { step "tests (GPU mode, real shapes)" "$OUT/tests.log" \
+  $PY -m pytest tests -q -p no:cacheprovider -o addopts="" $PAR ${PYTEST_ARGS:-} || status=1; }
+want notebooks && { step "notebooks (nbval)" "$OUT/notebooks.log" \
+  $PY -m pytest notebooks -q -p no:cacheprovider -o addopts="" --nbval-lax --nbval-cell-timeout=900 $PAR || status=1; }
+# timings last and one at a time: nothing else on the GPU while they run
+want bench && { step "kernel benchmarks" "$OUT/bench.log" \
+  $PY -m tritonllm_course.kernel_table --out "$OUT/results" || status=1; }
+if want extra; then
+  for extra in scripts/gpu_extra_*.sh; do   # chapters add their own GPU runs here
+    [ -e "$extra" ] && { step "$(basename "$extra")" "$OUT/$(basename "$extra" .sh).log" bash "$extra" "$OUT/results" || status=1; }
+  done
+fi
 (cd "$OUT" && tar czf results.tgz results 2>/dev/null && rm -rf results)
 cat "$SUMMARY"
 exit $status
