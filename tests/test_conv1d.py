@@ -11,18 +11,10 @@ from tritonllm_course import reference as R
 from tritonllm_course.checking import check_fn
 from tritonllm_course.runtime import runtime
 from tritonllm_course.slots import get
+from helpers import randn, rel
 
 RT = runtime()
 conv = kernels.load("conv1d", "solutions").module
-
-
-def randn(*shape, dtype=torch.float32, scale=1.0, seed=0):
-    gen = torch.Generator(device=RT.device).manual_seed(seed)
-    return (scale * torch.randn(*shape, device=RT.device, generator=gen)).to(dtype)
-
-
-def rel(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
 def hf_prefill_then_decode(x, weight, T0):

@@ -9,19 +9,11 @@ from tritonllm_course import kernels
 from tritonllm_course.checking import check_fn
 from tritonllm_course.runtime import runtime
 from tritonllm_course.slots import get
+from helpers import randn, rel
 
 RT = runtime()
 gates = kernels.get("deltanet_gates", "deltanet_gates", "solutions")
 l2norm_qk = kernels.get("deltanet_gates", "l2norm_qk", "solutions")
-
-
-def randn(*shape, dtype=torch.float32, scale=1.0, seed=0):
-    gen = torch.Generator(device=RT.device).manual_seed(seed)
-    return (scale * torch.randn(*shape, device=RT.device, generator=gen)).to(dtype)
-
-
-def rel(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
 def hf_gates(b, a, A_log, dt_bias):

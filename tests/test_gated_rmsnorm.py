@@ -12,20 +12,12 @@ from tritonllm_course import reference as R
 from tritonllm_course.checking import check_fn
 from tritonllm_course.runtime import runtime
 from tritonllm_course.slots import get
+from helpers import randn, rel
 
 RT = runtime()
 gated_rms_norm = kernels.get("gated_rmsnorm", "gated_rms_norm", "solutions")
 conv = kernels.load("conv1d", "solutions").module
 dn = kernels.load("deltanet_gates", "solutions").module
-
-
-def randn(*shape, dtype=torch.float32, scale=1.0, seed=0):
-    gen = torch.Generator(device=RT.device).manual_seed(seed)
-    return (scale * torch.randn(*shape, device=RT.device, generator=gen)).to(dtype)
-
-
-def rel(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
 @pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-6), (torch.float16, 2e-3)])

@@ -9,10 +9,7 @@ from tritonllm_course.generation import generate
 from tritonllm_course.hf_compat import hf_forward, hf_model, weights_from_hf
 from tritonllm_course.model import Qwen35Cache, Qwen35Model
 from tritonllm_course.weights import WeightError
-
-
-def rel(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+from helpers import rel
 
 
 @pytest.fixture(scope="module")

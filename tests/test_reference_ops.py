@@ -9,10 +9,7 @@ from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
 from tritonllm_course import reference as R
 from tritonllm_course import slots
 from tritonllm_course.slots import catalog
-
-
-def rel(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
+from helpers import rel
 
 
 @pytest.fixture

@@ -5,14 +5,10 @@ import torch
 
 from tritonllm_course import kernels
 from tritonllm_course.runtime import runtime
+from helpers import randn
 
 RT = runtime()
 residual_add = kernels.get("residual", "residual_add", "solutions")
-
-
-def randn(*shape, dtype=torch.float32, scale=1.0, seed=0):
-    gen = torch.Generator(device=RT.device).manual_seed(seed)
-    return (scale * torch.randn(*shape, device=RT.device, generator=gen)).to(dtype)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

@@ -6,19 +6,11 @@ from transformers.models.qwen3_5 import modeling_qwen3_5 as hf
 
 from tritonllm_course import kernels
 from tritonllm_course.runtime import runtime
+from helpers import randn, rel
 
 RT = runtime()
 rms_norm = kernels.get("rmsnorm", "rms_norm", "solutions")
 qk_norm = kernels.get("rmsnorm", "qk_norm", "solutions")
-
-
-def randn(*shape, dtype=torch.float32, scale=1.0, seed=0):
-    gen = torch.Generator(device=RT.device).manual_seed(seed)
-    return (scale * torch.randn(*shape, device=RT.device, generator=gen)).to(dtype)
-
-
-def rel(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
 def hf_norm(weight):

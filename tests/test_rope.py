@@ -9,6 +9,7 @@ from tritonllm_course import kernels, slots
 from tritonllm_course import reference as R
 from tritonllm_course.checking import check_fn
 from tritonllm_course.runtime import runtime
+from helpers import rel
 
 RT = runtime()
 apply_rope = kernels.get("rope", "apply_rope", "solutions")
@@ -22,10 +23,6 @@ def randn(*shape, dtype=torch.float32, seed=0):
 
 def positions(*values):
     return torch.tensor(values, device=RT.device)
-
-
-def rel(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
 def test_matches_transformers_rotary_embedding():

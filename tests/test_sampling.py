@@ -10,15 +10,11 @@ from tritonllm_course import kernels
 from tritonllm_course.reference import argmax as reference_argmax, top_k_top_p_filter
 from tritonllm_course.reference.sampling_extra import sample_with_noise, threshold_filter
 from tritonllm_course.runtime import runtime
+from helpers import randn
 
 RT = runtime()
 S = kernels.load("sampling", "solutions").module
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
-
-
-def randn(*shape, dtype=torch.float32, scale=1.0, seed=0):
-    gen = torch.Generator(device=RT.device).manual_seed(seed)
-    return (scale * torch.randn(*shape, device=RT.device, generator=gen)).to(dtype)
 
 
 def tensor(values, dtype=torch.float32):

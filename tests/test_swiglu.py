@@ -6,19 +6,11 @@ import torch.nn.functional as F
 
 from tritonllm_course import kernels
 from tritonllm_course.runtime import runtime
+from helpers import randn, rel
 
 RT = runtime()
 swiglu = kernels.get("swiglu", "swiglu", "solutions")
 swiglu_merged = kernels.get("swiglu", "swiglu_merged", "solutions")
-
-
-def randn(*shape, dtype=torch.float32, scale=1.0, seed=0):
-    gen = torch.Generator(device=RT.device).manual_seed(seed)
-    return (scale * torch.randn(*shape, device=RT.device, generator=gen)).to(dtype)
-
-
-def rel(a, b):
-    return ((a.double() - b.double()).norm() / b.double().norm()).item()
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16])

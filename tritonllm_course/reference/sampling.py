@@ -21,13 +21,17 @@ def argmax(logits: torch.Tensor) -> torch.Tensor:
     return torch.argmax(logits, dim=-1)  # documented: the first maximal index
 
 
-def top_k_top_p_filter(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+def top_k_top_p_filter(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0,
+                       keep_ties: bool = False) -> torch.Tensor:
     """Logits with everything outside the top-k and outside the top-p nucleus set to -inf.
 
-    logits: [..., vocab] float (already divided by the temperature)
-    top_k:  keep the k largest (0 = all); ties at the k-th value are all kept
-    top_p:  keep the smallest prefix of the sorted distribution whose probability reaches top_p
-            (1.0 = all); the most likely token is always kept
+    logits:    [..., vocab] float (already divided by the temperature)
+    top_k:     keep the k largest (0 = all); ties at the k-th value are all kept
+    top_p:     keep the smallest prefix of the sorted distribution whose probability reaches top_p
+               (1.0 = all); the most likely token is always kept
+    keep_ties: at the top-p boundary, keep every token tied with the last one kept (the rule of a
+               sampler that finds a threshold instead of sorting); False keeps a prefix of
+               `torch.sort`'s order, as transformers does. The two agree when the boundary is unique.
     returns fp32 (fp64 for fp64) logits of the same shape.
     """
     expect(top_k >= 0, f"top_k must be >= 0, got {top_k}")
@@ -41,6 +45,9 @@ def top_k_top_p_filter(logits: torch.Tensor, top_k: int = 0, top_p: float = 1.0)
         probs = torch.softmax(sorted_logits, dim=-1)
         # drop a token when the tokens before it already reach top_p
         drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+        if keep_ties:
+            last = (~drop_sorted).sum(-1, keepdim=True) - 1               # [..., 1] last kept, sorted
+            return logits.masked_fill(logits < sorted_logits.gather(-1, last), float("-inf"))
         drop = drop_sorted.scatter(-1, order, drop_sorted)               # back to vocabulary order
         logits = logits.masked_fill(drop, float("-inf"))
     return logits
