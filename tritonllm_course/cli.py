@@ -28,7 +28,9 @@ def cmd_progress(args) -> int:
     from .checking import check
     print(rt.summary())
     print(f"{'slot':<24}{'op':>4}  {'chapter':<24}{'status':<9}{'exercise':<12}check")
-    for slot in slots.all_slots():
+    order = {s.name: i for i, s in enumerate(slots.all_slots())}
+    base = lambda s: order.get(s.name.split(".")[0], order[s.name])  # noqa: E731  (variants by their slot)
+    for slot in sorted(slots.all_slots(), key=lambda s: (s.chapter, base(s), s.name)):
         op = str(slot.op) if slot.op else ""
         if not slot.ready:
             print(f"{slot.name:<24}{op:>4}  {slot.chapter:<24}{'planned':<9}")
