@@ -32,3 +32,46 @@ def tanh(x):
 def l2_normalize_rows(x, eps):
     # x [R, D] -> each row divided by sqrt(sum(row^2) + eps): the DeltaNet L2 norm of q and k
     return x * tl.rsqrt(tl.sum(x * x, axis=1) + eps)[:, None]
+
+
+@triton.jit
+def online_softmax_update(m, l, acc, s, v):
+    """Fold one block of keys into each row's running softmax (the online softmax of FlashAttention).
+
+    m [M]: running max of the row's scores, in log2 units (-inf before the first block)
+    l [M]: running sum of exp2(score - m); acc [M, D]: running sum of exp2(score - m) * v, unnormalised
+    s [M, N]: this block's scores in log2 units (scale * log2(e) folded in), -inf where masked; every
+              row needs a finite score in the first block it sees, or exp2(-inf - -inf) is NaN
+    v [N, D]: the block's values, in their own dtype (bf16/fp16 go to the tensor cores)
+    Returns the new (m, l, acc). When a block raises the max from m to m', everything summed so far was
+    relative to m: alpha = exp2(m - m') rescales l and acc to m' (alpha = 0 on the first block).
+    """
+    m_new = tl.maximum(m, tl.max(s, axis=1))
+    alpha = tl.exp2(m - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l = l * alpha + tl.sum(p, axis=1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+    return m_new, l, acc
+
+
+@triton.jit
+def gemv_rows(x_ptr, w_ptr, rows, N, K, k_lo, k_hi, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """sum over k in [k_lo, k_hi) of W[n, k] * x[k] for the BLOCK_N rows `rows`: fp32 [BLOCK_N] (0 past N).
+
+    W [N, K] row-major, x [K]: the GEMV's walk along a row (the whole row, [0, K), for chapter 05's GEMV;
+    one piece of it for split-K). Each step loads a contiguous BLOCK_K piece of every row (vectorised
+    loads); one fp32 partial sum per lane, reduced across lanes once at the end, not in every step.
+    """
+    row_ok = rows < N
+    row_start = w_ptr + rows.to(tl.int64) * K              # int64: N * K may exceed 2**31 (the LM head)
+    cols = tl.arange(0, BLOCK_K)
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    for k0 in range(k_lo, k_hi, BLOCK_K):
+        k = k0 + cols
+        k_ok = k < k_hi
+        x = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)                      # [BLOCK_K]
+        # each weight is read once: evict_first keeps it from pushing x out of the caches
+        w = tl.load(row_start[:, None] + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0,
+                    eviction_policy="evict_first").to(tl.float32)                       # [BLOCK_N, BLOCK_K]
+        acc += w * x[None, :]
+    return tl.sum(acc, axis=1)
