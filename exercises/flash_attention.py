@@ -1,0 +1,125 @@
+"""FlashAttention for prefill (chapter 22): scores, causal mask, scaled softmax and P . V in one kernel,
+one pass over the keys and values, nothing of size [T, S] ever written.
+
+Shapes (batch 1, tokens first): q [T, heads, head_dim] at positions pos [T]; k, v [S, kv_heads, head_dim]
+(the keys at positions 0 .. S-1, the new tokens included); out [T, heads, head_dim].
+
+GQA as rows, as in chapter 08: a program owns one KV head g and BLOCK_M rows, row r = token r // G,
+query head g * G + r % G. Every K and V tile it loads serves the G query heads of the group at once.
+
+Online softmax (`triton_helpers.online_softmax_update`): per row a running max m, a running sum
+l = sum exp2(s - m) and an unnormalised accumulator acc = sum exp2(s - m) v, rescaled by exp2(m - m')
+whenever a key block raises the max to m'; one division by l at the end. Scores are in log2 units
+(scale * log2(e) folded into one multiply), so every exponential is an exp2.
+
+Causal block skipping. The rows of a block sit at positions p_lo .. p_hi. Keys after p_hi are visible
+to none of them: their blocks are never loaded. Keys at or before p_lo are visible to all of them: those
+whole blocks (the bulk) need no mask. Only the blocks in between, on the diagonal, compare key and
+position. Programs start with the latest rows, which have the most keys, so the longest programs do not
+run last on an otherwise idle GPU.
+"""
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from tritonllm_course import validate
+from tritonllm_course.runtime import runtime
+from tritonllm_course.triton_helpers import online_softmax_update
+
+LOG2E = math.log2(math.e)
+SMS = 132                     # streaming multiprocessors of an H200: the grid is sized against them
+MAX_HEAD_DIM = 256            # a whole head is one tile (q, K and V tiles are [rows, head_dim])
+SMEM_BUDGET = 160 * 1024      # bytes of tiles per program: the q tile and `num_stages` K and V tiles
+
+
+@triton.jit
+def _attend(q, k_head, v_head, row_stride, pos, n0, n_end, d, d_ok, m, l, acc, scale_log2e,
+            CAUSAL: tl.constexpr, BLOCK_N: tl.constexpr):
+    """Keys n0 .. n0+BLOCK_N-1 (those before n_end) of one KV head into the running softmax of a row
+    block. k_head / v_head point at k[0, g] / v[0, g], rows row_stride apart; q [BLOCK_M, BLOCK_D].
+    CAUSAL: the block straddles the diagonal, key n counts for a row only where n <= its position."""
+    # BEGIN EXERCISE: load the K tile (rows before n_end), scores q . K^T in log2 units, -inf where CAUSAL and the key is after the row's position; load the V tile; fold into (m, l, acc) with online_softmax_update
+    raise NotImplementedError("exercise flash_attention.py line 44: not implemented yet")
+    # END EXERCISE
+
+
+@triton.jit
+def flash_attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, T, S, H, KV, D, scale_log2e,
+                           G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           BLOCK_D: tl.constexpr):
+    """Causal attention of BLOCK_M (token, head) rows of one KV head over their keys, in one pass.
+
+    1-D grid of KV heads x row blocks: program p has KV head p % KV and row block (last first) p // KV.
+    """
+    # BEGIN EXERCISE: KV head and row block (latest first); rows -> (token, head); load the q tile and the rows' positions; p_hi = newest position (at most S-1), p_lo = oldest; bulk loop over the whole blocks before p_lo + 1 without the mask, diagonal loop up to p_hi with it; store acc / l to out[t, head]
+    raise NotImplementedError("exercise flash_attention.py line 57: not implemented yet")
+    # END EXERCISE
+
+
+def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted: bool = False) -> dict:
+    """Tile sizes and launch parameters (reasoned for an H200; chapter 22 measures the alternatives).
+
+    Rows per program (BLOCK_M): 64 when that still gives half a wave of programs (for Qwen3.5 from
+    T = 528 on: 2 KV heads x 4T / 64 row blocks >= 66), else 32 or 16, so a 128-token prompt has 64
+    programs rather than 16. A [64, 256] fp32 accumulator is 64 registers a thread at 8 warps (128 at 4:
+    spills), so 64 rows get 8 warps. Keys per step (BLOCK_N): 64, halved until the q tile and
+    `num_stages` K and V tiles fit in SMEM_BUDGET: bf16 [64 + 2 x 2 x 64, 256] tiles are 160 KB of the
+    H200's 227 KB; fp32 (the model-swap checks run in fp32) drops to 32- or 16-key steps. Under the CPU
+    interpreter a program costs about the same whatever its size: there, 32 rows and 16 keys, so small
+    tests still cross several blocks.
+    """
+    if interpreted:
+        return {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+    block_m = next((bm for bm in (64, 32) if KV * triton.cdiv(T * G, bm) >= SMS // 2), 16)
+    block_d, block_n, stages = triton.next_power_of_2(D), 64, 2
+    while element_size * block_d * (block_m + 2 * stages * block_n) > SMEM_BUDGET and block_n > 16:
+        block_n //= 2
+    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": 8 if block_m == 64 else 4,
+            "num_stages": stages}
+
+
+def _check_config(config: dict) -> dict:
+    keys = {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"}
+    if set(config) != keys:
+        raise ValueError(f"config must have exactly the keys {sorted(keys)}, got {sorted(config)}")
+    for key in ("BLOCK_M", "BLOCK_N"):
+        b = config[key]
+        if b < 16 or b & (b - 1):
+            raise ValueError(f"config {key} = {b}: tl.dot tiles need a power of two >= 16")
+    return config
+
+
+def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, scale: float,
+                    out: torch.Tensor | None = None, config: dict | None = None) -> torch.Tensor:
+    """Causal attention in one pass (FlashAttention): q at positions pos over the keys/values 0 .. S-1.
+
+    q: [T, heads, head_dim]; k, v: [S, kv_heads, head_dim], same dtype (the new tokens included)
+    pos: [T] int positions, each in [0, S); out: [T, heads, head_dim] in q's dtype.
+    config: tile sizes {BLOCK_M, BLOCK_N, num_warps, num_stages} instead of `flash_config`'s.
+    """
+    validate.tensor(q, "q", dtype=validate.FLOATS, ndim=3)
+    T, H, D = q.shape
+    validate.tensor(k, "k", dtype=q.dtype, ndim=3)
+    S, KV = k.shape[0], k.shape[1]
+    validate.tensor(k, "k", shape=(S, KV, D))
+    validate.tensor(v, "v", dtype=q.dtype, shape=(S, KV, D))
+    validate.tensor(pos, "pos", dtype=validate.INTS, shape=(T,))
+    if KV == 0 or H % KV:
+        raise ValueError(f"{H} query heads are not a multiple of {KV} KV heads (GQA)")
+    if D > MAX_HEAD_DIM:
+        raise ValueError(f"head_dim {D} is larger than {MAX_HEAD_DIM}: the kernel keeps a whole head in one tile")
+    device = validate.same_device(q=q, k=k, v=v, pos=pos)
+    validate.device_range(pos, 0, S - 1, "position", f"queries attend to the {S} keys given, positions 0 .. {S - 1}")
+    out = validate.output(out, "out", (T, H, D), q.dtype, device)
+    G = H // KV
+    cfg = _check_config(dict(config)) if config else flash_config(T, G, KV, D, q.element_size(),
+                                                                  runtime().interpreted)
+    if out.numel():
+        grid = (KV * triton.cdiv(T * G, cfg["BLOCK_M"]),)
+        flash_attention_kernel[grid](q, k, v, pos, out, T, S, H, KV, D, scale * LOG2E, G=G,
+                                     BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                                     BLOCK_D=triton.next_power_of_2(D), num_warps=cfg["num_warps"],
+                                     num_stages=cfg["num_stages"])
+    return out

@@ -1,0 +1,137 @@
+"""FlashDecoding (chapter 24): decode attention split along the cache, then an exact merge.
+
+One new token, q [heads, head_dim], over the first `length` rows of the static cache
+[max_len, kv_heads, head_dim] (token-first), `length` a 1-element int tensor in device memory.
+
+Chapter 08's fused kernel has one program per KV head: 2 programs for Qwen3.5, 2 of an H200's 132 SMs.
+Here the cache is cut into `num_splits` chunks and two kernels run:
+
+1. `flash_decoding_split_kernel`, grid (KV heads, splits): a program attends with the G query heads of
+   its KV head (the rows of a 16-row tile, as in chapter 08) over its chunk only, and writes fp32
+   partials per (head, split): the max m_i of its scores (log2 units), the sum l_i of exp2(s - m_i),
+   and the unnormalised output acc_i = sum exp2(s - m_i) v.
+2. `flash_decoding_merge_kernel`, grid (heads, head_dim blocks): with M = max_i m_i and
+   w_i = exp2(m_i - M), out = sum_i w_i acc_i / sum_i w_i l_i: exactly the softmax over all the keys.
+
+Graph-safe. `num_splits` is fixed at launch (from max_len and the number of SMs) and the length is read
+in device memory by both kernels, so one captured launch serves every length. The chunk adapts to it:
+chunk = length / num_splits rounded up, at least one BLOCK_N block, so a short cache uses a few one-block
+splits and a long one all of them. Splits that start at or past the length write nothing, and the
+merge reads only the cdiv(length, chunk) splits in use: no partial of an empty split is ever read, so
+no exp2(-inf - -inf) = NaN can reach the output.
+"""
+import math
+
+import torch
+import triton
+import triton.language as tl
+
+from tritonllm_course import validate
+from tritonllm_course.runtime import runtime
+from tritonllm_course.triton_helpers import online_softmax_update
+
+LOG2E = math.log2(math.e)
+SMS = 132                   # an H200's SMs: the split count when no GPU is there to ask
+MAX_SPLITS = 256            # the merge holds every split's partial of a head_dim block in one tile
+SMEM_BUDGET = 192 * 1024    # bytes of K and V tiles in flight per program (num_stages deep)
+MERGE_BLOCK_D = 64          # head dims per merge program: [splits, 64] fp32 partials in registers
+
+
+@triton.jit
+def _chunk_rows(length, num_splits, BLOCK_N: tl.constexpr):
+    """Cache rows per split for this length: cdiv(length, num_splits), but at least one BLOCK_N block
+    (short caches use few splits, not many nearly empty ones; a zero length cannot divide by zero)."""
+    # BEGIN EXERCISE: cdiv(length, num_splits), at least BLOCK_N
+    raise NotImplementedError("exercise flash_decoding.py line 45: not implemented yet")
+    # END EXERCISE
+
+
+@triton.jit
+def flash_decoding_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, length_ptr, acc_ptr, m_ptr, l_ptr,
+                                max_len, num_splits, KV, D, scale_log2e, G: tl.constexpr,
+                                BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Program (g, split): the G query heads of KV head g over cache rows [split * chunk, + chunk) that
+    are before the length. Partials of (head, split) at index head * num_splits + split: m, l [H * splits],
+    acc [H * splits, D], all fp32. A split with no row before the length writes nothing."""
+    # BEGIN EXERCISE: length from device memory (at most max_len); this split's rows start .. end from _chunk_rows; only if start < length: load the G query rows (padded to BLOCK_H), loop over the chunk in BLOCK_N rows (scores in log2 units, -inf past end, online_softmax_update); store m, l, acc of each head at head * num_splits + split
+    raise NotImplementedError("exercise flash_decoding.py line 57: not implemented yet")
+    # END EXERCISE
+
+
+@triton.jit
+def flash_decoding_merge_kernel(acc_ptr, m_ptr, l_ptr, length_ptr, out_ptr, max_len, num_splits, D,
+                                BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
+    """Program (head, d block): out[head, d] from the partials of the splits in use (BLOCK_S >= splits)."""
+    # BEGIN EXERCISE: the splits in use = cdiv(length, chunk) (same length and _chunk_rows as the split kernel); load their m and l (others: -inf and 0, never read); M = max m; w = exp2(m - M), 0 for unused splits; out = sum w * acc / sum w * l
+    raise NotImplementedError("exercise flash_decoding.py line 66: not implemented yet")
+    # END EXERCISE
+
+
+def decoding_config(max_len: int, KV: int, D: int, element_size: int, device: torch.device,
+                    interpreted: bool = False) -> dict:
+    """Split count and tiles (reasoned for an H200; chapter 24 measures them).
+
+    BLOCK_N = 64 cache rows per step, as chapter 08's decode loop. Splits: one program per SM at most
+    (KV x splits <= SMs; 66 splits per KV head on an H200): every program then has its own SM and its
+    K/V stream, and a 16,384-token cache gives each split 249 rows, 4 steps of 64. Fewer when the cache has
+    fewer blocks. num_stages: as many [64, 256] K and V tiles in flight as SMEM_BUDGET holds (3 in bf16,
+    1 in fp32). Under the CPU interpreter 16 rows a step, so small caches still split.
+    """
+    block_n = 16 if interpreted else 64
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else SMS
+    block_d = triton.next_power_of_2(D)
+    stages = max(1, min(3, SMEM_BUDGET // (2 * block_n * block_d * element_size)))
+    return {"num_splits": max(1, min(triton.cdiv(max_len, block_n), sms // KV)), "BLOCK_N": block_n,
+            "num_stages": 1 if interpreted else stages}
+
+
+def flash_decoding(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, length, scale: float,
+                   out: torch.Tensor | None = None, num_splits: int | None = None,
+                   partials: torch.Tensor | None = None) -> torch.Tensor:
+    """One decode token over the first `length` rows of the static KV cache, split along the cache.
+
+    q:                [heads, head_dim], the new token (its k and v already written to the cache)
+    k_cache, v_cache: [max_len, kv_heads, head_dim], same dtype as q
+    length:           1-element int tensor in device memory (or an int): cached tokens, the new one
+                      included; read by both kernels, so a CUDA graph replays with the current value
+    out:              [heads, head_dim] in q's dtype
+    num_splits:       programs per KV head (default: `decoding_config`'s), at most MAX_SPLITS
+    partials:         fp32 scratch of heads * num_splits * (head_dim + 2) elements (allocated if None):
+                      the unnormalised outputs [heads, splits, head_dim], then the maxima and the sums
+                      [heads, splits] each
+    """
+    validate.tensor(q, "q", dtype=validate.FLOATS, ndim=2)
+    H, D = q.shape
+    validate.tensor(k_cache, "k_cache", dtype=q.dtype, ndim=3)
+    max_len, KV = k_cache.shape[0], k_cache.shape[1]
+    validate.tensor(k_cache, "k_cache", shape=(max_len, KV, D))
+    validate.tensor(v_cache, "v_cache", dtype=q.dtype, shape=(max_len, KV, D))
+    if KV == 0 or H % KV:
+        raise ValueError(f"{H} query heads are not a multiple of {KV} KV heads (GQA)")
+    device = validate.same_device(q=q, k_cache=k_cache, v_cache=v_cache)
+    if isinstance(length, torch.Tensor):
+        validate.tensor(length, "length", dtype=validate.INTS, shape=(1,), device=device.type)
+    else:
+        length = torch.tensor([int(length)], dtype=torch.int32, device=device)
+    validate.device_range(length, 1, max_len, "length", f"a decode step attends to 1 .. {max_len} cached tokens")
+    cfg = decoding_config(max_len, KV, D, q.element_size(), device, runtime().interpreted)
+    splits = cfg["num_splits"] if num_splits is None else num_splits
+    if not 1 <= splits <= MAX_SPLITS:
+        raise ValueError(f"num_splits must be in [1, {MAX_SPLITS}], got {splits}")
+    if partials is None:
+        partials = torch.empty(H * splits * (D + 2), dtype=torch.float32, device=device)
+    validate.tensor(partials, "partials", dtype=torch.float32, shape=(H * splits * (D + 2),), device=device.type)
+    out = validate.output(out, "out", (H, D), q.dtype, device)
+    acc = partials[:H * splits * D]                                  # [H * splits * D]: [H, splits, D]
+    m = partials[H * splits * D:H * splits * (D + 1)]                # [H * splits]
+    l = partials[H * splits * (D + 1):]                              # [H * splits]
+    G, block_d = H // KV, triton.next_power_of_2(D)
+    flash_decoding_split_kernel[(KV, splits)](
+        q, k_cache, v_cache, length, acc, m, l, max_len, splits, KV, D, scale * LOG2E, G=G,
+        BLOCK_H=max(16, triton.next_power_of_2(G)), BLOCK_N=cfg["BLOCK_N"], BLOCK_D=block_d,
+        num_warps=4, num_stages=cfg["num_stages"])
+    merge_d = min(MERGE_BLOCK_D, block_d)
+    flash_decoding_merge_kernel[(H, triton.cdiv(D, merge_d))](
+        acc, m, l, length, out, max_len, splits, D, BLOCK_N=cfg["BLOCK_N"],
+        BLOCK_S=max(2, triton.next_power_of_2(splits)), BLOCK_D=merge_d, num_warps=4)
+    return out

@@ -1,0 +1,35 @@
+"""Slot spec of chapter 22: FlashAttention for prefill, against the reference `attention`.
+
+Shapes as in chapter 08 ("tokens" queries at the last T of "keys" positions). Tiny: the interpreter's
+32-row, 16-key tiles cross several row blocks, whole (bulk) key blocks and diagonal ones. Real: the
+prefill of a 128-, 1,024- and 4,096-token prompt, and a prompt continued after cached tokens.
+"""
+import torch
+
+from .. import reference as R
+from . import implement, tensor_bytes
+from .attention import ODD, REAL, TINY, _attention_inputs
+
+
+def _bytes(inp):
+    # what must cross HBM: q, k, v and the positions in, the output out; no [T, S] score ever
+    return tensor_bytes(inp["q"], inp["k"], inp["v"], inp["pos"], inp["q"])
+
+
+def _flops(inp):
+    # causal: token t does 2 * head_dim FLOPs for q . k and 2 * head_dim for p . v per head and visible key
+    return 4 * inp["q"].shape[1] * inp["q"].shape[2] * int((inp["pos"].long() + 1).sum())
+
+
+implement(
+    "flash_attention", family="flash_attention", function="flash_attention", reference=R.attention,
+    make_inputs=_attention_inputs,
+    make_out=lambda inp: {"out": torch.empty_like(inp["q"])},
+    shapes={"tiny": [{"tokens": 37, "keys": 37, **TINY}, {"tokens": 29, "keys": 70, **ODD},
+                     {"tokens": 1, "keys": 45, **TINY}],
+            "real": [{"tokens": 128, "keys": 128, **REAL}, {"tokens": 1024, "keys": 1024, **REAL},
+                     {"tokens": 4096, "keys": 4096, **REAL}, {"tokens": 100, "keys": 612, **REAL}]},
+    bytes=_bytes,
+    flops=_flops,
+    extra={"bench": [0, 1, 2]},      # timed: the three prompt lengths; the continued prompt is for the check
+)
