@@ -1,0 +1,358 @@
+"""Fusion (chapter 21): operators the model runs back to back, done in one kernel each.
+
+    residual + RMSNorm          h = residual + x; normed = rms_norm(h)       (ln2, and ln1 of the next layer)
+    RMSNorm + projection        y = rms_norm(x) @ W.T                         (ln1 + qkv, ln2 + gate/up)
+    gate/up + SwiGLU            y = silu(x @ Wg.T) * (x @ Wu.T)               (the MLP's first half)
+    RMSNorm + gate/up + SwiGLU  the two above at once
+
+At decode (one token) each removed kernel is a launch saved, about a microsecond inside a CUDA graph,
+while the bytes saved (the intermediate written and read again) are a few KB: the launch is the prize.
+
+The norm folds into a projection because its statistic is one scalar per token:
+
+    y[n] = sum_k W[n, k] * x[k] * inv_rms * (1 + w[k]) = inv_rms * sum_k W[n, k] * (x[k] * (1 + w[k]))
+
+so a program scales the x tile by (1 + w) as it loads it, accumulates sum(x^2) from the same tile beside
+the dot product, and multiplies its outputs by inv_rms = rsqrt(sum(x^2) / K + eps) at the end. Every
+program recomputes the statistic of the whole row: K more multiply-adds on a vector it loads anyway, no
+extra memory traffic. The alternative, a first pass that writes inv_rms for all programs to read, is
+either a second launch (the cost fusion removes) or a grid-wide wait inside one kernel. The statistic
+must cover the whole row: the loop accumulates it over every K tile and applies it after the loop.
+
+- Decode: `fused_gemv_kernel`, chapter 05's GEMV (a program owns BLOCK_N rows of W and walks K) with
+  two compile-time options: HAS_NORM folds the RMSNorm in, GATED reads the matching rows of a second
+  weight (up) and stores silu(gate) * up.
+- Prefill: `fused_gemm_kernel`, chapter 05's tensor-core GEMM with the same two options: the x tile is
+  scaled by (1 + w) in fp32 and rounded to the input dtype before `tl.dot` (as the model rounds its
+  normed activations), each row's sum of squares accumulates beside it, and the epilogue applies inv_rms
+  and the SwiGLU.
+- `residual_rms_norm_kernel`: one program per row (or a few short rows) adds, stores the new residual
+  stream, and normalises the stored values: the unfused pair's second read of the stream disappears.
+"""
+import functools
+
+import torch
+import triton
+import triton.language as tl
+
+from tritonllm_course import validate
+from tritonllm_course.runtime import runtime
+from tritonllm_course.triton_helpers import silu
+
+SMS = 132                    # streaming multiprocessors of an H200: the GEMV grid is sized against them
+ELEMENTS_PER_PROGRAM = 1024  # residual + norm: a program holds about this many elements of its rows
+MAX_DIM = 32768              # residual + norm keep a whole row in registers
+
+
+@triton.jit
+def residual_rms_norm_kernel(x_ptr, res_ptr, w_ptr, h_ptr, out_ptr, rows, dim, eps,
+                             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+    """h = residual + x (stored in h's dtype); out = h / rms(h) * (1 + w); packed [rows, dim] tensors."""
+    # BEGIN SOLUTION: rows r = program_id * BLOCK_M + [0, BLOCK_M) of packed [rows, dim] tensors; load x and residual as fp32, add, store h in h's dtype; then normalise the stored h (rounded back to fp32): h * rsqrt(mean(h^2) + eps) * (1 + w), stored in out's dtype
+    r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)             # [BLOCK_M] row indices
+    c = tl.arange(0, BLOCK_D)                                           # [BLOCK_D] column indices
+    mask = (r < rows)[:, None] & (c < dim)[None, :]                     # [BLOCK_M, BLOCK_D]
+    offsets = r.to(tl.int64)[:, None] * dim + c[None, :]
+    x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    res = tl.load(res_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    h = (res + x).to(h_ptr.dtype.element_ty)                            # one rounding, as PyTorch's add
+    tl.store(h_ptr + offsets, h, mask=mask)
+    # the norm reads the stream as it was stored: the same numbers as the add-then-norm pair
+    h = h.to(tl.float32)
+    inv_rms = tl.rsqrt(tl.sum(h * h, axis=1) / dim + eps)                # [BLOCK_M]
+    w = tl.load(w_ptr + c, mask=c < dim, other=0.0).to(tl.float32)      # [BLOCK_D]
+    y = h * inv_rms[:, None] * (1.0 + w)[None, :]
+    tl.store(out_ptr + offsets, y.to(out_ptr.dtype.element_ty), mask=mask)
+    # END SOLUTION
+
+
+@triton.jit
+def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps,
+                      HAS_NORM: tl.constexpr, GATED: tl.constexpr,
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One token: y[n] for this program's BLOCK_N outputs. x [K]; W, W_up [N, K]; y [N].
+
+    y[n] = sum_k W[n, k] x[k]; HAS_NORM: x is first RMS-normalised with weight (1 + norm_w);
+    GATED: y[n] = silu(that sum) * (the same sum over W_up's row n).
+    """
+    # BEGIN SOLUTION: BLOCK_N rows of W (and of W_up if GATED); over K in BLOCK_K chunks: x as fp32 (HAS_NORM: add x^2 to a running sum, then scale x by 1 + norm_w), fp32 products with the weight tile(s); after the loop: row sums, times rsqrt(sum(x^2) / K + eps) if HAS_NORM, silu(gate) * up if GATED; store
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    row_start = rows.to(tl.int64) * K                      # int64: N * K passes 2**31 for the LM head
+    cols = tl.arange(0, BLOCK_K)
+    # one fp32 partial sum per lane, reduced once after the loop
+    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    if GATED:
+        acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    if HAS_NORM:
+        sum_sq = tl.zeros([BLOCK_K], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k = k0 + cols
+        k_ok = k < K
+        x = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)                        # [BLOCK_K]
+        if HAS_NORM:
+            sum_sq += x * x                                # the statistic of the WHOLE row, tile by tile
+            x = x * (1.0 + tl.load(norm_w_ptr + k, mask=k_ok, other=0.0).to(tl.float32))
+        tile = row_start[:, None] + k[None, :]                                              # [BLOCK_N, BLOCK_K]
+        tile_ok = row_ok[:, None] & k_ok[None, :]
+        # each weight is read exactly once: evict_first keeps it from pushing x out of the caches
+        w = tl.load(w_ptr + tile, mask=tile_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+        acc += w * x[None, :]
+        if GATED:
+            u = tl.load(up_w_ptr + tile, mask=tile_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
+            acc_up += u * x[None, :]
+    y = tl.sum(acc, axis=1)                                                                 # [BLOCK_N]
+    if HAS_NORM:
+        inv_rms = tl.rsqrt(tl.sum(sum_sq, axis=0) / K + eps)   # only now is the row's statistic complete
+        y = y * inv_rms
+    if GATED:
+        up = tl.sum(acc_up, axis=1)
+        if HAS_NORM:
+            up = up * inv_rms
+        y = silu(y) * up
+    tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
+    # END SOLUTION
+
+
+@triton.jit
+def fused_gemm_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, M, N, K, eps,
+                      HAS_NORM: tl.constexpr, GATED: tl.constexpr,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Several tokens: the BLOCK_M x BLOCK_N tile of y = x @ W.T with the same options as the GEMV.
+
+    x [M, K]; W, W_up [N, K]; y [M, N]. Given complete: read it to see the GEMV's ideas on tensor cores.
+    """
+    pid_m = tl.program_id(0)      # axis 0 is M: the programs sharing a weight tile run side by side (L2)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    rk = tl.arange(0, BLOCK_K)
+    m_ok = rm < M
+    n_ok = rn < N
+    x_tile = rm[:, None].to(tl.int64) * K + rk[None, :]                  # [BLOCK_M, BLOCK_K]
+    w_tile = rn[None, :].to(tl.int64) * K + rk[:, None]                  # [BLOCK_K, BLOCK_N]: W read as W.T
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if GATED:
+        acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if HAS_NORM:
+        sum_sq = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k_ok = (k0 + rk) < K
+        a = tl.load(x_ptr + x_tile + k0, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+        if HAS_NORM:
+            a32 = a.to(tl.float32)
+            sum_sq += tl.sum(a32 * a32, axis=1)
+            scale = 1.0 + tl.load(norm_w_ptr + k0 + rk, mask=k_ok, other=0.0).to(tl.float32)
+            # back to the input dtype for the tensor cores: one rounding, as the model's normed activations
+            a = (a32 * scale[None, :]).to(x_ptr.dtype.element_ty)
+        b_ok = k_ok[:, None] & n_ok[None, :]
+        b = tl.load(w_ptr + w_tile + k0, mask=b_ok, other=0.0)
+        # "ieee": fp32 inputs are multiplied in full fp32, not rounded to tf32 (no effect on bf16/fp16)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+        if GATED:
+            b_up = tl.load(up_w_ptr + w_tile + k0, mask=b_ok, other=0.0)
+            acc_up = tl.dot(a, b_up, acc_up, input_precision="ieee")
+    if HAS_NORM:
+        inv_rms = tl.rsqrt(sum_sq / K + eps)[:, None]                    # [BLOCK_M, 1]
+        acc = acc * inv_rms
+        if GATED:
+            acc_up = acc_up * inv_rms
+    if GATED:
+        acc = silu(acc) * acc_up
+    y_tile = y_ptr + rm[:, None].to(tl.int64) * N + rn[None, :]
+    tl.store(y_tile, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+def fused_gemv_config(N: int, K: int, interpreted: bool = False) -> dict:
+    """Launch parameters of the fused GEMV for an [N, K] weight (gated: N rows in each of two weights).
+
+    Chapter 05's GEMV measurements carry over, since the weight stream is the same: two rows per program,
+    16 elements per thread per weight tile (two 16-byte loads of bf16), K = 1024 in one step (every load
+    of a program in flight at once), and narrower steps when there are enough programs to fill every SM
+    many times (the 248,320-row LM head). The norm adds a BLOCK_K vector of (1 + w) per program, read
+    from L1/L2 like x. Under the CPU interpreter: 64 x 64 tiles, so small shapes still take several K steps.
+    """
+    if interpreted:
+        return {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4}
+    block_n = 2
+    many_programs = triton.cdiv(N, block_n) >= 64 * SMS
+    block_k = min(512 if many_programs else 2048, max(16, triton.next_power_of_2(K)))
+    return {"BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": max(1, block_n * block_k // (16 * 32))}
+
+
+def fused_gemm_config(M: int, N: int, K: int, gated: bool, dtype: torch.dtype, device: torch.device) -> dict:
+    """Launch parameters of the fused GEMM (tensor-core tiles, every side >= 16).
+
+    Ungated, chapter 05's GEMM tiles. Gated, each program holds two accumulators and streams two weight
+    tiles: 64-column tiles and, at prompt lengths near 128, 64-row tiles, so the 3584 outputs x 128 tokens
+    make 112 programs for the 132 SMs. Pipeline stages are limited by this GPU's shared memory.
+    """
+    if device.type != "cuda":   # the interpreter: few, large tiles
+        return {"BLOCK_M": min(64, max(16, triton.next_power_of_2(M))), "BLOCK_N": 64, "BLOCK_K": 64,
+                "num_warps": 4, "num_stages": 1}
+    block_m = min(128, max(16, triton.next_power_of_2(M)))
+    if gated:
+        cfg = ({"BLOCK_M": 128, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3} if M >= 256 else
+               {"BLOCK_M": min(64, block_m), "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4})
+    elif M >= 256:
+        cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
+    elif N >= 4096:
+        cfg = {"BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 8, "num_stages": 4}
+    else:
+        cfg = {"BLOCK_M": min(64, block_m), "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 5}
+    weight_tiles = 2 if gated else 1
+    stage_bytes = (cfg["BLOCK_M"] + weight_tiles * cfg["BLOCK_N"]) * cfg["BLOCK_K"] * dtype.itemsize
+    cfg["num_stages"] = max(1, min(cfg["num_stages"], _max_shared_memory(device.index or 0) // stage_bytes))
+    return cfg
+
+
+@functools.lru_cache(maxsize=None)
+def _max_shared_memory(device_index: int) -> int:
+    return triton.runtime.driver.active.utils.get_device_properties(device_index)["max_shared_mem"]
+
+
+def _project(x, weight, up_weight, norm_weight, eps, out):
+    """Launch the fused GEMV (one token) or GEMM (several) on validated arguments; returns out."""
+    K, N = x.shape[-1], weight.shape[0]
+    x2, out2 = x.reshape(-1, K), out.view(-1, N)                        # [M, K], [M, N]
+    M = x2.shape[0]
+    if M == 0:
+        return out
+    has_norm, gated = norm_weight is not None, up_weight is not None
+    # pointers the options leave unused still need a tensor; the kernel never reads them
+    norm_weight = weight if norm_weight is None else norm_weight
+    up_weight = weight if up_weight is None else up_weight
+    if M == 1:
+        cfg = fused_gemv_config(N, K, runtime().interpreted)
+        fused_gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
+            x2, norm_weight, weight, up_weight, out2, N, K, eps, HAS_NORM=has_norm, GATED=gated,
+            BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"])
+    else:
+        cfg = fused_gemm_config(M, N, K, gated, x.dtype, x.device)
+        grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
+        fused_gemm_kernel[grid](
+            x2, norm_weight, weight, up_weight, out2, M, N, K, eps, HAS_NORM=has_norm, GATED=gated,
+            BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    return out
+
+
+def _check_x(x: torch.Tensor, weight: torch.Tensor, weight_name: str) -> int:
+    """x [..., K] in the weight's dtype; returns K."""
+    validate.tensor(weight, weight_name, dtype=validate.FLOATS, ndim=2)
+    K = weight.shape[1]
+    validate.tensor(x, "x", dtype=weight.dtype)
+    if x.dim() == 0 or x.shape[-1] != K:
+        raise ValueError(f"x has shape {list(x.shape)}; its last dimension must be K = {K}, the second "
+                         f"dimension of {weight_name} {list(weight.shape)}")
+    return K
+
+
+def _check_norm(norm_weight: torch.Tensor, K: int, eps: float) -> None:
+    validate.tensor(norm_weight, "norm_weight", dtype=validate.FLOATS, shape=(K,))
+    if not eps > 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+
+
+def _split_merged(gate_up_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[W_gate; W_up] -> the two [I, K] halves (contiguous views, no copy)."""
+    if gate_up_weight.shape[0] % 2:
+        raise ValueError(f"gate_up_weight has shape {list(gate_up_weight.shape)}; its first dim must be "
+                         "2 * I (W_gate stacked over W_up)")
+    return gate_up_weight.chunk(2, dim=0)                               # [I, K] each
+
+
+def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
+    """`linear(rms_norm(x, norm_weight, eps), weight)` in one kernel: ln1 + qkv_proj, ln2 + gate/up.
+
+    x:           [..., K] float (one token [1, 1024] at decode), contiguous, weight's dtype
+    norm_weight: [K], the zero-centred norm's offset from 1 (any float dtype)
+    weight:      [N, K] row-major (merged projections: 5120 or 8224 x 1024)
+    out:         optional [..., N] buffer in x's dtype
+    The normed activations are never written: fp32 inside the GEMV; one rounding to x's dtype before the
+    tensor cores in the GEMM (several tokens).
+    """
+    K = _check_x(x, weight, "weight")
+    _check_norm(norm_weight, K, eps)
+    device = validate.same_device(x=x, norm_weight=norm_weight, weight=weight)
+    out = validate.output(out, "out", (*x.shape[:-1], weight.shape[0]), x.dtype, device)
+    return _project(x, weight, None, norm_weight, eps, out)
+
+
+def gate_up_swiglu(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor,
+                   out: torch.Tensor | None = None) -> torch.Tensor:
+    """`silu(x @ gate_weight.T) * (x @ up_weight.T)` in one kernel: gate and up never reach memory.
+
+    x:                      [..., K] float, contiguous, the weights' dtype
+    gate_weight, up_weight: [I, K] each (3584 x 1024), same dtype
+    out:                    optional [..., I] buffer in x's dtype
+    """
+    K = _check_x(x, gate_weight, "gate_weight")
+    validate.tensor(up_weight, "up_weight", dtype=gate_weight.dtype, shape=tuple(gate_weight.shape))
+    device = validate.same_device(x=x, gate_weight=gate_weight, up_weight=up_weight)
+    out = validate.output(out, "out", (*x.shape[:-1], gate_weight.shape[0]), x.dtype, device)
+    return _project(x, gate_weight, up_weight, None, 0.0, out)
+
+
+def gate_up_swiglu_merged(x: torch.Tensor, gate_up_weight: torch.Tensor,
+                          out: torch.Tensor | None = None) -> torch.Tensor:
+    """The same with the engine's stacked weight [W_gate; W_up] ([2 * I, K] = [7168, 1024])."""
+    _check_x(x, gate_up_weight, "gate_up_weight")
+    gate_weight, up_weight = _split_merged(gate_up_weight)
+    return gate_up_swiglu(x, gate_weight, up_weight, out)
+
+
+def rms_norm_gate_up_swiglu(x: torch.Tensor, norm_weight: torch.Tensor, gate_up_weight: torch.Tensor,
+                            eps: float = 1e-6, out: torch.Tensor | None = None) -> torch.Tensor:
+    """ln2 + gate/up + SwiGLU in one kernel: `silu(n @ Wg.T) * (n @ Wu.T)` with n = rms_norm(x).
+
+    x:              [..., K] float, contiguous, the weight's dtype (the residual stream h)
+    norm_weight:    [K], post_attention_layernorm's offset from 1
+    gate_up_weight: [2 * I, K], W_gate stacked over W_up
+    out:            optional [..., I] buffer in x's dtype
+    """
+    K = _check_x(x, gate_up_weight, "gate_up_weight")
+    _check_norm(norm_weight, K, eps)
+    gate_weight, up_weight = _split_merged(gate_up_weight)
+    device = validate.same_device(x=x, norm_weight=norm_weight, gate_up_weight=gate_up_weight)
+    out = validate.output(out, "out", (*x.shape[:-1], gate_weight.shape[0]), x.dtype, device)
+    return _project(x, gate_weight, up_weight, norm_weight, eps, out)
+
+
+def residual_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
+                      h_out: torch.Tensor | None = None, out: torch.Tensor | None = None):
+    """`h = residual + x; normed = rms_norm(h, weight, eps)` in one pass. Returns (h, normed).
+
+    x:        [..., hidden] float, contiguous: the sublayer's output, in the model dtype
+    residual: same shape, x's dtype or float32 (an fp32 residual stream, the fp16 mode)
+    weight:   [hidden], the zero-centred norm's offset from 1 (any float dtype)
+    h_out:    the new residual stream, residual's dtype; may be `residual` itself (updated in place:
+              each element is read before it is written, by the same program)
+    out:      the normalised copy for the next projection, in x's dtype (the model dtype)
+    """
+    validate.tensor(x, "x", dtype=validate.FLOATS)
+    stream_dtypes = (x.dtype,) if x.dtype == torch.float32 else (x.dtype, torch.float32)
+    validate.tensor(residual, "residual", dtype=stream_dtypes, shape=tuple(x.shape))
+    if x.dim() == 0:
+        raise ValueError("x must have a last (hidden) dimension; got a 0-d tensor")
+    dim = x.shape[-1]
+    validate.tensor(weight, "weight", dtype=validate.FLOATS, shape=(dim,))
+    if not 0 < dim <= MAX_DIM:
+        raise ValueError(f"the hidden dim is {dim}; this kernel keeps a row in registers and supports 1 to "
+                         f"{MAX_DIM}")
+    if not eps > 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+    device = validate.same_device(x=x, residual=residual, weight=weight)
+    h_out = validate.output(h_out, "h_out", tuple(x.shape), residual.dtype, device)
+    out = validate.output(out, "out", tuple(x.shape), x.dtype, device)
+    rows = x.numel() // dim
+    if rows == 0:
+        return h_out, out
+    block_d = triton.next_power_of_2(dim)
+    block_m = min(max(1, ELEMENTS_PER_PROGRAM // block_d), triton.next_power_of_2(rows))
+    num_warps = min(16, max(1, block_m * block_d // 256))    # 8 elements (16 bytes of bf16) per thread
+    residual_rms_norm_kernel[(triton.cdiv(rows, block_m),)](
+        x, residual, weight, h_out, out, rows, dim, eps, BLOCK_M=block_m, BLOCK_D=block_d,
+        num_warps=num_warps)
+    return h_out, out

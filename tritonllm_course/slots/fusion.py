@@ -1,0 +1,138 @@
+"""Slot specs of chapter 21's fused kernels: residual + RMSNorm, RMSNorm + projection, gate/up + SwiGLU
+(with separate or stacked weights), and RMSNorm + gate/up + SwiGLU.
+
+Real shapes are the engine's: one token (decode, the case fusion is for: a launch saved per fusion) and a
+128-token prompt. Projections use the merged weights: attention q+gate+k+v 5120 x 1024, DeltaNet
+in_proj 8224 x 1024, MLP gate/up 2 x 3584 x 1024. Bytes are what the fused kernel itself must move.
+"""
+import torch
+
+from ..reference.fused import gate_up_swiglu, rms_norm_linear
+from ..reference.fusion_extra import gate_up_swiglu_merged, rms_norm_gate_up_swiglu
+from ..reference.residual import residual_rms_norm
+from . import implement, tensor_bytes
+
+CHAPTER = "21_fusion"
+PROMPT = 128
+
+
+def _randn(size, dtype, device, gen, scale=1.0):
+    return (scale * torch.randn(size, device=device, generator=gen)).to(dtype)
+
+
+def _norm_weight(dim, dtype, device, gen):
+    # 1 + w with w ~ N(0, 0.1): a kernel that ignores w, or multiplies by w, fails the check
+    return _randn(dim, dtype, device, gen, 0.1)
+
+
+def _out_like_rows(inp, width):
+    x = inp["x"]
+    return {"out": x.new_empty(x.shape[0], width)}
+
+
+# residual + RMSNorm ---------------------------------------------------------------------------------
+def _residual_inputs(shape, dtype, device, gen):
+    size = (shape["T"], shape["hidden"])
+    return {"x": _randn(size, dtype, device, gen), "residual": _randn(size, dtype, device, gen),
+            "weight": _norm_weight(shape["hidden"], dtype, device, gen)}
+
+
+implement(
+    "residual_rmsnorm", family="fusion", function="residual_rms_norm", reference=residual_rms_norm,
+    make_inputs=_residual_inputs,
+    make_out=lambda inp: {"h_out": torch.empty_like(inp["residual"]), "out": torch.empty_like(inp["x"])},
+    # tiny: a partial block, one long row, and several short rows per program
+    shapes={"tiny": [{"T": 3, "hidden": 130}, {"T": 1, "hidden": 1000}, {"T": 5, "hidden": 64}],
+            "real": [{"T": 1, "hidden": 1024}, {"T": PROMPT, "hidden": 1024}]},
+    # read x and residual, write h and its normalised copy; the weight once
+    bytes=lambda inp: 4 * tensor_bytes(inp["x"]) + tensor_bytes(inp["weight"]),
+    flops=lambda inp: 5 * inp["x"].numel(),
+)
+
+
+# RMSNorm + projection -------------------------------------------------------------------------------
+def _norm_linear_inputs(shape, dtype, device, gen):
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    return {"x": _randn((M, K), dtype, device, gen), "norm_weight": _norm_weight(K, dtype, device, gen),
+            "weight": _randn((N, K), dtype, device, gen, 0.02)}
+
+
+implement(
+    "fused_rmsnorm_linear", family="fusion", function="rms_norm_linear", reference=rms_norm_linear,
+    make_inputs=_norm_linear_inputs,
+    make_out=lambda inp: _out_like_rows(inp, inp["weight"].shape[0]),
+    # tiny: decode (GEMV) with odd sizes and several K steps, then a prompt (GEMM)
+    shapes={"tiny": [{"M": 1, "N": 509, "K": 131}, {"M": 1, "N": 392, "K": 128},
+                     {"M": 19, "N": 131, "K": 130}],
+            "real": [{"M": 1, "N": 5120, "K": 1024}, {"M": 1, "N": 8224, "K": 1024},
+                     {"M": 1, "N": 7168, "K": 1024},
+                     {"M": PROMPT, "N": 5120, "K": 1024}, {"M": PROMPT, "N": 8224, "K": 1024}]},
+    bytes=lambda inp: (tensor_bytes(inp["x"], inp["norm_weight"], inp["weight"])
+                       + inp["x"].shape[0] * inp["weight"].shape[0] * inp["x"].element_size()),
+    flops=lambda inp: 2 * inp["x"].numel() * inp["weight"].shape[0],
+)
+
+
+# gate/up + SwiGLU -----------------------------------------------------------------------------------
+def _gate_up_inputs(shape, dtype, device, gen):
+    M, I, K = shape["M"], shape["I"], shape["K"]
+    return {"x": _randn((M, K), dtype, device, gen),
+            "gate_weight": _randn((I, K), dtype, device, gen, 0.02),
+            "up_weight": _randn((I, K), dtype, device, gen, 0.02)}
+
+
+def _merged_inputs(shape, dtype, device, gen):
+    M, I, K = shape["M"], shape["I"], shape["K"]
+    return {"x": _randn((M, K), dtype, device, gen),
+            "gate_up_weight": _randn((2 * I, K), dtype, device, gen, 0.02)}       # [W_gate; W_up]
+
+
+def _norm_merged_inputs(shape, dtype, device, gen):
+    inputs = _merged_inputs(shape, dtype, device, gen)
+    return {"x": inputs["x"], "norm_weight": _norm_weight(shape["K"], dtype, device, gen),
+            "gate_up_weight": inputs["gate_up_weight"]}
+
+
+def _weight_rows(inp) -> int:
+    """2 * I: the rows of gate_weight + up_weight, or of the stacked gate_up_weight."""
+    return sum(inp[k].shape[0] for k in ("gate_weight", "up_weight", "gate_up_weight") if k in inp)
+
+
+def _gate_up_bytes(inp):
+    # x, the weights (and the norm's), and the [T, I] output: gate and up never reach memory
+    x = inp["x"]
+    return tensor_bytes(*inp.values()) + x.shape[0] * _weight_rows(inp) // 2 * x.element_size()
+
+
+def _gate_up_flops(inp):
+    return 2 * inp["x"].numel() * _weight_rows(inp)
+
+
+_GATE_UP_SHAPES = {"tiny": [{"M": 1, "I": 333, "K": 131}, {"M": 19, "I": 200, "K": 130}],
+                   "real": [{"M": 1, "I": 3584, "K": 1024}, {"M": PROMPT, "I": 3584, "K": 1024}]}
+
+implement(
+    "fused_gate_up_silu", family="fusion", function="gate_up_swiglu", reference=gate_up_swiglu,
+    make_inputs=_gate_up_inputs,
+    make_out=lambda inp: _out_like_rows(inp, inp["gate_weight"].shape[0]),
+    shapes=_GATE_UP_SHAPES, bytes=_gate_up_bytes, flops=_gate_up_flops,
+    extra={"bench": [0]},   # the GPU table: the stacked variant below times the same kernel at both shapes
+)
+
+implement(
+    "fused_gate_up_silu.merged", title="gate/up + SwiGLU, stacked weight", chapter=CHAPTER,
+    qwen="silu(gate) * up from the engine's stacked [W_gate; W_up] (7168 x 1024) in one kernel",
+    family="fusion", function="gate_up_swiglu_merged", reference=gate_up_swiglu_merged,
+    make_inputs=_merged_inputs,
+    make_out=lambda inp: _out_like_rows(inp, inp["gate_up_weight"].shape[0] // 2),
+    shapes=_GATE_UP_SHAPES, bytes=_gate_up_bytes, flops=_gate_up_flops,
+)
+
+implement(
+    "fused_gate_up_silu.ln2", title="RMSNorm + gate/up + SwiGLU", chapter=CHAPTER,
+    qwen="ln2, the stacked gate/up projection and SwiGLU in one kernel: [T, 1024] -> [T, 3584]",
+    family="fusion", function="rms_norm_gate_up_swiglu", reference=rms_norm_gate_up_swiglu,
+    make_inputs=_norm_merged_inputs,
+    make_out=lambda inp: _out_like_rows(inp, inp["gate_up_weight"].shape[0] // 2),
+    shapes=_GATE_UP_SHAPES, bytes=_gate_up_bytes, flops=_gate_up_flops,
+)
