@@ -229,3 +229,13 @@ def test_one_kernel_of_a_family_can_be_checked_before_the_others(course_copy):
     assert not kernels.exercise_status("two")[0]
     assert kernels.load("two", "auto", "first").source == "exercises"
     assert kernels.load("two", "auto", "second").source == "solutions"
+
+
+def test_device_range_names_the_value_and_cpu_tensors_are_always_checked():
+    from tritonllm_course import validate
+    with pytest.raises(ValueError, match=r"position 9 is outside \[0, 7\]: beyond the cache"):
+        validate.device_range(torch.tensor([3, 9]), 0, 7, "position", "beyond the cache")
+    with validate.no_device_checks():   # reading a CPU tensor costs no sync: still checked
+        with pytest.raises(ValueError, match="position -1"):
+            validate.device_range(torch.tensor([-1]), 0, 7, "position")
+    validate.device_range(torch.tensor([0, 7]), 0, 7, "position")

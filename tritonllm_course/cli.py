@@ -6,6 +6,7 @@
   student-copy DEST     a copy of the course without solutions/ (for handing out)
   sync-notebooks        write the standard first cell into every notebook and strip outputs
   generate ...          run the model (see `generate --help`)
+  bench ...             the benchmark table on a GPU (see `bench --help`)
 """
 from __future__ import annotations
 
@@ -132,6 +133,12 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_generate_parser(sub).set_defaults(func=run_generate)
+    try:
+        from .engine.bench import add_bench_parser, run_bench
+    except ImportError:
+        pass
+    else:
+        add_bench_parser(sub).set_defaults(func=run_bench)
     return ap
 
 

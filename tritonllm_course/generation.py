@@ -90,7 +90,11 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=0, help="sampling seed, and the seed of random weights")
-    p.add_argument("--backend", choices=["reference"], default="reference")
+    p.add_argument("--backend", choices=["reference", "triton"], default="reference",
+                   help="reference: the plain PyTorch model; triton: the engine from the course's kernels "
+                        "(its sampler draws differ from torch's; greedy tokens are the same)")
+    p.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false",
+                   help="triton backend: launch the decode step op by op instead of replaying a CUDA graph")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
     p.add_argument("--dtype", choices=_DTYPES, default=None,
                    help="default: bfloat16 on cuda, float32 on cpu")
@@ -127,6 +131,18 @@ def _tokenizer(model, root):
     return tok
 
 
+def _backend(args, model: Qwen35Model, max_seq_len: int):
+    """(generate function with `generate`'s signature, label) of --backend."""
+    if args.backend == "reference":
+        return generate, "reference"
+    from .runtime import setup
+    setup(quiet=True)                      # the CPU interpreter must be chosen before triton is imported
+    from .engine import Engine
+    engine = Engine.from_model(model, max_seq_len=max_seq_len, cuda_graph=args.cuda_graph)
+    graph = "CUDA graph" if engine.use_graph else "no CUDA graph"
+    return (lambda _model, ids, n, **options: engine.generate(ids, n, **options)), f"triton ({graph})"
+
+
 def run_generate(args) -> int:
     """Run `tritonllm-course generate` with parsed arguments; returns the exit status."""
     try:
@@ -142,10 +158,11 @@ def run_generate(args) -> int:
         if args.greedy and sampling:
             raise ValueError("--greedy contradicts --temperature/--top-k/--top-p: choose one")
         prompt = check_prompt(model, prompt, args.max_new_tokens)
+        run, backend = _backend(args, model, len(prompt) + args.max_new_tokens)
         t0 = time.perf_counter()
-        out = generate(model, prompt, args.max_new_tokens, greedy=not sampling,
-                       temperature=1.0 if args.temperature is None else args.temperature,
-                       top_k=args.top_k, top_p=args.top_p, seed=args.seed)
+        out = run(model, prompt, args.max_new_tokens, greedy=not sampling,
+                  temperature=1.0 if args.temperature is None else args.temperature,
+                  top_k=args.top_k, top_p=args.top_p, seed=args.seed)
         seconds = time.perf_counter() - t0
     except (ValueError, FileNotFoundError, ImportError) as e:
         print(f"tritonllm-course generate: error: {e}", file=sys.stderr)
@@ -155,5 +172,5 @@ def run_generate(args) -> int:
     else:
         print(tok.decode(prompt + out) if tok else f"prompt ids: {prompt}\ngenerated ids: {out}")
     print(f"{len(out)} tokens in {seconds:.2f} s ({len(out) / max(seconds, 1e-9):.1f} tokens/s, "
-          f"reference backend, {model.device.type}, {str(model.dtype).replace('torch.', '')})", file=sys.stderr)
+          f"{backend} backend, {model.device.type}, {str(model.dtype).replace('torch.', '')})", file=sys.stderr)
     return 0

@@ -6,6 +6,8 @@ its arguments first.
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
@@ -61,6 +63,21 @@ def output(out, name: str, shape: tuple, dtype, device) -> torch.Tensor:
     return tensor(out, name, dtype=dtype, shape=tuple(shape), device=device.type)
 
 
+_device_checks = True
+
+
+@contextlib.contextmanager
+def no_device_checks():
+    """Skip `device_range` on GPU tensors inside the block: for a caller (the engine) that has checked
+    its ids, positions and lengths once on the host, so that no kernel call waits for the device."""
+    global _device_checks
+    previous, _device_checks = _device_checks, False
+    try:
+        yield
+    finally:
+        _device_checks = previous
+
+
 def device_range(t: torch.Tensor, lo: int, hi: int, name: str, why: str = "") -> None:
     """Raise a ValueError naming `name` unless every value of the integer tensor `t` lies in [lo, hi].
 
@@ -69,7 +86,7 @@ def device_range(t: torch.Tensor, lo: int, hi: int, name: str, why: str = "") ->
     a CUDA graph is being captured it is not allowed at all: the check is skipped then, and the
     kernels' masks, which never touch memory outside their buffers, are the only guard.
     """
-    if t.numel() == 0 or (t.is_cuda and torch.cuda.is_current_stream_capturing()):
+    if t.numel() == 0 or (t.is_cuda and (not _device_checks or torch.cuda.is_current_stream_capturing())):
         return
     first, last = (int(v) for v in torch.aminmax(t.reshape(-1)))
     if first < lo or last > hi:

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# GPU benchmark of the whole model (chapters 19 and 26): transformers eager and compiled, the reference model
+# eager and compiled, the Triton engine without and with the CUDA graph; prefill of 128 tokens and decode at
+# contexts 128, 1024 and 4096, random weights of the real shapes. Called by scripts/gpu_check.sh with one
+# argument; writes RESULTS_DIR/engine_<gpu>_<date>/bench.{md,json,png}.
+#   scripts/gpu_extra_engine.sh RESULTS_DIR        (PYTHON=... to choose the interpreter)
+# The run starts no new system after 400 s and is stopped at 470 s: what was measured by then is written.
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu_extra_engine.sh RESULTS_DIR}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-python3}
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITONLLM_KERNELS=solutions
+exec timeout 470 $PY -m tritonllm_course.cli bench --out "$OUT" --budget-s 400

@@ -1,0 +1,10 @@
+"""The engine: Qwen3.5 from the course's kernel slots, static buffers, decode under a CUDA graph.
+
+`Engine` (engine.py) runs the model; `ops.py` says which kernel each step uses; `buffers.py` holds the
+static tensors; `merged.py` the merged weights; `graph.py` the capture and replay; `bench.py` the
+measured table (`tritonllm-course bench`).
+"""
+from .engine import Engine, Sampling
+from .ops import SOURCES, STEPS, OpTable
+
+__all__ = ["Engine", "OpTable", "SOURCES", "STEPS", "Sampling"]

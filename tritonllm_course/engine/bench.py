@@ -1,0 +1,363 @@
+"""The article's benchmark table, measured in one run on one GPU: `tritonllm-course bench`.
+
+Systems (the same random weights of Qwen3.5-0.8B's real shapes, bf16, batch 1, greedy):
+  transformers eager             Qwen3_5ForCausalLM.generate, dynamic cache
+  transformers static + compile  generate with cache_implementation="static": transformers compiles the
+                                 decode step (mode reduce-overhead); its prefill runs eagerly
+  reference eager                the course's plain PyTorch model (`tritonllm_course.model`)
+  reference compiled             the same PyTorch reference ops in the engine's static buffers, decode step
+                                 through torch.compile (the plain model recompiles at every token: its
+                                 cache length is a Python int that changes, so it is compiled in this form)
+  triton engine                  the course's kernels, decode step launched op by op
+  triton engine + CUDA graph     the same, decode step replayed from a CUDA graph
+
+Method. Every system generates the same way: it hands each new token to the host as it is produced
+(streaming, one host read per token), and the time of each token's arrival is recorded. Prefill = time
+to the first token for a 128-token prompt; decode at context L = mean time between consecutive tokens
+after a prompt of L tokens (STEPS tokens; median over REPEATS runs). Bandwidth: bytes a decode step must
+move at context L (spec section 6: 1,544,820,416 + 12,288 L bytes in bf16) per second, and the floor
+time (those bytes at the measured copy bandwidth) as a percentage of the measured time.
+Results: markdown, JSON and a PNG plot in OUT/engine_<gpu>_<date>/, rewritten after every system, so a
+run cut short still leaves what it measured.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+WEIGHT_AND_STATE_BYTES = 1_544_820_416     # per decode token, bf16 (spec section 6)
+KV_BYTES_PER_TOKEN = 12_288                # 6 layers x (K, V) x 2 heads x 256 x 2 bytes, per cached token
+
+SYSTEMS = ("transformers eager", "transformers static + compile", "reference eager", "reference compiled",
+           "triton engine", "triton engine + CUDA graph")
+RUN_ORDER = ("triton engine + CUDA graph", "triton engine", "reference eager", "transformers eager",
+             "transformers static + compile", "reference compiled")     # the slow compiles last
+NOTES = {
+    "transformers static + compile": "decode compiled (reduce-overhead); prefill eager",
+    "reference compiled": "decode compiled; prefill eager",
+}
+
+
+def bytes_per_token(context: int) -> int:
+    """HBM bytes one bf16 decode step of Qwen3.5-0.8B must move with `context` tokens cached."""
+    return WEIGHT_AND_STATE_BYTES + KV_BYTES_PER_TOKEN * context
+
+
+@dataclass
+class Row:
+    system: str
+    prefill_ms: float | None = None
+    decode_ms: dict[int, float] = field(default_factory=dict)      # context -> ms per token
+    setup_s: float | None = None                                    # build, compile, capture
+    note: str = ""
+    error: str = ""
+
+
+# --- the systems -----------------------------------------------------------------------------------------
+def _hf_runner(model, compiled: bool):
+    from transformers.generation.streamers import BaseStreamer
+
+    class Stamps(BaseStreamer):
+        """Records when each new token reaches the host (generate hands over the prompt first)."""
+
+        def __init__(self):
+            self.times: list[float] = []
+            self.prompt_seen = False
+
+        def put(self, value):
+            if self.prompt_seen:
+                self.times.append(time.perf_counter())
+            self.prompt_seen = True
+
+        def end(self):
+            pass
+
+    def run(prompt, n):
+        import torch
+        stamps = Stamps()
+        ids = torch.tensor([prompt], device=model.device)
+        extra = {"cache_implementation": "static"} if compiled else {}
+        model.generate(ids, max_new_tokens=n, do_sample=False, streamer=stamps, **extra)
+        return stamps.times
+    return run
+
+
+def _reference_runner(model):
+    def run(prompt, n):
+        import torch
+        times = []
+        with torch.no_grad():
+            cache = model.new_cache(len(prompt) + n)
+            logits = model(prompt, cache)
+            for i in range(n):
+                token = int(logits[-1].argmax())              # the host read of each token
+                times.append(time.perf_counter())
+                if i + 1 < n:
+                    logits = model([token], cache)
+        return times
+    return run
+
+
+def _engine_runner(engine, graph: bool):
+    def run(prompt, n):
+        engine.use_graph = graph
+        times = []
+        for _ in engine.stream(prompt, n, eos_token_id=None):
+            times.append(time.perf_counter())
+        return times
+    return run
+
+
+def _measure(run, prompts: dict[int, list[int]], prompt_len: int, steps: int, repeats: int, row: Row) -> None:
+    """row.prefill_ms: time to the first token after the prompt_len-token prompt; row.decode_ms[L]: mean
+    time between tokens after an L-token prompt. Medians over `repeats` runs."""
+    ttft = []
+    for context, prompt in prompts.items():
+        per_token = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            times = run(prompt, steps)
+            if context == prompt_len:
+                ttft.append((times[0] - t0) * 1e3)
+            per_token.append((times[-1] - times[0]) * 1e3 / (len(times) - 1))
+        row.decode_ms[context] = statistics.median(per_token)
+    row.prefill_ms = statistics.median(ttft)
+
+
+# --- the table ---------------------------------------------------------------------------------------------
+def _decode_ms(row: dict) -> dict[int, float]:
+    """{context: ms per token} of a result row (JSON turns the int keys into strings)."""
+    return {int(c): ms for c, ms in row["decode_ms"].items()}
+
+
+def markdown(result: dict) -> str:
+    ceiling, contexts = result["ceiling_gbps"], result["contexts"]
+    c0 = contexts[0]
+    lines = [f"# Qwen3.5-0.8B on {result['gpu']}, {result['date']}", "",
+             f"{result['dtype']}, batch 1, greedy, random weights of the real shapes; {result['versions']}. "
+             f"Prefill: {result['prompt_len']}-token prompt, time to the first token. Decode: mean time per "
+             f"token over {result['steps']} tokens after a prompt of L tokens, median of {result['repeats']} "
+             f"runs; every system hands each token to the host as it comes. Bandwidth floor: "
+             f"{WEIGHT_AND_STATE_BYTES:,} + {KV_BYTES_PER_TOKEN:,} x L bytes per token at the measured copy "
+             f"bandwidth of {ceiling:.0f} GB/s.", "",
+             f"| system | prefill {result['prompt_len']} tok (ms) | decode @{c0} (ms/tok) | tokens/s | GB/s | "
+             "% of bandwidth floor | note |",
+             "|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        if r["error"] or c0 not in _decode_ms(r):
+            lines.append(f"| {r['system']} | - | - | - | - | - | {r['error'] or r['note']} |")
+            continue
+        ms = _decode_ms(r)[c0]
+        gbps = bytes_per_token(c0) / (ms * 1e-3) / 1e9
+        lines.append(f"| {r['system']} | {r['prefill_ms']:.1f} | {ms:.3f} | {1e3 / ms:.0f} | {gbps:.0f} | "
+                     f"{100 * gbps / ceiling:.1f}% | {r['note']} |")
+    lines += ["", "Decode per token by context length L: ms/token (% of the bandwidth floor)", "",
+              "| system | " + " | ".join(f"L = {c}" for c in contexts) + " |",
+              "|---" * (len(contexts) + 1) + "|"]
+    for r in result["rows"]:
+        cells = []
+        for c in contexts:
+            ms = _decode_ms(r).get(c)
+            cells.append("-" if ms is None else
+                         f"{ms:.3f} ({100 * bytes_per_token(c) / (ms * 1e-3) / 1e9 / ceiling:.1f}%)")
+        lines.append(f"| {r['system']} | " + " | ".join(cells) + " |")
+    setup = [f"{r['system']} {r['setup_s']:.0f} s" for r in result["rows"] if r["setup_s"] is not None]
+    lines += ["", "Set-up (build, compile, capture): " + ", ".join(setup) + "."]
+    return "\n".join(lines) + "\n"
+
+
+def plot(result: dict, path: Path | None = None):
+    """Decode tokens/s per system and context (labelled with % of the bandwidth floor) beside the prefill
+    times; saved to `path` if given. Returns the matplotlib Figure (made without pyplot: no backend change)."""
+    from matplotlib.figure import Figure
+    rows = [{**r, "decode_ms": _decode_ms(r)} for r in result["rows"] if r["decode_ms"]]
+    contexts, ceiling = result["contexts"], result["ceiling_gbps"]
+    fig = Figure(figsize=(14, 0.5 * len(rows) + 2.5))
+    ax1, ax2 = fig.subplots(1, 2, gridspec_kw={"width_ratios": [2, 1]})
+    h = 0.8 / len(contexts)
+    for j, c in enumerate(contexts):
+        ys = [i + j * h for i in range(len(rows))]
+        tps = [1e3 / r["decode_ms"][c] if c in r["decode_ms"] else 0 for r in rows]
+        bars = ax1.barh(ys, tps, height=h, label=f"L = {c}")
+        for bar, r in zip(bars, rows):
+            if c in r["decode_ms"]:
+                pct = 100 * bytes_per_token(c) / (r["decode_ms"][c] * 1e-3) / 1e9 / ceiling
+                ax1.text(bar.get_width(), bar.get_y() + h / 2, f" {pct:.0f}%", va="center", fontsize=7)
+    floor_tps = ceiling * 1e9 / bytes_per_token(contexts[0])
+    ax1.axvline(floor_tps, color="k", ls="--", lw=0.8, label=f"bandwidth floor, L = {contexts[0]}")
+    ax1.set_yticks([i + h * (len(contexts) - 1) / 2 for i in range(len(rows))], [r["system"] for r in rows])
+    ax1.invert_yaxis()
+    ax1.set_xlabel("decode tokens/s (labels: % of the bandwidth floor)")
+    ax1.legend(fontsize=8)
+    prefill = [r for r in rows if r["prefill_ms"]]
+    ax2.barh([r["system"] for r in prefill], [r["prefill_ms"] for r in prefill], color="tab:gray")
+    ax2.invert_yaxis()
+    ax2.set_xlabel(f"prefill of {result['prompt_len']} tokens (ms, time to first token)")
+    ax2.set_yticklabels([])
+    fig.suptitle(f"Qwen3.5-0.8B on {result['gpu']}, {result['date']} ({result['dtype']}, batch 1)")
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig
+
+
+def write(result: dict, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "bench.json").write_text(json.dumps(result, indent=1))
+    (folder / "bench.md").write_text(markdown(result))
+    if any(r["decode_ms"] for r in result["rows"]):
+        plot(result, folder / "bench.png")
+
+
+# --- the run -----------------------------------------------------------------------------------------------
+def _substitute_shape_str() -> None:
+    """The references format shapes into their error messages with `str(list(shape))`, which torch.compile
+    cannot trace (a graph break per op). Give it a traceable equivalent; eager code is unchanged."""
+    import torch
+    from ..reference import precision
+    if getattr(_substitute_shape_str, "done", False):
+        return
+
+    @torch.compiler.substitute_in_graph(precision.shape_str, skip_signature_check=True)
+    def shape_str(x):
+        return "[" + ", ".join(str(s) for s in x.shape) + "]"
+    _substitute_shape_str.done = True
+
+
+def build(model_source: str, seed: int = 0):
+    """(transformers model, our weights dict, config) of the same weights, bf16 on the GPU."""
+    import torch
+    from ..config import QWEN35_0_8B, Qwen35Config
+    from ..hf_compat import hf_model, weights_from_hf
+    if model_source == "random":
+        hf = hf_model(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=seed)
+        config = QWEN35_0_8B
+    else:
+        from transformers import Qwen3_5ForCausalLM
+        from ..weights import resolve_checkpoint
+        root = resolve_checkpoint(model_source)
+        hf = Qwen3_5ForCausalLM.from_pretrained(root, dtype=torch.bfloat16).to("cuda").eval()
+        config = Qwen35Config.from_json(root)
+    hf.generation_config.eos_token_id = None          # always generate the tokens asked for
+    hf.generation_config.pad_token_id = 0
+    return hf, weights_from_hf(hf), config
+
+
+def run(args) -> dict:
+    import torch
+    import transformers
+    import triton
+    from ..benchmark import ceiling_gbps
+    from ..kernel_table import gpu_tag
+    from ..model import Qwen35Model
+    from .engine import Engine
+
+    start = time.perf_counter()
+    contexts = sorted(set(args.contexts) | {args.prompt_len})
+    date = datetime.date.today().isoformat()
+    folder = Path(args.out) / f"engine_{gpu_tag()}_{date}"
+    result = {"gpu": torch.cuda.get_device_name(), "date": date, "dtype": "bfloat16", "model": args.model,
+              "versions": f"torch {torch.__version__}, triton {triton.__version__}, transformers "
+                          f"{transformers.__version__}",
+              "prompt_len": args.prompt_len, "contexts": contexts, "steps": args.steps, "repeats": args.repeats,
+              "ceiling_gbps": ceiling_gbps(), "rows": []}
+    hf, weights, config = build(args.model, args.seed)
+    gen = torch.Generator().manual_seed(args.seed)
+    prompts = {c: torch.randint(0, config.vocab_size, (c,), generator=gen).tolist() for c in contexts}
+    max_len = max(contexts) + args.steps + 8
+    engine = None
+    rows = {name: Row(name, note=NOTES.get(name, "")) for name in SYSTEMS if name in args.systems}
+
+    def runner(name):
+        nonlocal engine
+        if name.startswith("transformers"):
+            return _hf_runner(hf, compiled="compile" in name)
+        if name == "reference eager":
+            return _reference_runner(Qwen35Model(config, weights))
+        if name == "reference compiled":
+            _substitute_shape_str()
+            ref_engine = Engine(config, weights, max_seq_len=max_len, default_source="reference", cuda_graph=False)
+            return _engine_runner(ref_engine.compile(fullgraph=True), graph=False)
+        engine = engine or Engine(config, weights, max_seq_len=max_len)
+        return _engine_runner(engine, graph="graph" in name)
+
+    for name in [n for n in RUN_ORDER if n in rows]:
+        row = rows[name]
+        if time.perf_counter() - start > args.budget_s:
+            row.error = f"skipped: the run's time budget of {args.budget_s:.0f} s was spent"
+            continue
+        print(f"[{time.perf_counter() - start:6.0f} s] {name} ...", file=sys.stderr, flush=True)
+        try:
+            t0 = time.perf_counter()
+            fn = runner(name)
+            # warm-up: compile, capture; the largest request first (transformers sizes its static cache,
+            # and so its compiled graph, for the largest request it has seen)
+            fn(prompts[max(contexts)], args.steps)
+            fn(prompts[args.prompt_len], 4)
+            torch.cuda.synchronize()
+            row.setup_s = time.perf_counter() - t0
+            _measure(fn, prompts, args.prompt_len, args.steps, args.repeats, row)
+        except Exception as e:  # noqa: BLE001  (one failing system must not lose the others' numbers)
+            row.error = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+            torch.cuda.synchronize()
+        result["rows"] = [asdict(r) for r in (rows[n] for n in SYSTEMS if n in rows)]
+        write(result, folder)
+        print(f"    {row.error or f'decode {row.decode_ms}, prefill {row.prefill_ms:.1f} ms'}", file=sys.stderr)
+    result["folder"] = str(folder)
+    result["seconds"] = time.perf_counter() - start
+    write(result, folder)
+    return result
+
+
+def measure(systems=SYSTEMS, contexts=(128, 1024, 4096), prompt_len: int = 128, steps: int = 32,
+            repeats: int = 3, out: str | Path = "results", model: str = "random", budget_s: float = 420.0,
+            seed: int = 0) -> dict:
+    """`tritonllm-course bench` from Python (a GPU only); returns the result dict (see `markdown`, `plot`)."""
+    return run(argparse.Namespace(systems=list(systems), contexts=list(contexts), prompt_len=prompt_len,
+                                  steps=steps, repeats=repeats, out=str(out), model=model, budget_s=budget_s,
+                                  seed=seed))
+
+
+# --- the command line --------------------------------------------------------------------------------------
+def add_bench_parser(subparsers) -> argparse.ArgumentParser:
+    """Add the `bench` subcommand to an argparse `subparsers` object; returns its parser."""
+    p = subparsers.add_parser("bench", help="the benchmark table: transformers, the reference model and the "
+                              "Triton engine, prefill and decode (GPU only)",
+                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out", default="results", help="parent folder of the results folder (default: results)")
+    p.add_argument("--model", default="random", help="'random' (default) or a checkpoint directory / hub id")
+    p.add_argument("--contexts", type=int, nargs="+", default=[128, 1024, 4096],
+                   help="context lengths of the decode measurements")
+    p.add_argument("--prompt-len", type=int, default=128, help="prompt of the prefill measurement")
+    p.add_argument("--steps", type=int, default=32, help="tokens generated per decode measurement")
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS), metavar="SYSTEM",
+                   help=f"a subset of: {'; '.join(SYSTEMS)}")
+    p.add_argument("--budget-s", type=float, default=420.0,
+                   help="start no new system after this many seconds (default 420)")
+    p.add_argument("--seed", type=int, default=0)
+    p.set_defaults(func=run_bench)
+    return p
+
+
+def run_bench(args) -> int:
+    """Run `tritonllm-course bench`; returns the exit status."""
+    from ..runtime import setup
+    rt = setup(quiet=True)
+    if not rt.on_gpu:
+        print("tritonllm-course bench: skipped: it measures GPU kernels and needs a CUDA GPU; this machine runs "
+              "the kernels in Triton's CPU interpreter, whose times say nothing about a GPU", file=sys.stderr)
+        return 1
+    if args.steps < 2 or args.repeats < 1:
+        print("tritonllm-course bench: error: --steps must be >= 2 and --repeats >= 1", file=sys.stderr)
+        return 2
+    result = run(args)
+    print(markdown(result))
+    print(f"written to {result['folder']}", file=sys.stderr)
+    return 0 if all(not r["error"] for r in result["rows"]) else 1

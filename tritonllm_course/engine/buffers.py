@@ -1,0 +1,110 @@
+"""Every tensor the engine computes into, allocated once.
+
+A CUDA graph records the addresses its kernels read and write; a decode step replayed from it only
+works if every input and output stays at the same address. So nothing is allocated per token:
+
+- the cache (`model.cache.Qwen35Cache`, the reference model's own layout): the KV cache of the attention
+  layers up to `max_seq_len` tokens, the conv state and the fp32 recurrent state of the DeltaNet layers;
+- `Activations(rows=1)` for the decode step and `Activations(rows=prefill_chunk)` for prompts (a longer
+  prompt is run chunk after chunk, each continuing from the cache);
+- `Counters`: the token to feed, [position, length, seed] in device memory, the logits.
+"""
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import torch
+
+from ..config import Qwen35Config
+
+
+class Activations:
+    """The intermediate tensors of one forward over up to `rows` tokens, each [rows, ...].
+
+    The merged projections' outputs: with rows = 1 (decode) one buffer per group, whose pieces are
+    contiguous column slices; with more rows (prefill) one buffer per piece, because a column slice of
+    a [T, N] matrix is strided and the next kernels want contiguous inputs.
+    """
+
+    def __init__(self, config: Qwen35Config, rows: int, dtype, device, merged_widths: dict[str, dict[str, int]]):
+        c = config
+        self.rows = rows
+        self.tensors: dict[str, torch.Tensor] = {}
+        self.merged: dict[str, torch.Tensor] = {}     # decode only: group -> [1, total width]
+
+        def add(name, *shape, dt=dtype):
+            self.tensors[name] = torch.empty(rows, *shape, dtype=dt, device=device)
+
+        for name in ("x", "h", "mixer"):                               # residual stream, norm out, sublayer out
+            add(name, c.hidden_size)
+        add("gate_up", 2 * c.intermediate_size)
+        add("act", c.intermediate_size)
+        for group, widths in merged_widths.items():
+            if rows == 1:
+                buf = torch.empty(1, sum(widths.values()), dtype=dtype, device=device)
+                self.merged[group] = buf
+                start = 0
+                for piece, width in widths.items():
+                    self.tensors[f"{group}.{piece}"] = buf[:, start:start + width]     # contiguous: one row
+                    start += width
+            else:
+                for piece, width in widths.items():
+                    add(f"{group}.{piece}", width)
+        if c.attention_layers:
+            add("q", c.num_attention_heads, c.head_dim)                 # normed, then rotated in place
+            add("k", c.num_key_value_heads, c.head_dim)
+            add("o", c.num_attention_heads, c.head_dim)
+            add("gated", c.num_attention_heads * c.head_dim)
+        if c.linear_layers:
+            f32 = torch.float32
+            add("dq", c.linear_num_key_heads, c.linear_key_head_dim, dt=f32)   # L2-normed: the rule reads fp32
+            add("dk", c.linear_num_key_heads, c.linear_key_head_dim, dt=f32)
+            add("dv", c.linear_num_value_heads, c.linear_value_head_dim)
+            add("beta", c.linear_num_value_heads)
+            add("g", c.linear_num_value_heads, dt=f32)
+            add("do", c.linear_num_value_heads, c.linear_value_head_dim)
+            add("dnorm", c.linear_num_value_heads, c.linear_value_head_dim)
+
+    def take(self, T: int) -> SimpleNamespace:
+        """Views of the first T rows of every tensor; names with a dot become `group_piece`."""
+        if not 0 < T <= self.rows:
+            raise ValueError(f"{T} rows asked of activations sized for {self.rows}")
+        return SimpleNamespace(**{n.replace(".", "_"): t[:T] for n, t in self.tensors.items()})
+
+    def nbytes(self) -> int:
+        views = {n for n in self.tensors if "." in n and self.merged}
+        return (sum(t.numel() * t.element_size() for n, t in self.tensors.items() if n not in views)
+                + sum(t.numel() * t.element_size() for t in self.merged.values()))
+
+
+class Counters:
+    """What changes from one decode step to the next, in device memory.
+
+    ids:   [1] int64, the token the next decode step consumes (the argmax writes it there)
+    steps: [3] int32 = [position of that token, cache length including it, sampling seed]; the
+           graphed step ends by adding 1 to all three (`advance_positions`)
+    logits: [1, vocab] in the model dtype, the last position's
+    """
+
+    def __init__(self, vocab_size: int, dtype, device):
+        self.ids = torch.zeros(1, dtype=torch.int64, device=device)
+        self.steps = torch.zeros(3, dtype=torch.int32, device=device)
+        self.logits = torch.empty(1, vocab_size, dtype=dtype, device=device)
+
+    @property
+    def pos(self) -> torch.Tensor:
+        return self.steps[0:1]
+
+    @property
+    def length(self) -> torch.Tensor:
+        return self.steps[1:2]
+
+    @property
+    def seed(self) -> torch.Tensor:
+        return self.steps[2:3]
+
+    def set(self, position: int, seed: int) -> None:
+        """Before the first decode step after a prompt: fills on the device, no host-to-device copy."""
+        self.steps[0:1].fill_(position)
+        self.steps[1:2].fill_(position + 1)
+        self.steps[2:3].fill_(seed)

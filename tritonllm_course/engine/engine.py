@@ -1,0 +1,374 @@
+"""The engine: Qwen3.5 run from the course's kernel slots, a prefill path and a decode path, with the
+decode step captured once in a CUDA graph and replayed for every token.
+
+    engine = Engine.from_pretrained("Qwen/Qwen3.5-0.8B", max_seq_len=4096)   # or Engine.random(config)
+    for token in engine.stream(prompt_ids, max_new_tokens=64):             # tokens as they come
+        ...
+
+What it does differently from the reference model (`tritonllm_course.model`), which it must match token
+for token:
+- weights merged once at load (`merged.py`): one GEMV per projection group at decode;
+- every buffer allocated once (`buffers.py`): the cache, the activations, the logits;
+- two paths: prefill (GEMM, chunked delta rule, causal attention, conv over the prompt) and decode (GEMV,
+  recurrent delta rule, attention over the cache with the length read from device memory, one conv step),
+  each step a kernel slot whose source is chosen per slot (`ops.py`);
+- the decode step reads the token, the position and the cache length from device memory and advances
+  them itself, so it is captured once (`graph.py`) and replayed; the host only reads the new token, to
+  stream it and to stop at end-of-sequence (decided outside the graph).
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from .. import reference as R
+from .. import validate
+from ..config import Qwen35Config
+from ..model.cache import Qwen35Cache
+from ..weights import check_weights, load_weights, random_weights
+from .buffers import Activations, Counters
+from .graph import GraphedStep
+from .merged import merge_weights
+from .ops import OpTable
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Temperature / top-k / top-p: Python numbers, so frozen into a captured graph (one graph each)."""
+    temperature: float
+    top_k: int = 0
+    top_p: float = 1.0
+
+
+class Engine:
+    """Qwen3.5 from kernel slots with static buffers.
+
+    config, weights: as `weights.load_weights` returns them (names without prefix); kept by reference,
+                     the merged projections are new tensors
+    max_seq_len:     tokens the cache holds (prompt + generated, over all turns until `reset`)
+    sources:         {slot name: "solutions" | "exercises" | "auto" | "reference" | callable} per slot,
+                     `default_source` for the others (see `ops.py`)
+    cuda_graph:      replay the decode step from a CUDA graph (on a GPU; ignored on the CPU)
+    prefill_chunk:   prompt tokens per prefill pass; longer prompts run chunk after chunk
+    """
+
+    def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], *, max_seq_len: int = 4096,
+                 sources: dict | None = None, default_source: str = "solutions", cuda_graph: bool = True,
+                 prefill_chunk: int = 512):
+        check_weights(config, weights)
+        embed = weights["embed_tokens.weight"]
+        c = self.config = config
+        self.dtype, self.device = embed.dtype, embed.device
+        if prefill_chunk < 1:
+            raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
+        self.cache = Qwen35Cache.allocate(c, max_seq_len, dtype=self.dtype, device=self.device)
+        self.max_seq_len = max_seq_len
+        self.weights = merge_weights(c, weights)
+        self.ops = OpTable(sources, default_source)
+        if self.device.type == "cpu" and self.dtype == torch.bfloat16 and any(
+                op.source != "reference" for op in self.ops.ops.values()):
+            raise ValueError("bfloat16 arithmetic is wrong under Triton's CPU interpreter: use float32 or float16 "
+                             "on the CPU (or the 'reference' source for every slot)")
+        widths = {}
+        for layer in self.weights.layers:
+            group = "attn" if layer.kind == "full_attention" else "dn"
+            widths[group] = {name: b - a for name, (a, b) in layer.mixer_in.pieces.items()}
+        self.prefill_chunk = min(prefill_chunk, max_seq_len)
+        self.decode_act = Activations(c, 1, self.dtype, self.device, widths)
+        self.prefill_act = Activations(c, self.prefill_chunk, self.dtype, self.device, widths)
+        self._decode_views = self.decode_act.take(1)
+        self.counters = Counters(c.vocab_size, self.dtype, self.device)
+        self.final = torch.empty(1, c.hidden_size, dtype=self.dtype, device=self.device)
+        self.new_conv_state = torch.empty(c.conv_dim, c.linear_conv_kernel_dim, dtype=self.dtype, device=self.device)
+        self.cos, self.sin = R.rope_cache(max_seq_len, c.rotary_dim, c.rope_theta, dtype=self.dtype,
+                                          device=self.device)
+        self.positions = torch.arange(max_seq_len, dtype=torch.int32, device=self.device)
+        self.use_graph = cuda_graph and self.device.type == "cuda"
+        self._graphs: dict[Sampling | None, GraphedStep] = {}
+        self._decode_fn = self._decode_step
+        self._prefill_fn = self._prefill_chunk
+        self.length = 0          # tokens in the cache (host count; the device counters follow it)
+        self.pending = None      # the last token handed out, not yet in the cache
+
+    # construction ------------------------------------------------------------------------------------
+    @classmethod
+    def from_pretrained(cls, source, dtype=None, device="cpu", **kwargs) -> "Engine":
+        """From a checkpoint directory or hub id (`weights.load_weights`); kwargs as `Engine`."""
+        config, weights = load_weights(source, dtype=dtype, device=device)
+        return cls(config, weights, **kwargs)
+
+    @classmethod
+    def random(cls, config: Qwen35Config, dtype=torch.float32, device="cpu", seed: int = 0, **kwargs) -> "Engine":
+        """Random weights of the config's shapes (transformers' initialisation)."""
+        return cls(config, random_weights(config, dtype=dtype, device=device, seed=seed), **kwargs)
+
+    @classmethod
+    def from_model(cls, model, **kwargs) -> "Engine":
+        """The weights of a reference `Qwen35Model` (shared, not copied)."""
+        return cls(model.config, model.weights, **kwargs)
+
+    # the two paths -------------------------------------------------------------------------------------
+    def _attention(self, op, a, i, layer, T: int, pos, start: int | None) -> None:
+        """Gated attention of layer i over a.h [T, hidden] -> a.mixer. start is None on the decode path."""
+        c, eps = self.config, self.config.rms_norm_eps
+        q_raw = a.attn_q.view(T, c.num_attention_heads, c.head_dim)      # [T, heads, head_dim]
+        k_raw = a.attn_k.view(T, c.num_key_value_heads, c.head_dim)      # [T, kv_heads, head_dim]
+        v = a.attn_v.view(T, c.num_key_value_heads, c.head_dim)          # [T, kv_heads, head_dim]
+        op.q_norm(x=q_raw, weight=layer.small["q_norm"], eps=eps, out=a.q)
+        op.k_norm(x=k_raw, weight=layer.small["k_norm"], eps=eps, out=a.k)
+        op.q_rope(x=a.q, cos=self.cos, sin=self.sin, pos=pos)
+        op.k_rope(x=a.k, cos=self.cos, sin=self.sin, pos=pos)
+        k_cache, v_cache = self.cache.k[i], self.cache.v[i]
+        op.kv_write(k=a.k, v=v, k_cache=k_cache, v_cache=v_cache, pos=pos)
+        scale = c.head_dim ** -0.5
+        if start is None:   # one token over the cache; the length is read from device memory
+            heads = (c.num_attention_heads, c.head_dim)
+            op.attention(q=a.q.view(heads), k_cache=k_cache, v_cache=v_cache, length=self.counters.length,
+                         scale=scale, out=a.o.view(heads))                # [heads, head_dim]
+        else:               # the chunk's tokens over everything cached up to them
+            op.attention(q=a.q, k=k_cache[:start + T], v=v_cache[:start + T], pos=pos, scale=scale, out=a.o)
+        op.output_gate(o=a.o.view(T, -1), gate=a.attn_gate, out=a.gated)   # [T, heads * head_dim]
+        op.o_proj(x=a.gated, weight=layer.mixer_out, out=a.mixer)
+
+    def _deltanet(self, op, a, i, layer, T: int, decode: bool) -> None:
+        """Gated DeltaNet of layer i over a.h [T, hidden] -> a.mixer, its cache updated in place."""
+        c = self.config
+        conv_state, state = self.cache.conv[i], self.cache.state[i]
+        conv = dict(x=a.dn_qkv, weight=layer.small["conv"], conv_state=conv_state,
+                    key_heads=c.linear_num_key_heads, head_dim=c.linear_key_head_dim, q=a.dq, k=a.dk, v=a.dv)
+        if decode:          # the state is rolled in place
+            op.conv(**conv)
+        else:               # the new state goes to a scratch buffer: programs still read the old one
+            op.conv(**conv, new_state=self.new_conv_state)
+            conv_state.copy_(self.new_conv_state)
+        op.gates(b=a.dn_b, a=a.dn_a, A_log=layer.small["A_log"], dt_bias=layer.small["dt_bias"],
+                 beta=a.beta, g=a.g)
+        op.delta_rule(q=a.dq, k=a.dk, v=a.dv, g=a.g, beta=a.beta, initial_state=state, out=a.do,
+                      final_state=state)
+        z = a.dn_z.view(T, c.linear_num_value_heads, c.linear_value_head_dim)       # [T, HV, Dv]
+        op.gated_norm(x=a.do, z=z, weight=layer.small["norm"], eps=c.rms_norm_eps, out=a.dnorm)
+        op.out_proj(x=a.dnorm.view(T, -1), weight=layer.mixer_out, out=a.mixer)     # [T, HV * Dv] -> [T, hidden]
+
+    def _residual_and_mlp(self, op, a, layer) -> None:
+        """The residual add after the mixer, then the MLP sublayer and its residual add, on a.x."""
+        eps = self.config.rms_norm_eps
+        op.attn_residual(x=a.mixer, residual=a.x, out=a.x)
+        op.ln2(x=a.x, weight=layer.ln2, eps=eps, out=a.h)
+        op.gate_up(x=a.h, weight=layer.gate_up.weight, out=a.gate_up)              # [T, 2 * I] = [gate | up]
+        op.swiglu(gate_up=a.gate_up, out=a.act)
+        op.down(x=a.act, weight=layer.down, out=a.mixer)
+        op.mlp_residual(x=a.mixer, residual=a.x, out=a.x)
+
+    def _next_token(self, op, sampling: Sampling | None) -> None:
+        ctr = self.counters
+        if sampling is None:
+            op.argmax(logits=ctr.logits, out=ctr.ids)
+        else:
+            op.sample(logits=ctr.logits, temperature=sampling.temperature, top_k=sampling.top_k,
+                      top_p=sampling.top_p, seed=ctr.seed, out=ctr.ids)
+
+    def _decode_step(self, sampling: Sampling | None) -> None:
+        """One token: reads ids / position / length from the counters, leaves the next token in ids and
+        advances the counters. Static shapes and buffers only: this is what the CUDA graph captures."""
+        op, ctr, w, eps = self.ops.decode, self.counters, self.weights, self.config.rms_norm_eps
+        a = self._decode_views
+        op.embed(ids=ctr.ids, weight=w.embed, out=a.x)
+        for i, layer in enumerate(w.layers):
+            op.ln1(x=a.x, weight=layer.ln1, eps=eps, out=a.h)
+            if layer.kind == "full_attention":
+                op.attn_in_proj(x=a.h, weight=layer.mixer_in.weight, out=self.decode_act.merged["attn"])
+                self._attention(op, a, i, layer, 1, ctr.pos, None)
+            else:
+                op.dn_in_proj(x=a.h, weight=layer.mixer_in.weight, out=self.decode_act.merged["dn"])
+                self._deltanet(op, a, i, layer, 1, decode=True)
+            self._residual_and_mlp(op, a, layer)
+        op.final_norm(x=a.x, weight=w.norm, eps=eps, out=a.h)
+        op.lm_head(x=a.h, weight=w.lm_head, out=ctr.logits)
+        self._next_token(op, sampling)
+        op.advance(steps=ctr.steps)
+
+    def _prefill_chunk(self, a, ids: torch.Tensor, start: int, last: bool) -> None:
+        """Tokens ids [T] at positions start.. (after what the cache holds) through the views `a` of the
+        prefill activations; the last chunk of a prompt also computes the logits of its last position."""
+        op, w, eps, T = self.ops.prefill, self.weights, self.config.rms_norm_eps, ids.shape[0]
+        pos = self.positions[start:start + T]                                      # [T] int32
+        op.embed(ids=ids, weight=w.embed, out=a.x)
+        for i, layer in enumerate(w.layers):
+            op.ln1(x=a.x, weight=layer.ln1, eps=eps, out=a.h)
+            group = "attn" if layer.kind == "full_attention" else "dn"
+            proj = op.attn_in_proj if group == "attn" else op.dn_in_proj
+            for name in layer.mixer_in.pieces:                                    # one GEMM per piece
+                proj(x=a.h, weight=layer.mixer_in.piece(name), out=getattr(a, f"{group}_{name}"))
+            if group == "attn":
+                self._attention(op, a, i, layer, T, pos, start)
+            else:
+                self._deltanet(op, a, i, layer, T, decode=False)
+            self._residual_and_mlp(op, a, layer)
+        if last:
+            op.final_norm(x=a.x[T - 1:], weight=w.norm, eps=eps, out=self.final)
+            op.lm_head(x=self.final, weight=w.lm_head, out=self.counters.logits)
+
+    # running -------------------------------------------------------------------------------------------
+    def reset(self) -> None:
+        """Start a new sequence: the cache zeroed in place (the graphs keep their addresses)."""
+        self.cache.reset()
+        self.length = 0
+        self.pending = None
+
+    def check_tokens(self, ids, new_tokens: int = 0, cached: int | None = None) -> list[int]:
+        """ids as a list of ints, checked against the vocabulary and the room left in the cache after
+        `cached` tokens (default: what it holds now)."""
+        cached = self.length if cached is None else cached
+        ids = [int(t) for t in (ids.reshape(-1).tolist() if isinstance(ids, torch.Tensor) else ids)]
+        vocab = self.config.vocab_size
+        bad = [t for t in ids if not 0 <= t < vocab]
+        if bad:
+            raise ValueError(f"token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
+        if new_tokens < 0:
+            raise ValueError(f"max_new_tokens must be >= 0, got {new_tokens}")
+        if cached + len(ids) + new_tokens > self.max_seq_len:
+            before = f" after the {cached} tokens already cached" if cached else ""
+            raise ValueError(f"{len(ids)} prompt tokens + {new_tokens} new tokens{before} exceed the engine's "
+                             f"cache of {self.max_seq_len} tokens (max_seq_len); nothing was run")
+        return ids
+
+    def prefill(self, ids, *, sampling: Sampling | None = None, seed: int = 0) -> torch.Tensor:
+        """Append the tokens `ids` to the cache; returns the last position's logits [vocab] (a view of
+        the static buffer) and leaves the next token in `counters.ids`."""
+        ids = self.check_tokens(ids)
+        if not ids:
+            raise ValueError("no tokens to prefill: give at least one")
+        dev_ids = torch.tensor(ids, dtype=torch.int64, device=self.device)
+        P = self.prefill_chunk
+        for first in range(0, len(ids), P):
+            chunk = dev_ids[first:first + P]
+            with validate.no_device_checks():   # ids and lengths were checked above, once
+                self._prefill_fn(self.prefill_act.take(chunk.shape[0]), chunk, self.length,
+                                 last=first + P >= len(ids))
+            self.length += chunk.shape[0]
+        ctr = self.counters
+        ctr.set(self.length, seed % 2**31)
+        self._next_token(self.ops.prefill, sampling)
+        ctr.seed.fill_((seed + 1) % 2**31)                 # the first decode step draws with the next seed
+        self.pending = None
+        return ctr.logits[0]
+
+    def _graph(self, sampling: Sampling | None) -> GraphedStep:
+        if sampling not in self._graphs:   # each graph with its own memory pool: they replay in any order
+            state = [*self.cache.k.values(), *self.cache.v.values(), *self.cache.conv.values(),
+                     *self.cache.state.values(), self.counters.ids, self.counters.steps]
+            self._graphs[sampling] = GraphedStep(lambda: self._decode_fn(sampling), state)
+        return self._graphs[sampling]
+
+    def decode(self, token: int | None = None, *, sampling: Sampling | None = None) -> torch.Tensor:
+        """One decode step: consumes `counters.ids` (or `token`, written there first: teacher forcing);
+        returns the logits [vocab] (a view of the static buffer); the next token is in `counters.ids`."""
+        if self.length + 1 > self.max_seq_len:
+            raise ValueError(f"the cache of {self.max_seq_len} tokens is full; nothing was run")
+        if token is not None:
+            self.check_tokens([token])
+            self.counters.ids.fill_(int(token))
+        if self.use_graph:
+            self._graph(sampling)()
+        else:
+            with validate.no_device_checks():   # the position and length are the engine's own
+                self._decode_fn(sampling)
+        self.length += 1
+        self.pending = None
+        return self.counters.logits[0]
+
+    def capture(self, sampling: Sampling | None = None) -> None:
+        """Warm up and capture the decode step now (otherwise it happens at the first decode)."""
+        if self.use_graph:
+            self._graph(sampling)
+
+    def stream(self, prompt_ids, max_new_tokens: int, *, greedy: bool = True, temperature: float = 1.0,
+               top_k: int = 0, top_p: float = 1.0, eos_token_id="config", seed: int = 0,
+               reset: bool = True) -> Iterator[int]:
+        """A generator of the new tokens, one by one (an end-of-sequence token included, then it stops).
+
+        greedy:       argmax (ties to the lowest id); else sample (temperature / top_k / top_p) with the
+                      course's Gumbel-max sampler, seeded by `seed` (its draws differ from torch's)
+        eos_token_id: "config" uses the config's; None never stops early; or an id or list of ids
+        reset:        start a new sequence (default); False continues after what the cache holds, the
+                      last token handed out included (a chat's next turn)
+        Everything is checked here, before any work: ids, sampling options, room in the cache.
+        """
+        history = [self.pending] if self.pending is not None and not reset else []
+        prompt = self.check_tokens(history + self.check_tokens(prompt_ids, cached=0), max_new_tokens,
+                                   cached=0 if reset else self.length)
+        if len(prompt) == len(history):
+            raise ValueError("the prompt is empty: give at least one token")
+        if not greedy and (temperature < 0 or top_k < 0 or not 0 < top_p <= 1):
+            raise ValueError(f"need temperature >= 0, top_k >= 0 and 0 < top_p <= 1; got {temperature}, "
+                             f"{top_k}, {top_p}")
+        sampling = None if greedy or temperature == 0 else Sampling(float(temperature), int(top_k), float(top_p))
+        eos = self.config.eos_token_id if eos_token_id == "config" else eos_token_id
+        eos = set() if eos is None else {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
+        if reset:
+            self.reset()
+        return self._tokens(prompt, max_new_tokens, sampling, eos, seed)
+
+    def _tokens(self, prompt: list[int], max_new_tokens: int, sampling: Sampling | None, eos: set[int],
+                seed: int) -> Iterator[int]:
+        if max_new_tokens == 0:
+            return
+        self.prefill(prompt, sampling=sampling, seed=seed)
+        for n in range(max_new_tokens):
+            if n:
+                self.decode(sampling=sampling)
+            token = int(self.counters.ids[0])          # the one host read per token (a sync on a GPU)
+            self.pending = token
+            yield token
+            if token in eos:
+                return
+
+    def generate(self, prompt_ids, max_new_tokens: int, **kwargs) -> list[int]:
+        """`stream` collected into a list (the same signature as `generation.generate`, minus the model)."""
+        return list(self.stream(prompt_ids, max_new_tokens, **kwargs))
+
+    # inspection ----------------------------------------------------------------------------------------
+    def compile(self, prefill: bool = False, **options) -> "Engine":
+        """Run the decode step (and with `prefill`, the prompt chunks) through torch.compile: what the
+        benchmark does to the engine with PyTorch-reference sources. Static buffers give static shapes, so
+        the decode step compiles once; a prefill chunk compiles once per length and offset."""
+        self._decode_fn = torch.compile(self._decode_step, **options)
+        if prefill:
+            self._prefill_fn = torch.compile(self._prefill_chunk, **options)
+        return self
+
+    @contextlib.contextmanager
+    def tracing(self):
+        """Record the slot of every op call in the block: `with engine.tracing() as calls: ...`."""
+        calls: list[str] = []
+        for op in self.ops.ops.values():
+            op.calls = calls
+        try:
+            yield calls
+        finally:
+            for op in self.ops.ops.values():
+                op.calls = None
+
+    def memory(self) -> dict[str, int]:
+        """Bytes of each group of static buffers."""
+        return {"weights (merged)": self.weights.nbytes(), "cache (KV + DeltaNet states)": self.cache.nbytes(),
+                "decode activations": self.decode_act.nbytes(), "prefill activations": self.prefill_act.nbytes(),
+                "RoPE tables": 2 * self.cos.numel() * self.cos.element_size()}
+
+    def summary(self) -> str:
+        c = self.config
+        graph = ("decode step replayed from a CUDA graph" if self.use_graph else
+                 "decode step launched op by op" if self.device.type == "cuda" else
+                 "buffers sized only (meta device)" if self.device.type == "meta" else
+                 "decode step launched op by op (no CUDA here)")
+        lines = [f"Engine: {c.num_hidden_layers} layers ({len(c.linear_layers)} DeltaNet, {len(c.attention_layers)} "
+                 f"attention), {self.device.type}, {str(self.dtype).replace('torch.', '')}, cache of "
+                 f"{self.max_seq_len} tokens, prompts in chunks of {self.prefill_chunk}; {graph}"]
+        lines += [f"  {name:<30} {n / 2**20:10.2f} MiB" for name, n in self.memory().items()]
+        return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        return self.summary()

@@ -1,0 +1,65 @@
+"""Capture a step of static buffers into a CUDA graph once, then replay it (chapter 18).
+
+A decode step of Qwen3.5 is a few hundred kernel launches of a few microseconds each. Launched one by
+one from Python, the GPU waits on the CPU between them. A CUDA graph records the launches once (kernels,
+arguments, addresses) and replays the whole sequence with one call. What that requires, and what the
+engine does for it:
+1. static buffers: every tensor at a fixed address (`buffers.py`); values that change per token are
+   read from device memory (`Counters`), never passed as Python numbers;
+2. warm-up before capture: the first call of a Triton kernel compiles it (and an autotuner would time
+   its configurations, syncing): neither may happen during capture. The warm-up runs the real step, so
+   it changes the state; `preserved` puts the state back afterwards;
+3. no host sync during capture (`.item()`, `int(t)`, printing a tensor): the kernels' host-side range
+   checks skip themselves while the stream is capturing;
+4. no Python control flow on changing values: it is frozen at capture. The engine captures one graph
+   per sampling configuration, and decides on end-of-sequence outside the graph.
+"""
+from __future__ import annotations
+
+import contextlib
+from typing import Callable
+
+import torch
+
+
+@contextlib.contextmanager
+def preserved(tensors: list[torch.Tensor]):
+    """Undo whatever the block writes into `tensors` (in place, so their addresses stay)."""
+    saved = [t.clone() for t in tensors]
+    try:
+        yield
+    finally:
+        for t, s in zip(tensors, saved):
+            t.copy_(s)
+
+
+def warm_up(fn: Callable[[], None], runs: int = 2) -> None:
+    """Run `fn` on a side stream, as torch.cuda.graph's documentation asks before a capture."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(runs):
+            fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+
+
+class GraphedStep:
+    """`fn` (no arguments, static buffers only) captured into a CUDA graph; calling it replays the graph.
+
+    state: the tensors `fn` updates (caches, counters); the warm-up runs are undone on them.
+    pool:  a memory pool shared with other graphs of the same engine (`torch.cuda.graph_pool_handle()`).
+    """
+
+    def __init__(self, fn: Callable[[], None], state: list[torch.Tensor], warmup: int = 2, pool=None):
+        if not torch.cuda.is_available():
+            raise RuntimeError("CUDA graphs need a CUDA GPU")
+        with preserved(state):
+            warm_up(fn, warmup)
+            self.graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(self.graph, pool=pool):
+                fn()
+        torch.cuda.synchronize()
+
+    def __call__(self) -> None:
+        self.graph.replay()

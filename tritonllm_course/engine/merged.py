@@ -1,0 +1,110 @@
+"""Weights merged once at load: one matrix per projection group, so a decode step reads each with one GEMV.
+
+A decode GEMV is bound by the weight bytes it reads, plus about a microsecond of launch and ramp-up per
+call. The checkpoint stores the inputs of a layer's mixer and MLP as separate matrices; stacked along
+their rows they are one read instead of four:
+
+- attention: q_proj [2 * heads * head_dim] + k_proj + v_proj -> [5120, 1024]. q_proj interleaves each
+  head's query and gate rows ([q_0 | g_0 | q_1 | g_1 ...]); the merge gathers them as [all q | all gates]
+  so that at decode every piece of the output (q, gate, k, v) is a contiguous slice.
+- DeltaNet: in_proj_qkv [6144] + in_proj_z [2048] + in_proj_b [16] + in_proj_a [16] -> [8224, 1024].
+- MLP: gate_proj [3584] + up_proj [3584] -> [7168, 1024] (the SwiGLU reads the two halves).
+
+Prefill (many tokens) multiplies by each piece separately: a row slice of the merged matrix is itself a
+contiguous matrix, and each output lands in its own contiguous buffer, as the next kernels want.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from ..config import Qwen35Config
+
+
+@dataclass
+class Merged:
+    weight: torch.Tensor                          # [sum of rows, in_features]
+    pieces: dict[str, tuple[int, int]]            # name -> (first row, end row)
+
+    @classmethod
+    def stack(cls, parts: dict[str, torch.Tensor]) -> "Merged":
+        pieces, start = {}, 0
+        for name, w in parts.items():
+            pieces[name] = (start, start + w.shape[0])
+            start += w.shape[0]
+        return cls(torch.cat(list(parts.values())).contiguous(), pieces)
+
+    def piece(self, name: str) -> torch.Tensor:
+        """The rows of one piece: a contiguous [rows, in_features] view of the merged matrix."""
+        a, b = self.pieces[name]
+        return self.weight[a:b]
+
+    def split(self, out: torch.Tensor) -> dict[str, torch.Tensor]:
+        """A merged output [T, sum of rows] cut into its pieces (views; contiguous when T = 1)."""
+        return {name: out[:, a:b] for name, (a, b) in self.pieces.items()}
+
+
+@dataclass
+class LayerWeights:
+    kind: str                                     # "linear_attention" or "full_attention"
+    ln1: torch.Tensor
+    ln2: torch.Tensor
+    mixer_in: Merged                              # attention: q|gate|k|v; DeltaNet: qkv|z|b|a
+    mixer_out: torch.Tensor                       # o_proj / out_proj [hidden, heads * head_dim]
+    gate_up: Merged                               # gate|up
+    down: torch.Tensor
+    small: dict[str, torch.Tensor] = field(default_factory=dict)   # norms, conv taps, A_log, dt_bias
+
+
+@dataclass
+class EngineWeights:
+    embed: torch.Tensor
+    lm_head: torch.Tensor
+    norm: torch.Tensor
+    layers: list[LayerWeights]
+
+    def nbytes(self) -> int:
+        tensors = {id(t): t for t in (self.embed, self.lm_head, self.norm)}     # a tied head counts once
+        for layer in self.layers:
+            for t in (layer.ln1, layer.ln2, layer.mixer_in.weight, layer.mixer_out, layer.gate_up.weight,
+                      layer.down, *layer.small.values()):
+                tensors[id(t)] = t
+        return sum(t.numel() * t.element_size() for t in tensors.values())
+
+
+def deinterleave_query_gate(q_proj: torch.Tensor, heads: int, head_dim: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """q_proj [heads * 2 * head_dim, hidden], rows [q_0 | g_0 | q_1 | g_1 ...] -> (all q rows, all gate rows)."""
+    per_head = q_proj.view(heads, 2, head_dim, q_proj.shape[1])       # [heads, (q, gate), head_dim, hidden]
+    return per_head[:, 0].reshape(-1, q_proj.shape[1]), per_head[:, 1].reshape(-1, q_proj.shape[1])
+
+
+def merge_weights(config: Qwen35Config, weights: dict[str, torch.Tensor]) -> EngineWeights:
+    """The engine's weights from the checkpoint's (names without prefix, as `weights.load_weights` gives)."""
+    c = config
+    layers = []
+    for i, kind in enumerate(c.layer_types):
+        p = f"layers.{i}."
+        if kind == "full_attention":
+            a = p + "self_attn."
+            q, gate = deinterleave_query_gate(weights[a + "q_proj.weight"], c.num_attention_heads, c.head_dim)
+            mixer_in = Merged.stack({"q": q, "gate": gate, "k": weights[a + "k_proj.weight"],
+                                     "v": weights[a + "v_proj.weight"]})
+            mixer_out = weights[a + "o_proj.weight"]
+            small = {"q_norm": weights[a + "q_norm.weight"], "k_norm": weights[a + "k_norm.weight"]}
+        else:
+            a = p + "linear_attn."
+            mixer_in = Merged.stack({n: weights[a + f"in_proj_{n}.weight"] for n in ("qkv", "z", "b", "a")})
+            mixer_out = weights[a + "out_proj.weight"]
+            small = {"conv": weights[a + "conv1d.weight"].squeeze(1).contiguous(),     # [C, 1, K] -> [C, K]
+                     "A_log": weights[a + "A_log"], "dt_bias": weights[a + "dt_bias"],
+                     "norm": weights[a + "norm.weight"]}
+        m = p + "mlp."
+        layers.append(LayerWeights(
+            kind=kind, ln1=weights[p + "input_layernorm.weight"], ln2=weights[p + "post_attention_layernorm.weight"],
+            mixer_in=mixer_in, mixer_out=mixer_out,
+            gate_up=Merged.stack({"gate": weights[m + "gate_proj.weight"], "up": weights[m + "up_proj.weight"]}),
+            down=weights[m + "down_proj.weight"], small=small))
+    embed = weights["embed_tokens.weight"]
+    return EngineWeights(embed=embed, lm_head=weights.get("lm_head.weight", embed), norm=weights["norm.weight"],
+                         layers=layers)

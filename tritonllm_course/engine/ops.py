@@ -1,0 +1,195 @@
+"""Which kernel each step of the engine runs, for prefill and for decode, and where it comes from.
+
+Every step names a kernel slot (`tritonllm_course.slots`). Each slot runs, by choice:
+  solutions  the course's kernel, solutions/<family>.py (the default)
+  exercises  the learner's kernel, exercises/<family>.py (an unfilled one raises NotImplementedYet)
+  auto       the learner's where it is filled in, else the solution (TRITONLLM_KERNELS overrides, as
+             everywhere in the course)
+  reference  the slot's PyTorch reference, run eagerly and copied into the engine's buffers
+or any callable with the kernel wrapper's signature (to try a variant, or to see a wrong one caught).
+Prefill and decode use different kernels where the shapes call for it (GEMM / GEMV, chunked / recurrent
+delta rule, causal / cached attention, conv over a prompt / one conv step).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from types import SimpleNamespace
+from typing import Callable
+
+from .. import kernels, slots
+
+SOURCES = ("solutions", "exercises", "auto", "reference")
+
+
+@dataclass(frozen=True)
+class Step:
+    name: str
+    where: str            # "model", "every layer", "attention layers", "DeltaNet layers", "sampling"
+    prefill: str | None   # slot of the prefill path (None: not in that path)
+    decode: str | None
+
+
+STEPS = (
+    Step("embed", "model", "embedding_lookup", "embedding_lookup"),
+    Step("ln1", "every layer", "ln1", "ln1"),
+    Step("attn_in_proj", "attention layers", "qkv_proj.prefill", "qkv_proj"),
+    Step("q_norm", "attention layers", "qk_norm", "qk_norm"),
+    Step("k_norm", "attention layers", "qk_norm", "qk_norm"),
+    Step("q_rope", "attention layers", "q_rope", "q_rope"),
+    Step("k_rope", "attention layers", "k_rope", "k_rope"),
+    Step("kv_write", "attention layers", "cache_kv_write", "cache_kv_write"),
+    Step("attention", "attention layers", "prefill_attention", "decode_attention"),
+    Step("output_gate", "attention layers", "attn_output_gate", "attn_output_gate"),
+    Step("o_proj", "attention layers", "attn_out_proj.prefill", "attn_out_proj"),
+    Step("dn_in_proj", "DeltaNet layers", "qkv_proj.prefill", "qkv_proj"),
+    Step("conv", "DeltaNet layers", "conv1d_l2norm.prefill", "conv1d_l2norm.decode"),
+    Step("gates", "DeltaNet layers", "deltanet_gates", "deltanet_gates"),
+    Step("delta_rule", "DeltaNet layers", "gated_delta_chunked", "gated_delta_recurrent"),
+    Step("gated_norm", "DeltaNet layers", "gated_rmsnorm", "gated_rmsnorm"),
+    Step("out_proj", "DeltaNet layers", "attn_out_proj.prefill", "attn_out_proj"),
+    Step("attn_residual", "every layer", "attn_residual", "attn_residual"),
+    Step("ln2", "every layer", "ln2", "ln2"),
+    Step("gate_up", "every layer", "mlp_gate_up.prefill", "mlp_gate_up"),
+    Step("swiglu", "every layer", "swish_mult.merged", "swish_mult.merged"),
+    Step("down", "every layer", "mlp_down_proj.prefill", "mlp_down_proj"),
+    Step("mlp_residual", "every layer", "mlp_residual", "mlp_residual"),
+    Step("final_norm", "model", "ln2", "ln2"),
+    Step("lm_head", "model", "logits_head", "logits_head"),
+    Step("argmax", "model", "argmax_sample", "argmax_sample"),
+    Step("sample", "sampling", "argmax_sample.sample", "argmax_sample.sample"),
+    Step("advance", "model", None, "advance_positions"),
+)
+
+# the output keyword arguments of each slot's wrapper, in the order its reference returns them
+# (then come the `mutated` inputs, updated in place); "out" where not listed
+OUTPUTS = {
+    "q_rope": (), "k_rope": (), "cache_kv_write": (), "advance_positions": (),
+    "conv1d_l2norm.prefill": ("q", "k", "v", "new_state"),
+    "conv1d_l2norm.decode": ("q", "k", "v"),
+    "deltanet_gates": ("beta", "g"),
+    "gated_delta_chunked": ("out", "final_state"),
+    "gated_delta_recurrent": ("out", "final_state"),
+}
+
+# keyword options only the kernels take: the engine checks ids and positions once, on the host, before
+# any work; the kernels' own checks would read device memory (a sync) on every call
+KERNEL_OPTIONS = {
+    "embedding_lookup": {"check_ids": False},
+    "q_rope": {"check_pos": False},
+    "k_rope": {"check_pos": False},
+}
+
+
+def slot_names() -> list[str]:
+    """Every slot the engine uses."""
+    return list(dict.fromkeys(s for step in STEPS for s in (step.prefill, step.decode) if s))
+
+
+@dataclass
+class Op:
+    slot: str
+    source: str            # solutions / exercises / auto / reference / custom
+    label: str             # what runs, for the table
+    fn: Callable
+    calls: list | None = None   # while tracing: every call appends its slot
+
+    def __call__(self, **kwargs):
+        if self.calls is not None:
+            self.calls.append(self.slot)
+        return self.fn(**kwargs)
+
+
+def _reference_op(slot) -> Callable:
+    """The slot's eager PyTorch (its `torch_impl`, else its reference) writing into the engine's buffers.
+
+    `torch_impl` first: it is the form that runs on device data without reading it on the host (the KV
+    cache and decode attention mask by a device-side length), so it can be captured in a CUDA graph.
+    """
+    ref = slot.torch_impl or slot.reference
+    outs = OUTPUTS.get(slot.name, ("out",))
+
+    def call(**kwargs):
+        targets = [kwargs.pop(name) for name in outs]
+        results = ref(**kwargs)
+        results = results if isinstance(results, tuple) else (results,)
+        targets += [kwargs[name] for name in slot.mutated]
+        if len(results) != len(targets):
+            raise RuntimeError(f"the reference of {slot.name} returned {len(results)} tensors for the "
+                               f"{len(targets)} buffers {list(outs) + list(slot.mutated)}")
+        for buf, value in zip(targets, results):
+            if buf is not value:
+                buf.copy_(value)
+        return targets[0] if len(targets) == 1 else tuple(targets)
+
+    return call
+
+
+def resolve(slot_name: str, source) -> Op:
+    """The callable of one slot from one source (a source name, or a callable used as is)."""
+    slot = slots.get(slot_name)
+    if callable(source):
+        return Op(slot_name, "custom", getattr(source, "__name__", "custom function"), source)
+    if source not in SOURCES:
+        raise ValueError(f"source for slot {slot_name!r} must be one of {SOURCES} or a callable, got {source!r}")
+    if source == "reference":
+        return Op(slot_name, "reference", "PyTorch", _reference_op(slot))
+    if not slot.ready:
+        raise ValueError(f"slot {slot_name!r} has no kernel yet: use source 'reference' for it")
+    loaded = kernels.load(slot.family, None if source == "auto" else source)
+    fn = getattr(loaded.module, slot.function)
+    options = KERNEL_OPTIONS.get(slot_name)
+    if options:
+        fn = functools.partial(fn, **options)
+    label = f"{slot.family}.{slot.function}"
+    if source == "auto":   # say which one "auto" found
+        source = f"auto: {loaded.source}"
+    return Op(slot_name, source, label, fn)
+
+
+class OpTable:
+    """The resolved ops of both paths: `table.prefill.<step>(...)`, `table.decode.<step>(...)`.
+
+    sources: {slot name: source} for the slots that differ from `default` (see the module doc).
+    """
+
+    def __init__(self, sources: dict | None = None, default: str = "solutions"):
+        names = slot_names()
+        sources = dict(sources or {})
+        unknown = sorted(set(sources) - set(names))
+        if unknown:
+            raise KeyError(f"the engine has no slot {unknown}; its slots are: {', '.join(names)}")
+        self.ops = {name: resolve(name, sources.get(name, default)) for name in names}
+        self.prefill = SimpleNamespace(**{s.name: self.ops[s.prefill] for s in STEPS if s.prefill})
+        self.decode = SimpleNamespace(**{s.name: self.ops[s.decode] for s in STEPS if s.decode})
+
+    def sources(self) -> dict[str, str]:
+        return {name: op.source for name, op in self.ops.items()}
+
+    def rows(self) -> list[dict]:
+        """One row per step: its slots, the functions that run them, and their source."""
+        rows = []
+        for s in STEPS:
+            ops = [self.ops[n] for n in (s.prefill, s.decode) if n]
+            runs = " / ".join(dict.fromkeys(op.label for op in ops))
+            source = " / ".join(dict.fromkeys(op.source for op in ops))
+            rows.append({"step": s.name, "where": s.where, "prefill": s.prefill or "-", "decode": s.decode or "-",
+                         "runs (prefill / decode)": runs, "source": source})
+        return rows
+
+    def markdown(self) -> str:
+        """The table as markdown (for a notebook: `display(Markdown(engine.ops.markdown()))`)."""
+        rows = self.rows()
+        return "\n".join(["| " + " | ".join(rows[0]) + " |", "|---" * len(rows[0]) + "|"]
+                         + ["| " + " | ".join(f"`{v}`" if k in ("prefill", "decode", "runs (prefill / decode)")
+                                               and v != "-" else v for k, v in r.items()) + " |" for r in rows])
+
+    def __str__(self) -> str:
+        rows = self.rows()
+        widths = {k: max(len(k), *(len(r[k]) for r in rows)) for k in rows[0]}
+        line = "  ".join(f"{k:<{w}}" for k, w in widths.items())
+        return "\n".join([line, "  ".join("-" * w for w in widths.values())]
+                         + ["  ".join(f"{r[k]:<{w}}" for k, w in widths.items()) for r in rows])
+
+    __repr__ = __str__
+    _repr_pretty_ = lambda self, p, cycle: p.text(str(self))  # noqa: E731
