@@ -1,0 +1,114 @@
+"""The profiling helpers of chapter 20: the byte model against the spec, kernel calls per token against the
+engine's step table, the attribution of a trace's kernels to slots, and the GPU breakdown."""
+from collections import Counter
+
+import pytest
+import torch
+
+from tritonllm_course import profiling as P
+from tritonllm_course.config import QWEN35_0_8B, TINY
+from tritonllm_course.engine import Engine
+
+
+@pytest.fixture(scope="module")
+def tiny_engine():
+    return Engine.random(TINY, torch.float32, "cpu", seed=0, max_seq_len=16)
+
+
+@pytest.mark.parametrize("context", [0, 1, 4096, 262144])
+def test_bytes_per_token_is_the_specs(context):
+    assert P.bytes_per_token(QWEN35_0_8B, context) == 1_544_820_416 + 12_288 * context
+
+
+def test_bytes_per_token_item_by_item():
+    """The spec's section 6 table, line by line."""
+    b = P.step_bytes(QWEN35_0_8B, 100)
+    assert b["dn_in_proj"] + b["out_proj"] == 18 * 21_037_056                  # GDN matrices
+    assert b["conv"] == 18 * 24_576 * 2 + 1_769_472                            # taps; state read + written
+    assert b["gates"] + b["gated_norm"] == 18 * (16 * 4 + 16 * 2 + 128 * 4)    # A_log, dt_bias, norm
+    assert b["attn_in_proj"] + b["o_proj"] == 6 * 14_680_064                   # attention matrices
+    assert b["q_norm"] + b["k_norm"] == 6 * 1_024
+    assert b["gate_up"] + b["down"] == 24 * 22_020_096
+    assert b["ln1"] + b["ln2"] == 24 * 4_096
+    assert b["final_norm"] == b["embed"] == 2_048
+    assert b["lm_head"] == 508_559_360 + 496_640                               # the table; logits written
+    assert b["delta_rule"] == 37_748_736
+    assert b["kv_write"] == 12_288 and b["attention"] == 12_288 * 100
+    weights = sum(b.values()) - b["delta_rule"] - 1_769_472 - 496_640 - b["kv_write"] - b["attention"]
+    assert weights == 1_504_793_280
+    slots = P.slot_bytes(QWEN35_0_8B, 100)
+    assert slots["qkv_proj"] == b["attn_in_proj"] + b["dn_in_proj"]
+    assert slots["ln2"] == b["ln2"] + b["final_norm"]
+    assert sum(slots.values()) == sum(b.values())
+
+
+def test_byte_model_follows_the_dtype_and_checks_context():
+    half, full = P.bytes_per_token(QWEN35_0_8B, 0), P.bytes_per_token(QWEN35_0_8B, 0, torch.float32)
+    assert 1.9 * half < full < 2 * half          # fp32 doubles all but the fp32 state and small tensors
+    with pytest.raises(ValueError, match="context"):
+        P.bytes_per_token(QWEN35_0_8B, -1)
+    assert P.floor_us(QWEN35_0_8B, 0, gbps=4230) == pytest.approx(1_544_820_416 / 4230e9 * 1e6)
+
+
+def test_expected_calls_of_the_real_model():
+    calls = P.expected_calls(QWEN35_0_8B)
+    assert sum(calls.values()) == 335            # 24 x 7 + 6 x 9 + 18 x 6 + embed, final norm, head, argmax, advance
+    assert calls["qkv_proj"] == calls["attn_out_proj"] == 24
+    assert calls["ln2"] == 25 and calls["qk_norm"] == 12
+    assert calls["decode_attention"] == 6 and calls["gated_delta_recurrent"] == 18
+    assert "argmax_sample.sample" not in calls
+    sampled = P.expected_calls(QWEN35_0_8B, sampling=True)
+    assert sampled["argmax_sample.sample"] == 1 and "argmax_sample" not in sampled
+
+
+def test_traced_calls_match_the_op_table(tiny_engine):
+    calls = P.traced_calls(tiny_engine)
+    assert Counter(calls) == P.expected_calls(TINY)
+    assert calls[0] == "embedding_lookup" and calls[-2:] == ["argmax_sample", "advance_positions"]
+
+
+def test_slot_kernels(tiny_engine):
+    kernels = P.slot_kernels(tiny_engine)
+    for slot in ("qkv_proj", "attn_out_proj", "mlp_gate_up", "mlp_down_proj", "logits_head"):
+        assert "gemv_kernel" in kernels[slot]
+    assert "decode_attention_kernel" in kernels["decode_attention"]
+    assert "output_gate_kernel" not in kernels["decode_attention"]
+    assert {"argmax_partial_kernel", "argmax_merge_kernel"} <= kernels["argmax_sample"]
+    mixed = Engine.random(TINY, torch.float32, "cpu", seed=0, max_seq_len=8, sources={"ln1": "reference"})
+    assert P.slot_kernels(mixed)["ln1"] == set()
+
+
+def test_attribute_follows_the_call_order():
+    calls = ["ln1", "qkv_proj", "ln2", "logits_head", "argmax_sample"]
+    per_slot = {"ln1": {"norm"}, "ln2": {"norm"}, "qkv_proj": {"gemv"}, "logits_head": {"gemv"},
+                "argmax_sample": {"partial", "merge"}}
+    one = ["norm", "gemv", "norm", "gemv", "partial", "merge"]
+    trace = one + ["Memcpy DtoH"] + one
+    owners = P.attribute(trace, calls, per_slot, tokens=2)
+    assert owners[:6] == ["ln1", "qkv_proj", "ln2", "logits_head", "argmax_sample", "argmax_sample"]
+    assert owners[6] == P.OTHER and owners[7:] == owners[:6]
+    # a kernel whose count does not fit the calls cannot be placed among several slots
+    assert P.attribute(["norm"] * 3, calls, per_slot, tokens=2) == [P.OTHER] * 3
+    assert P.attribute(["partial"] * 3, calls, per_slot, tokens=2) == ["argmax_sample"] * 3
+
+
+def test_decode_breakdown_needs_a_gpu(tiny_engine, rt):
+    if rt.on_gpu:
+        pytest.skip("on a GPU the CPU engine is not what is profiled")
+    with pytest.raises(RuntimeError, match="GPU"):
+        P.decode_breakdown(tiny_engine)
+
+
+@pytest.mark.gpu
+def test_decode_breakdown_on_the_gpu():
+    engine = Engine.random(QWEN35_0_8B, torch.bfloat16, "cuda", seed=0, max_seq_len=128)
+    prof = P.decode_breakdown(engine, steps=4, prompt_len=16)
+    assert set(prof.runs) == {"launched op by op", "CUDA graph"}
+    for run in prof.runs.values():
+        assert run.kernel_us > 0
+        # wall time comes from a run without the profiler, kernel times from the profiled one: 2% slack
+        assert run.kernel_us <= 1.02 * run.wall_us, str(run)
+        slots = {r["slot"]: r for r in run.slots}
+        assert slots["logits_head"]["calls"] == 1 and slots["qkv_proj"]["calls"] == 24, str(run)
+        assert slots["logits_head"]["GB/s"] > 0
+    assert prof.runs["CUDA graph"].wall_us < prof.runs["launched op by op"].wall_us

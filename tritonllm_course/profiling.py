@@ -1,0 +1,398 @@
+"""Profile first: where a decode step of the engine spends its time, and how far each kernel is from the
+bytes it must move (chapter 20).
+
+- `step_bytes` / `slot_bytes` / `bytes_per_token`: the HBM bytes one decode token must move, per step of
+  the engine, per kernel slot and in total (the spec's section 6), computed from the config alone;
+  `floor_us`: those bytes at the measured copy bandwidth.
+- `expected_calls` / `traced_calls`: the kernel slots one decode token calls, predicted from the engine's
+  step table (`engine.ops.STEPS`) and recorded with `engine.tracing()` (works on the CPU).
+- `decode_breakdown` (GPU only): torch.profiler over a few decode steps, launched op by op and replayed
+  from the CUDA graph; every kernel of the trace attributed to the slot that launched it; GPU time per
+  token, per kernel and per slot, against the wall time per token and against the bytes of each slot.
+"""
+from __future__ import annotations
+
+import ast
+import functools
+import inspect
+import sys
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+
+import torch
+
+from .config import Qwen35Config
+from .engine.ops import STEPS
+from .regions import call_closure
+
+OTHER = "other (not a course kernel)"
+
+
+# --- the byte model ----------------------------------------------------------------------------------------
+def step_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> dict[str, int]:
+    """HBM bytes one greedy decode token moves in each step of the engine (`engine.ops.STEPS` names), all
+    the step's calls of the token together.
+
+    Counted, as the spec's section 6 does: every weight read once (matrices, norms, conv taps, `A_log`,
+    `dt_bias`) in `dtype`, except `A_log` and the gated norm's weight, which the checkpoint keeps in fp32;
+    the DeltaNet conv state (model dtype) and recurrent state (fp32), each read and written; the KV cache:
+    the new token's K and V written (`kv_write`) and `context` tokens' K and V read (`attention`), where
+    `context` is the cache length the step attends to, the new token included; the logits written by the
+    LM head; one embedding row. Not counted: activations (under 0.1 MB a token: the residual stream, the
+    projections' outputs, the logits' re-read by the argmax) and the RoPE tables' rows.
+    For Qwen3.5-0.8B in bf16 the total is 1,544,820,416 + 12,288 * context.
+    """
+    if context < 0:
+        raise ValueError(f"context must be >= 0 cached tokens, got {context}")
+    c = config
+    e, f32 = torch.empty((), dtype=dtype).element_size(), 4
+    H, n = c.hidden_size, c.num_hidden_layers
+    na, nd = len(c.attention_layers), len(c.linear_layers)
+    q_width = c.num_attention_heads * c.head_dim
+    kv_token = 2 * c.num_key_value_heads * c.head_dim * e                  # K and V of one token, one layer
+    attn_in_rows = 2 * q_width + 2 * c.num_key_value_heads * c.head_dim    # merged [q | gate | k | v]
+    HV = c.linear_num_value_heads
+    dn_in_rows = c.conv_dim + c.linear_value_dim + 2 * HV                  # merged [qkv | z | b | a]
+    conv_state = c.conv_dim * c.linear_conv_kernel_dim * e                 # as many columns as taps
+    return {
+        "embed": H * e,
+        "ln1": n * H * e,
+        "attn_in_proj": na * attn_in_rows * H * e,
+        "q_norm": na * c.head_dim * e,
+        "k_norm": na * c.head_dim * e,
+        "q_rope": 0,
+        "k_rope": 0,
+        "kv_write": na * kv_token,
+        "attention": na * kv_token * context,
+        "output_gate": 0,
+        "o_proj": na * H * q_width * e,
+        "dn_in_proj": nd * dn_in_rows * H * e,
+        "conv": nd * (conv_state + 2 * conv_state),                        # taps; state read and written
+        "gates": nd * HV * (f32 + e),                                      # A_log (fp32), dt_bias
+        "delta_rule": nd * 2 * HV * c.linear_key_head_dim * c.linear_value_head_dim * f32,
+        "gated_norm": nd * c.linear_value_head_dim * f32,
+        "out_proj": nd * H * c.linear_value_dim * e,
+        "attn_residual": 0,
+        "ln2": n * H * e,
+        "gate_up": n * 2 * c.intermediate_size * H * e,
+        "swiglu": 0,
+        "down": n * c.intermediate_size * H * e,
+        "mlp_residual": 0,
+        "final_norm": H * e,
+        "lm_head": c.vocab_size * H * e + c.vocab_size * e,                # the tied table; logits written
+        "argmax": 0,
+        "advance": 0,
+    }
+
+
+def slot_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> dict[str, int]:
+    """`step_bytes` summed per kernel slot of the decode path (e.g. `qkv_proj` = both in-projections)."""
+    per_step = step_bytes(config, context, dtype)
+    out: dict[str, int] = {}
+    for s in STEPS:
+        if s.decode and s.name in per_step:
+            out[s.decode] = out.get(s.decode, 0) + per_step[s.name]
+    return out
+
+
+def bytes_per_token(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> int:
+    """HBM bytes of one decode token at `context` cached tokens (the new one included): see `step_bytes`."""
+    return sum(step_bytes(config, context, dtype).values())
+
+
+def floor_us(config: Qwen35Config, context: int, gbps: float | None = None, dtype=torch.bfloat16) -> float:
+    """The bandwidth floor of one decode token in us: its bytes at `gbps` (default: this GPU's measured
+    copy bandwidth, `benchmark.ceiling_gbps()`)."""
+    if gbps is None:
+        if not torch.cuda.is_available():
+            raise ValueError("no GPU here to measure the copy bandwidth: pass gbps (the H200 measured 4230)")
+        from .benchmark import ceiling_gbps
+        gbps = ceiling_gbps()
+    return bytes_per_token(config, context, dtype) / (gbps * 1e9) * 1e6
+
+
+# --- kernel calls per token --------------------------------------------------------------------------------
+_PER = {"model": lambda c: 1, "every layer": lambda c: c.num_hidden_layers,
+        "attention layers": lambda c: len(c.attention_layers), "DeltaNet layers": lambda c: len(c.linear_layers)}
+
+
+def expected_calls(config: Qwen35Config, sampling: bool = False) -> Counter:
+    """{slot: calls} of one decode token, from the engine's step table: each step runs once per layer of
+    its kind (or once per token). Greedy (argmax) unless `sampling`."""
+    calls: Counter = Counter()
+    for s in STEPS:
+        if not s.decode or (s.name == "argmax" and sampling):
+            continue
+        n = (1 if sampling else 0) if s.where == "sampling" else _PER[s.where](config)
+        if n:
+            calls[s.decode] += n
+    return calls
+
+
+def _ready_for_decode(engine, prompt_len: int, tokens: int) -> None:
+    """Reset the engine and prefill a prompt of `prompt_len` tokens, with room for `tokens` more."""
+    if prompt_len + tokens > engine.max_seq_len:
+        raise ValueError(f"a {prompt_len}-token prompt and {tokens} decode steps need a cache of "
+                         f"{prompt_len + tokens} tokens; the engine holds {engine.max_seq_len} (max_seq_len)")
+    engine.reset()
+    engine.prefill([(7 * i + 3) % engine.config.vocab_size for i in range(prompt_len)])
+
+
+def traced_calls(engine, prompt_len: int = 4) -> list[str]:
+    """The slots one greedy decode step of `engine` calls, in order (`engine.tracing()`; no timing, runs on
+    the CPU). Resets the engine."""
+    _ready_for_decode(engine, prompt_len, 1)
+    graph, engine.use_graph = engine.use_graph, False     # a graph replay runs no Python: nothing to trace
+    try:
+        with engine.tracing() as calls:
+            engine.decode()
+    finally:
+        engine.use_graph = graph
+    return list(calls)
+
+
+# --- which kernel belongs to which slot --------------------------------------------------------------------
+def _kernel_name(obj) -> str:
+    """The name a Triton kernel has in a profiler trace: its Python function's (through autotuners)."""
+    while not inspect.isfunction(obj):
+        obj = obj.fn
+    return obj.__name__
+
+
+def kernels_of(fn) -> set[str]:
+    """Names of the Triton kernels a host wrapper can launch: the @triton.jit functions its module-level
+    call closure refers to (imported ones included)."""
+    from triton.runtime.jit import KernelInterface
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    module = sys.modules.get(getattr(fn, "__module__", ""))
+    if module is None or not inspect.isfunction(fn):
+        return set()
+    try:
+        text = inspect.getsource(module)
+    except (OSError, TypeError):
+        return set()
+    closure = call_closure(text, fn.__name__)
+    names = set()
+    for node in ast.parse(text).body:
+        if isinstance(node, ast.FunctionDef) and node.name in closure:
+            for ref in ast.walk(node):
+                obj = module.__dict__.get(ref.id) if isinstance(ref, ast.Name) else None
+                if isinstance(obj, KernelInterface):
+                    names.add(_kernel_name(obj))
+    return names
+
+
+def slot_kernels(engine) -> dict[str, set[str]]:
+    """{slot of the decode path: names of the Triton kernels its op can launch} (empty for PyTorch ops)."""
+    decode_slots = {s.decode for s in STEPS if s.decode}
+    return {name: (set() if op.source == "reference" else kernels_of(op.fn))
+            for name, op in engine.ops.ops.items() if name in decode_slots}
+
+
+def attribute(kernel_names: list[str], calls: list[str], per_slot: dict[str, set[str]], tokens: int) -> list[str]:
+    """The slot of each kernel of a trace (in stream order) of `tokens` decode steps.
+
+    A kernel name launched by one call of each slot that can launch it: its k-th occurrence belongs to the
+    k-th such call (the order of `calls`, repeated per token). Otherwise, when a single slot can launch it,
+    that slot; else `OTHER`.
+    """
+    owners = {}
+    for name in set(kernel_names):
+        candidates = [s for s in calls if name in per_slot.get(s, ())]
+        owners[name] = candidates
+    seen: Counter = Counter()
+    total = Counter(kernel_names)
+    slots_of = []
+    for name in kernel_names:
+        cands = owners[name]
+        if cands and total[name] == tokens * len(cands):
+            slots_of.append(cands[seen[name] % len(cands)])
+        elif len(set(cands)) == 1:
+            slots_of.append(cands[0])
+        else:
+            slots_of.append(OTHER)
+        seen[name] += 1
+    return slots_of
+
+
+# --- the GPU profile ---------------------------------------------------------------------------------------
+@dataclass
+class Breakdown:
+    """One mode's profile: GPU time per token of every kernel and every slot, and the wall time per token."""
+    mode: str                                   # "launched op by op" or "CUDA graph"
+    tokens: int                                 # decode steps profiled
+    wall_us: float                              # per token, measured without the profiler
+    kernels: list[dict] = field(default_factory=list)   # name, slot, calls, us (per token), mean_us, share
+    slots: list[dict] = field(default_factory=list)     # slot, calls, us, share, bytes, GB/s, % of ceiling
+
+    @property
+    def kernel_us(self) -> float:
+        """GPU time per token: the sum of every kernel's (and copy's) duration."""
+        return sum(k["us"] for k in self.kernels)
+
+    @property
+    def launches(self) -> float:
+        return sum(k["calls"] for k in self.kernels)
+
+    def __str__(self) -> str:
+        gap = self.wall_us - self.kernel_us
+        lines = [f"{self.mode}: {self.wall_us:.1f} us per token (wall), {self.kernel_us:.1f} us of kernels "
+                 f"({self.launches:.0f} per token), {gap:.1f} us with the GPU idle "
+                 f"({100 * gap / self.wall_us:.0f}%)",
+                 f"  {'slot':<24} {'calls':>5} {'us/token':>9} {'share':>6} {'MB':>8} {'GB/s':>6} {'% ceil':>6}"]
+        for r in self.slots:
+            mb = f"{r['bytes'] / 1e6:8.2f}" if r["bytes"] is not None else f"{'-':>8}"
+            bw = f"{r['GB/s']:6.0f} {r['% of ceiling']:6.1f}" if r["GB/s"] else f"{'-':>6} {'-':>6}"
+            lines.append(f"  {r['slot']:<24} {r['calls']:5.0f} {r['us']:9.2f} {100 * r['share']:5.1f}% {mb} {bw}")
+        return "\n".join(lines)
+
+    def kernel_table(self, top: int = 15) -> str:
+        """The kernels by GPU time per token, as the profiler names them."""
+        lines = [f"  {'kernel':<34} {'slot':<22} {'calls':>5} {'us/token':>9} {'mean us':>8} {'share':>6}"]
+        for r in self.kernels[:top]:
+            lines.append(f"  {r['name'][:34]:<34} {r['slot'][:22]:<22} {r['calls']:5.0f} {r['us']:9.2f} "
+                         f"{r['mean_us']:8.2f} {100 * r['share']:5.1f}%")
+        return "\n".join(lines)
+
+    _repr_pretty_ = lambda self, p, cycle: p.text(str(self))  # noqa: E731
+
+
+def _tables(names: list[str], durations: list[float], owners: list[str], tokens: int,
+            nbytes: dict[str, int], gbps: float) -> tuple[list[dict], list[dict]]:
+    total = sum(durations) or 1.0
+    per_kernel: dict[tuple[str, str], list[float]] = {}
+    for name, us, slot in zip(names, durations, owners):
+        per_kernel.setdefault((name, slot), []).append(us)
+    kernels = sorted(({"name": n, "slot": s, "calls": len(t) / tokens, "us": sum(t) / tokens,
+                       "mean_us": sum(t) / len(t), "share": sum(t) / total} for (n, s), t in per_kernel.items()),
+                     key=lambda r: -r["us"])
+    per_slot: dict[str, list[float]] = {}
+    for us, slot in zip(durations, owners):
+        per_slot.setdefault(slot, []).append(us)
+    slots = []
+    for slot, t in sorted(per_slot.items(), key=lambda kv: -sum(kv[1])):
+        us = sum(t) / tokens
+        b = nbytes.get(slot)
+        bw = b / (us * 1e-6) / 1e9 if b else None
+        slots.append({"slot": slot, "calls": len(t) / tokens, "us": us, "share": sum(t) / total, "bytes": b,
+                      "GB/s": bw, "% of ceiling": 100 * bw / gbps if bw else None})
+    return kernels, slots
+
+
+def _profile_mode(engine, graph: bool, tokens: int, prompt_len: int, calls: list[str],
+                  per_slot: dict[str, set[str]], nbytes: dict[str, int], gbps: float) -> Breakdown:
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    engine.use_graph = graph
+    _ready_for_decode(engine, prompt_len, 2 + 2 * tokens)
+    for _ in range(2):                          # compile, autotune and capture before anything is timed
+        engine.decode()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(tokens):                     # as the engine streams: one host read of the token each
+        engine.decode()
+        int(engine.counters.ids[0])
+    wall_us = (time.perf_counter() - t0) * 1e6 / tokens
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(tokens):
+            engine.decode()
+            int(engine.counters.ids[0])
+        torch.cuda.synchronize()
+    # device-side work only: kernels, copies, memsets (not record_function ranges mirrored onto the GPU)
+    events = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA
+                     and not getattr(e, "is_user_annotation", False)), key=lambda e: e.time_range.start)
+    names = [e.name for e in events]
+    durations = [e.time_range.elapsed_us() for e in events]
+    kernels, slots = _tables(names, durations, attribute(names, calls, per_slot, tokens), tokens, nbytes, gbps)
+    mode = "CUDA graph" if graph else "launched op by op"
+    return Breakdown(mode, tokens, wall_us, kernels, slots)
+
+
+@dataclass
+class DecodeProfile:
+    """`decode_breakdown`'s result: the same decode steps launched op by op and replayed from the graph."""
+    context: float                              # mean cache length the profiled steps attend to
+    gbps: float                                 # the measured copy ceiling
+    bytes: dict[str, int]                       # slot -> bytes per token at `context`
+    calls: Counter                              # slot -> calls per token (engine.tracing())
+    runs: dict[str, Breakdown]
+
+    @property
+    def floor_us(self) -> float:
+        return sum(self.bytes.values()) / (self.gbps * 1e9) * 1e6
+
+    def __str__(self) -> str:
+        head = (f"decode at ~{self.context:.0f} cached tokens: {sum(self.bytes.values()) / 1e6:.1f} MB per token, "
+                f"bandwidth floor {self.floor_us:.1f} us at {self.gbps:.0f} GB/s; "
+                f"{sum(self.calls.values())} op calls per token")
+        return "\n\n".join([head, *map(str, self.runs.values())])
+
+    _repr_pretty_ = lambda self, p, cycle: p.text(str(self))  # noqa: E731
+
+    def plot(self):
+        """Left: GPU time per token of each slot (graph replay) beside its bandwidth floor. Right: wall time
+        against kernel time per token, op by op and from the graph, with the floor."""
+        import matplotlib.pyplot as plt
+        fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 4.5), gridspec_kw={"width_ratios": [3, 2]})
+        run = self.runs.get("CUDA graph") or next(iter(self.runs.values()))
+        rows = run.slots
+        ys = range(len(rows))
+        ax.barh(ys, [r["us"] for r in rows], color="tab:orange", label=f"GPU time ({run.mode})")
+        floors = [(r["bytes"] or 0) / (self.gbps * 1e9) * 1e6 for r in rows]
+        ax.barh(ys, floors, color="none", edgecolor="k", hatch="//", label="its bytes at the copy ceiling")
+        ax.set_yticks(list(ys), [f"{r['slot']} ({r['calls']:.0f}x)" for r in rows], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("us per token")
+        ax.set_title("where the GPU time goes, per slot")
+        ax.legend(fontsize=8)
+        modes = list(self.runs)
+        bx.bar(modes, [self.runs[m].wall_us for m in modes], color="0.8", label="wall time per token")
+        bx.bar(modes, [self.runs[m].kernel_us for m in modes], color="tab:orange", label="kernel time per token")
+        bx.axhline(self.floor_us, color="k", ls="--", lw=1, label=f"bandwidth floor {self.floor_us:.0f} us")
+        for i, m in enumerate(modes):
+            bx.text(i, self.runs[m].wall_us, f"{self.runs[m].wall_us:.0f} us\n{self.runs[m].launches:.0f} kernels",
+                    ha="center", va="bottom", fontsize=8)
+        bx.set_ylabel("us per token")
+        bx.set_title("the launch gap: GPU idle = wall - kernels")
+        bx.legend(fontsize=8)
+        fig.tight_layout()
+        return fig
+
+
+def decode_breakdown(engine, steps: int = 8, prompt_len: int = 64,
+                     modes: tuple[str, ...] = ("eager", "graph")) -> DecodeProfile:
+    """Profile `steps` greedy decode steps of `engine` on the GPU after a `prompt_len`-token prompt, in each
+    mode ("eager": launched op by op; "graph": replayed from the CUDA graph). Resets the engine.
+
+    Wall time per token is measured in a separate run without the profiler (the profiler slows the host);
+    kernel times come from torch.profiler's CUDA trace, which records the kernels of graph replays too.
+    Bytes per slot follow the one-kernel-per-operator steps (`engine.ops.STEPS`): a slot they do not
+    name (a fused kernel) shows its time but no bytes.
+    """
+    if engine.device.type != "cuda":
+        raise RuntimeError("decode_breakdown profiles kernels on a GPU: this engine is on "
+                           f"{engine.device.type}; on the CPU use traced_calls and step_bytes")
+    unknown = set(modes) - {"eager", "graph"}
+    if unknown or not modes:
+        raise ValueError(f"modes must be among ('eager', 'graph'), got {modes}")
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    from .benchmark import ceiling_gbps
+    gbps = ceiling_gbps()
+    calls = traced_calls(engine, prompt_len)
+    per_slot = slot_kernels(engine)
+    context = prompt_len + 2 + (steps + 1) / 2 + steps     # the profiled run follows the timed one
+    nbytes = slot_bytes(engine.config, round(context), engine.dtype)
+    use_graph = engine.use_graph
+    runs = {}
+    try:
+        for mode in modes:
+            b = _profile_mode(engine, mode == "graph", steps, prompt_len, calls, per_slot, nbytes, gbps)
+            runs[b.mode] = b
+    finally:
+        engine.use_graph = use_graph
+        engine.reset()
+    return DecodeProfile(context, gbps, nbytes, Counter(calls), runs)
