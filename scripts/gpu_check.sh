@@ -48,8 +48,10 @@ step() {  # step NAME LOG CMD...: run, record time and exit status
 } >"$SUMMARY" 2>&1
 
 status=0
+# tests one at a time: some assert timings (fused vs unfused, tuned vs hand-picked), which a shared GPU
+# would disturb; notebooks in parallel: nbval compares no outputs
 want tests && { step "tests (GPU mode, real shapes)" "$OUT/tests.log" \
-  $PY -m pytest tests -q -p no:cacheprovider -o addopts="" $PAR ${PYTEST_ARGS:-} || status=1; }
+  $PY -m pytest tests -q -p no:cacheprovider -o addopts="" ${PYTEST_ARGS:-} || status=1; }
 want notebooks && { step "notebooks (nbval)" "$OUT/notebooks.log" \
   $PY -m pytest notebooks -q -p no:cacheprovider -o addopts="" --nbval-lax --nbval-cell-timeout=900 $PAR || status=1; }
 # timings last and one at a time: nothing else on the GPU while they run

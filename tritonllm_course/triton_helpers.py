@@ -75,3 +75,29 @@ def gemv_rows(x_ptr, w_ptr, rows, N, K, k_lo, k_hi, BLOCK_N: tl.constexpr, BLOCK
                     eviction_policy="evict_first").to(tl.float32)                       # [BLOCK_N, BLOCK_K]
         acc += w * x[None, :]
     return tl.sum(acc, axis=1)
+
+
+@triton.jit
+def linear_tile(x_ptr, w_ptr, rm, rn, M, N, K,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """x[rm, :] @ W[rn, :].T for the BLOCK_M rows `rm` of x [M, K] and the BLOCK_N rows `rn` of W [N, K]:
+    fp32 [BLOCK_M, BLOCK_N] (0 outside M and N).
+
+    The prefill GEMM's walk along K (chapter 05's, shared by chapter 25's autotuned GEMM): each step an x
+    tile [BLOCK_M, BLOCK_K] and a W.T tile [BLOCK_K, BLOCK_N] read in place, multiplied by `tl.dot` in the
+    input dtype (bf16/fp16 on the tensor cores; "ieee": fp32 stays fp32, not tf32), summed in fp32.
+    """
+    rk = tl.arange(0, BLOCK_K)
+    m_ok = rm < M
+    n_ok = rn < N
+    x_ptrs = x_ptr + rm[:, None].to(tl.int64) * K + rk[None, :]          # [BLOCK_M, BLOCK_K]
+    w_ptrs = w_ptr + rn[None, :].to(tl.int64) * K + rk[:, None]          # [BLOCK_K, BLOCK_N]: W read as W.T
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        k_ok = (k0 + rk) < K
+        a = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
+        b = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
+        acc = tl.dot(a, b, acc, input_precision="ieee")
+        x_ptrs += BLOCK_K
+        w_ptrs += BLOCK_K
+    return acc
