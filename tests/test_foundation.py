@@ -1,5 +1,4 @@
 """The course's machinery: runtime, checks that can fail, the exercise pipeline, set-up files."""
-import json
 import re
 import subprocess
 import sys

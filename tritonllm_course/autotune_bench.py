@@ -20,9 +20,7 @@ On a GPU (kernel times: CUDA-graph replays over input sets larger than L2, `benc
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
-import datetime
 import inspect
 import json
 import math
@@ -36,6 +34,7 @@ from pathlib import Path
 
 import torch
 
+from .benchmark import gpu_script, results_stem
 from .runtime import runtime
 
 SHAPES = [(5120, 1024), (8224, 1024), (7168, 1024), (1024, 3584), (1024, 2048), (248320, 1024)]
@@ -377,14 +376,10 @@ def plot_retuning(results: list[dict], what: str = "seconds", ax=None):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", default="results")
-    args = ap.parse_args(argv)
-    from .runtime import setup
-    rt = setup()
-    if not rt.on_gpu:
-        print("autotune_bench needs a GPU")
+    started = gpu_script(__doc__, argv)
+    if started is None:
         return 1
+    args, rt = started
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -398,10 +393,8 @@ def main(argv=None) -> int:
     retuning(at, (100,), ["M", "N", "K"], N, K)     # compile first (M % 16 != 0 like every length): time tuning
     buckets = [retuning(at, PROMPT_LENGTHS, key, N, K) for key in (["M", "N", "K"], ["M_BUCKET", "N", "K"])]
     disk = disk_cache()
-    date = datetime.date.today().isoformat()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tag = f"autotune_{torch.cuda.get_device_name().lower().replace(' ', '-')}_{date}"
+    stem, date = results_stem(args.out, "autotune")
+    out, tag = stem.parent, stem.name
     (out / f"{tag}.json").write_text(json.dumps(
         {"gpu": rt.gpu_name, "date": date, "summary": rt.summary(),
          "cache_results_supported": "cache_results" in inspect.signature(triton.autotune).parameters,

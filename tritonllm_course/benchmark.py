@@ -10,6 +10,8 @@ GPU and cached.
 """
 from __future__ import annotations
 
+import argparse
+import datetime
 import json
 import math
 from dataclasses import dataclass, field
@@ -59,7 +61,6 @@ def ceiling_gbps(refresh: bool = False) -> float:
     dst.copy_(src)
     ms = _median_event_time(lambda: dst.copy_(src), 15)
     cache[name] = 2 * n / (ms * 1e-3) / 1e9
-    del src, dst
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(cache, indent=1))
     return cache[name]
@@ -216,3 +217,32 @@ def plot_sweep(results: list[BenchResult], x_key: str, ax=None):
     ax.set_title(f"{results[0].name} on {results[0].gpu} ({results[0].dtype})")
     ax.legend()
     return ax
+
+
+def gpu_tag() -> str:
+    """The GPU's name for file names: 'NVIDIA H200' -> 'nvidia-h200'."""
+    return torch.cuda.get_device_name().lower().replace(" ", "-")
+
+
+def results_stem(out: str | Path, name: str) -> tuple[Path, str]:
+    """(out/<name>_<gpu>_<date>, date): where a GPU script writes its .json, .md and .png."""
+    date = datetime.date.today().isoformat()
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    return out / f"{name}_{gpu_tag()}_{date}", date
+
+
+def gpu_script(doc: str, argv=None, add_args=None):
+    """The command line every GPU benchmark script shares: `--out DIR` (and `add_args(parser)`'s).
+    Returns (args, runtime), or None after saying why when there is no GPU."""
+    from .runtime import setup
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="results", help="folder for the JSON, markdown and PNG results")
+    if add_args:
+        add_args(ap)
+    args = ap.parse_args(argv)
+    rt = setup()
+    if not rt.on_gpu:
+        print(f"{doc.strip().splitlines()[0]}\nneeds a GPU: nothing measured")
+        return None
+    return args, rt

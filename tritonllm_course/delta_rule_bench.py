@@ -13,11 +13,11 @@ Every timing is a CUDA-graph replay over input sets larger than L2 (`benchmark.t
 """
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
 import math
 from pathlib import Path
+
+from .benchmark import gpu_script, results_stem
 
 PREFILL_T = (128, 512, 1024, 2048, 4096, 8192)
 DECODE_SPLITS = [(bv, nw) for bv in (4, 8, 16, 32) for nw in (1, 2, 4)]
@@ -250,25 +250,21 @@ def plot(res, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="results")
-    args = ap.parse_args(argv)
-    from .runtime import setup
-    rt = setup()
-    if not rt.on_gpu:
-        print("delta_rule_bench needs a GPU")
+    started = gpu_script(__doc__, argv)
+    if started is None:
         return 1
+    args, rt = started
     import torch
     from . import kernels
     from .benchmark import ceiling_gbps
-    from .kernel_table import gpu_tag
     from . import slots
     slots.get("gated_delta_chunked")              # registers the catalogue before the spec module is used
     mod = kernels.load("delta_rule", "solutions").module
     peers, fla_note = _peers()
     print(fla_note)
     ceiling = ceiling_gbps()
-    date = datetime.date.today().isoformat()
+    stem, date = results_stem(args.out, "delta_rule")
+    out, tag = stem.parent, stem.name
     with torch.no_grad():
         res = {"gpu": rt.gpu_name, "date": date, "summary": rt.summary(), "dtype": rt.dtype_name,
                "ceiling_gbps": ceiling, "fla": fla_note,
@@ -276,9 +272,6 @@ def main(argv=None) -> int:
                "prefill": prefill(mod, peers, rt.dtype),
                "stages": stages(mod, rt.dtype),
                "accuracy": accuracy(mod, peers, rt.dtype)}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tag = f"delta_rule_{gpu_tag()}_{date}"
     (out / f"{tag}.json").write_text(json.dumps(res, indent=1))
     (out / f"{tag}.md").write_text(markdown(res))
     plot(res, out / f"{tag}.png")

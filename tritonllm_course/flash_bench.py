@@ -14,11 +14,11 @@ Every timing is a CUDA-graph replay over input sets larger than L2 (`benchmark.t
 """
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
 import math
 from pathlib import Path
+
+from .benchmark import gpu_script, results_stem
 
 PREFILL_T = (128, 512, 1024, 2048, 4096, 8192)
 MATERIALISED_MAX_T = 4096          # the [8, T, T] scores of the chain and the reference: 1 GB at 8192
@@ -206,23 +206,19 @@ def plot(res, path: Path) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="results")
-    args = ap.parse_args(argv)
-    from .runtime import setup
-    rt = setup()
-    if not rt.on_gpu:
-        print("flash_bench needs a GPU")
+    started = gpu_script(__doc__, argv)
+    if started is None:
         return 1
+    args, rt = started
     import torch
     from . import kernels, slots
     from .benchmark import ceiling_gbps
-    from .kernel_table import gpu_tag
     slots.get("flash_attention")                  # registers the catalogue and the slot specs
     fa = kernels.load("flash_attention", "solutions").module
     fd = kernels.load("flash_decoding", "solutions").module
     attn = kernels.load("attention", "solutions").module
-    date = datetime.date.today().isoformat()
+    stem, date = results_stem(args.out, "flash")
+    out, tag = stem.parent, stem.name
     with torch.no_grad():
         res = {"gpu": rt.gpu_name, "date": date, "summary": rt.summary(), "dtype": rt.dtype_name,
                "ceiling_gbps": ceiling_gbps(), "prefill": prefill(fa, attn, rt.dtype), "tiles": tiles(fa, rt.dtype),
@@ -232,9 +228,6 @@ def main(argv=None) -> int:
               if all(not isinstance(t, str) for t in r["times_us"].values())
               and r["times_us"]["flash decoding (triton)"] < r["times_us"]["one program per KV head (ch08)"]]
     res["crossover"] = faster[0] if faster else None
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tag = f"flash_{gpu_tag()}_{date}"
     (out / f"{tag}.json").write_text(json.dumps(res, indent=1))
     (out / f"{tag}.md").write_text(markdown(res))
     plot(res, out / f"{tag}.png")

@@ -5,15 +5,10 @@ and the ratio to PyTorch eager and torch.compile. Writes JSON, a markdown table 
 """
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
 from pathlib import Path
 
-
-def gpu_tag() -> str:
-    import torch
-    return torch.cuda.get_device_name().lower().replace("nvidia ", "nvidia-").replace(" ", "-")
+from .benchmark import gpu_script, results_stem
 
 
 def markdown(results, gpu: str, date: str) -> str:
@@ -55,15 +50,11 @@ def plot(results, path: Path, title: str) -> None:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", default="results")
-    ap.add_argument("--slots", nargs="*", help="only these slots")
-    args = ap.parse_args(argv)
-    from .runtime import setup
-    rt = setup()
-    if not rt.on_gpu:
-        print("kernel_table needs a GPU")
+    started = gpu_script(__doc__, argv,
+                         add_args=lambda ap: ap.add_argument("--slots", nargs="*", help="only these slots"))
+    if started is None:
         return 1
+    args, rt = started
     from . import slots
     from .benchmark import bench
     results = []
@@ -72,10 +63,8 @@ def main(argv=None) -> int:
             continue
         for index in slot.extra.get("bench", range(len(slot.shapes.get("real", [])))):
             results.append(bench(slot.name, "solutions", shape=slot.shape(rt.preset, index)))
-    date = datetime.date.today().isoformat()
-    tag = f"kernels_{gpu_tag()}_{date}"
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    stem, date = results_stem(args.out, "kernels")
+    out, tag = stem.parent, stem.name
     (out / f"{tag}.json").write_text(json.dumps(
         {"gpu": rt.gpu_name, "date": date, "summary": rt.summary(),
          "results": [r.as_dict() for r in results]}, indent=1))

@@ -12,14 +12,12 @@ Every time is a CUDA-graph replay over input sets larger than L2 (`benchmark.tim
 """
 from __future__ import annotations
 
-import argparse
-import datetime
 import json
 import math
-from pathlib import Path
 
 import torch
 
+from .benchmark import gpu_script, results_stem
 from .runtime import runtime
 
 SHAPES = [(1024, 2048), (1024, 3584), (248320, 1024)]       # o_proj / out_proj, MLP down, LM head
@@ -162,14 +160,10 @@ def plot_compare(results: list[dict], ceiling_gbps: float, ax=None):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--out", default="results")
-    args = ap.parse_args(argv)
-    from .runtime import setup
-    rt = setup()
-    if not rt.on_gpu:
-        print("splitk_bench needs a GPU")
+    started = gpu_script(__doc__, argv)
+    if started is None:
         return 1
+    args, rt = started
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -181,10 +175,8 @@ def main(argv=None) -> int:
     compared = [compare(N, K, splitk, linear) for N, K in SHAPES]
     swept = [sweep(r["N"], r["K"], splitk, linear, peers_us=r["us"]) for r in compared]
     spreads = {f"{N}x{K}": spread(N, K, splitk) for N, K in SHAPES[:2]}
-    date = datetime.date.today().isoformat()
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    tag = f"splitk_{torch.cuda.get_device_name().lower().replace(' ', '-')}_{date}"
+    stem, date = results_stem(args.out, "splitk")
+    out, tag = stem.parent, stem.name
     (out / f"{tag}.json").write_text(json.dumps(
         {"gpu": rt.gpu_name, "date": date, "summary": rt.summary(), "ceiling_gbps": ceiling,
          "compare": compared, "sweep": swept, "spread": spreads}, indent=1))
