@@ -8,8 +8,16 @@ Systems (the same random weights of Qwen3.5-0.8B's real shapes, bf16, batch 1, g
   reference compiled             the same PyTorch reference ops in the engine's static buffers, decode step
                                  through torch.compile (the plain model recompiles at every token: its
                                  cache length is a Python int that changes, so it is compiled in this form)
-  triton engine                  the course's kernels, decode step launched op by op
-  triton engine + CUDA graph     the same, decode step replayed from a CUDA graph
+  Triton (one kernel per operator)
+                                 the engine at level "operators" (chapter 19), decode step launched op by
+                                 op ("triton engine" names it too)
+  Triton (one kernel per operator) + CUDA Graph
+                                 the same, decode step replayed from a CUDA graph (chapter 18; also
+                                 "triton engine + CUDA graph")
+  Triton + fusion + split-K      level "fused": RMSNorm folded into the merged projections, split-K for the
+                                 narrow decode GEMVs, FlashDecoding / FlashAttention (chapters 21 to 24)
+  Triton + fusion + split-K + CUDA Graph
+                                 the same, replayed from a CUDA graph
 
 Method. Every system generates the same way: it hands each new token to the host as it is produced
 (streaming, one host read per token), and the time of each token's arrival is recorded. Prefill = time
@@ -17,6 +25,8 @@ to the first token for a 128-token prompt; decode at context L = mean time betwe
 after a prompt of L tokens (STEPS tokens; median over REPEATS runs). Bandwidth: bytes a decode step must
 move at context L (spec section 6: 1,544,820,416 + 12,288 L bytes in bf16) per second, and the floor
 time (those bytes at the measured copy bandwidth) as a percentage of the measured time.
+Kernels per decode token: the slot calls of one traced decode step of each level (an engine of the
+real shapes on the meta device, no memory) and the kernels they launch (`OpTable.launches`).
 Results: markdown, JSON and a PNG plot in OUT/engine_<gpu>_<date>/, rewritten after every system, so a
 run cut short still leaves what it measured.
 """
@@ -31,13 +41,20 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .ops import levels_markdown
+
 WEIGHT_AND_STATE_BYTES = 1_544_820_416     # per decode token, bf16 (spec section 6)
 KV_BYTES_PER_TOKEN = 12_288                # 6 layers x (K, V) x 2 heads x 256 x 2 bytes, per cached token
 
+OPERATORS, FUSED = "Triton (one kernel per operator)", "Triton + fusion + split-K"
+GRAPH = " + CUDA Graph"
 SYSTEMS = ("transformers eager", "transformers static + compile", "reference eager", "reference compiled",
-           "triton engine", "triton engine + CUDA graph")
-RUN_ORDER = ("triton engine + CUDA graph", "triton engine", "reference eager", "transformers eager",
-             "transformers static + compile", "reference compiled")     # the slow compiles last
+           OPERATORS, OPERATORS + GRAPH, FUSED, FUSED + GRAPH)
+ALIASES = {"triton engine": OPERATORS, "triton engine + CUDA graph": OPERATORS + GRAPH}   # the first names
+# the article's rows first; the slow compiles last (the time budget may skip them)
+RUN_ORDER = (FUSED + GRAPH, OPERATORS + GRAPH, OPERATORS, FUSED, "reference eager", "transformers eager",
+             "transformers static + compile", "reference compiled")
+LEVEL_OF = {OPERATORS: "operators", OPERATORS + GRAPH: "operators", FUSED: "fused", FUSED + GRAPH: "fused"}
 NOTES = {
     "transformers static + compile": "decode compiled (reduce-overhead); prefill eager",
     "reference compiled": "decode compiled; prefill eager",
@@ -55,8 +72,34 @@ class Row:
     prefill_ms: float | None = None
     decode_ms: dict[int, float] = field(default_factory=dict)      # context -> ms per token
     setup_s: float | None = None                                    # build, compile, capture
+    kernels: int | None = None                                      # kernels launched per decode token
     note: str = ""
     error: str = ""
+
+
+def kernels_per_token(config=None, level: str = "operators") -> tuple[int, int]:
+    """(slot calls, kernel launches) of one decode step at `level`, traced from an engine of the config's
+    shapes (default Qwen3.5-0.8B) on the meta device: PyTorch references on weights without memory, so
+    it runs anywhere in about a second and leaves no engine behind."""
+    from ..config import QWEN35_0_8B
+    from .demo import meta_weights
+    from .engine import Engine
+    config = config or QWEN35_0_8B
+    engine = Engine(config, meta_weights(config), max_seq_len=2, default_source="reference", cuda_graph=False,
+                    prefill_chunk=1, level=level)
+    engine.prefill([0])
+    with engine.tracing() as calls:
+        engine.decode()
+    return len(calls), engine.ops.launches(calls)
+
+
+def systems_named(names) -> list[str]:
+    """The systems of `names` (`SYSTEMS` or `ALIASES`), in `SYSTEMS` order."""
+    unknown = [n for n in names if n not in SYSTEMS and n not in ALIASES]
+    if unknown:
+        raise ValueError(f"unknown systems {unknown}; choose from {list(SYSTEMS)} (or {list(ALIASES)})")
+    wanted = {ALIASES.get(n, n) for n in names}
+    return [n for n in SYSTEMS if n in wanted]
 
 
 # --- the systems -----------------------------------------------------------------------------------------
@@ -145,18 +188,19 @@ def markdown(result: dict) -> str:
              f"token over {result['steps']} tokens after a prompt of L tokens, median of {result['repeats']} "
              f"runs; every system hands each token to the host as it comes. Bandwidth floor: "
              f"{WEIGHT_AND_STATE_BYTES:,} + {KV_BYTES_PER_TOKEN:,} x L bytes per token at the measured copy "
-             f"bandwidth of {ceiling:.0f} GB/s.", "",
+             f"bandwidth of {ceiling:.0f} GB/s. Kernels: launched per decode token.", "",
              f"| system | prefill {result['prompt_len']} tok (ms) | decode @{c0} (ms/tok) | tokens/s | GB/s | "
-             "% of bandwidth floor | note |",
-             "|---|---|---|---|---|---|---|"]
+             "% of bandwidth floor | kernels | note |",
+             "|---|---|---|---|---|---|---|---|"]
     for r in result["rows"]:
+        kernels = "-" if r.get("kernels") is None else str(r["kernels"])
         if r["error"] or c0 not in _decode_ms(r):
-            lines.append(f"| {r['system']} | - | - | - | - | - | {r['error'] or r['note']} |")
+            lines.append(f"| {r['system']} | - | - | - | - | - | {kernels} | {r['error'] or r['note']} |")
             continue
         ms = _decode_ms(r)[c0]
         gbps = bytes_per_token(c0) / (ms * 1e-3) / 1e9
         lines.append(f"| {r['system']} | {r['prefill_ms']:.1f} | {ms:.3f} | {1e3 / ms:.0f} | {gbps:.0f} | "
-                     f"{100 * gbps / ceiling:.1f}% | {r['note']} |")
+                     f"{100 * gbps / ceiling:.1f}% | {kernels} | {r['note']} |")
     lines += ["", "Decode per token by context length L: ms/token (% of the bandwidth floor)", "",
               "| system | " + " | ".join(f"L = {c}" for c in contexts) + " |",
               "|---" * (len(contexts) + 1) + "|"]
@@ -169,6 +213,9 @@ def markdown(result: dict) -> str:
         lines.append(f"| {r['system']} | " + " | ".join(cells) + " |")
     setup = [f"{r['system']} {r['setup_s']:.0f} s" for r in result["rows"] if r["setup_s"] is not None]
     lines += ["", "Set-up (build, compile, capture): " + ", ".join(setup) + "."]
+    if result.get("levels"):
+        lines += ["", "The slot each step of the Triton engine runs at each level (prefill / decode):", "",
+                  result["levels"]]
     return "\n".join(lines) + "\n"
 
 
@@ -254,7 +301,7 @@ def run(args) -> dict:
     import transformers
     import triton
     from ..benchmark import ceiling_gbps
-    from ..kernel_table import gpu_tag
+    from ..benchmark import gpu_tag
     from ..model import Qwen35Model
     from .engine import Engine
 
@@ -271,11 +318,21 @@ def run(args) -> dict:
     gen = torch.Generator().manual_seed(args.seed)
     prompts = {c: torch.randint(0, config.vocab_size, (c,), generator=gen).tolist() for c in contexts}
     max_len = max(contexts) + args.steps + 8
-    engine = None
-    rows = {name: Row(name, note=NOTES.get(name, "")) for name in SYSTEMS if name in args.systems}
+    engines = {}                                       # level -> the engine its two rows share
+    rows = {name: Row(name, note=NOTES.get(name, "")) for name in systems_named(args.systems)}
+    counts = {level: kernels_per_token(config, level) for level in sorted({LEVEL_OF[n] for n in rows
+                                                                           if n in LEVEL_OF})}
+    result["kernels_per_token"] = {level: {"slot calls": c, "kernels": k} for level, (c, k) in counts.items()}
+    if counts:
+        result["levels"] = levels_markdown()
+    for name, row in rows.items():
+        if name in LEVEL_OF:
+            calls, row.kernels = counts[LEVEL_OF[name]]
+            row.note = f"{calls} slot calls per decode token" + (f"; {row.note}" if row.note else "")
+    for level, (calls, launched) in counts.items():
+        print(f"level {level}: {calls} slot calls, {launched} kernels per decode token", file=sys.stderr)
 
     def runner(name):
-        nonlocal engine
         if name.startswith("transformers"):
             return _hf_runner(hf, compiled="compile" in name)
         if name == "reference eager":
@@ -284,8 +341,10 @@ def run(args) -> dict:
             _substitute_shape_str()
             ref_engine = Engine(config, weights, max_seq_len=max_len, default_source="reference", cuda_graph=False)
             return _engine_runner(ref_engine.compile(fullgraph=True), graph=False)
-        engine = engine or Engine(config, weights, max_seq_len=max_len)
-        return _engine_runner(engine, graph="graph" in name)
+        level = LEVEL_OF[name]
+        if level not in engines:
+            engines[level] = Engine(config, weights, max_seq_len=max_len, level=level)
+        return _engine_runner(engines[level], graph=name.endswith(GRAPH))
 
     for name in [n for n in RUN_ORDER if n in rows]:
         row = rows[name]
@@ -337,8 +396,8 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--prompt-len", type=int, default=128, help="prompt of the prefill measurement")
     p.add_argument("--steps", type=int, default=32, help="tokens generated per decode measurement")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS), metavar="SYSTEM",
-                   help=f"a subset of: {'; '.join(SYSTEMS)}")
+    p.add_argument("--systems", nargs="+", choices=SYSTEMS + tuple(ALIASES), default=list(SYSTEMS),
+                   metavar="SYSTEM", help=f"a subset of: {'; '.join(SYSTEMS)}")
     p.add_argument("--budget-s", type=float, default=420.0,
                    help="start no new system after this many seconds (default 420)")
     p.add_argument("--seed", type=int, default=0)

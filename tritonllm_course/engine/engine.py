@@ -15,6 +15,11 @@ for token:
 - the decode step reads the token, the position and the cache length from device memory and advances
   them itself, so it is captured once (`graph.py`) and replayed; the host only reads the new token, to
   stream it and to stop at end-of-sequence (decided outside the graph).
+
+Optimisation levels (`level`, the steps of each in `ops.py`), the benchmark's rows with `cuda_graph`:
+  "operators"  one kernel per operator (chapter 19)
+  "fused"      RMSNorm folded into the merged projections, the last residual add into the final norm,
+               split-K for the narrow decode GEMVs, FlashDecoding / FlashAttention (chapters 21 to 24)
 """
 from __future__ import annotations
 
@@ -53,11 +58,12 @@ class Engine:
                      `default_source` for the others (see `ops.py`)
     cuda_graph:      replay the decode step from a CUDA graph (on a GPU; ignored on the CPU)
     prefill_chunk:   prompt tokens per prefill pass; longer prompts run chunk after chunk
+    level:           "operators" (one kernel per operator) or "fused" (`ops.LEVELS`)
     """
 
     def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], *, max_seq_len: int = 4096,
                  sources: dict | None = None, default_source: str = "solutions", cuda_graph: bool = True,
-                 prefill_chunk: int = 512):
+                 prefill_chunk: int = 512, level: str = "operators"):
         check_weights(config, weights)
         embed = weights["embed_tokens.weight"]
         c = self.config = config
@@ -67,7 +73,8 @@ class Engine:
         self.cache = Qwen35Cache.allocate(c, max_seq_len, dtype=self.dtype, device=self.device)
         self.max_seq_len = max_seq_len
         self.weights = merge_weights(c, weights)
-        self.ops = OpTable(sources, default_source)
+        self.level = level
+        self.ops = OpTable(sources, default_source, level)
         if self.device.type == "cpu" and self.dtype == torch.bfloat16 and any(
                 op.source != "reference" for op in self.ops.ops.values()):
             raise ValueError("bfloat16 arithmetic is wrong under Triton's CPU interpreter: use float32 or float16 "
@@ -88,8 +95,10 @@ class Engine:
         self.positions = torch.arange(max_seq_len, dtype=torch.int32, device=self.device)
         self.use_graph = cuda_graph and self.device.type == "cuda"
         self._graphs: dict[Sampling | None, GraphedStep] = {}
-        self._decode_fn = self._decode_step
-        self._prefill_fn = self._prefill_chunk
+        fused = level == "fused"
+        self._decode_impl = self._decode_step_fused if fused else self._decode_step
+        self._prefill_impl = self._prefill_chunk_fused if fused else self._prefill_chunk
+        self._decode_fn, self._prefill_fn = self._decode_impl, self._prefill_impl
         self.length = 0          # tokens in the cache (host count; the device counters follow it)
         self.pending = None      # the last token handed out, not yet in the cache
 
@@ -210,6 +219,57 @@ class Engine:
         if last:
             op.final_norm(x=a.x[T - 1:], weight=w.norm, eps=eps, out=self.final)
             op.lm_head(x=self.final, weight=w.lm_head, out=self.counters.logits)
+
+    # the fused level ---------------------------------------------------------------------------------
+    def _fused_mlp(self, op, a, layer, final_norm: torch.Tensor | None) -> None:
+        """The residual add after the mixer, ln2 + gate/up + SwiGLU in one kernel, down, and the residual
+        add on a.x; with `final_norm` (the last layer) that add is fused with the model's final norm into a.h."""
+        eps = self.config.rms_norm_eps
+        op.attn_residual(x=a.mixer, residual=a.x, out=a.x)
+        op.mlp(x=a.x, norm_weight=layer.ln2, gate_up_weight=layer.gate_up.weight, eps=eps, out=a.act)
+        op.down(x=a.act, weight=layer.down, out=a.mixer)
+        if final_norm is None:
+            op.mlp_residual(x=a.mixer, residual=a.x, out=a.x)
+        else:       # the new stream goes back into a.x in place: each element is read before it is written
+            op.final_residual_norm(x=a.mixer, residual=a.x, weight=final_norm, eps=eps, h_out=a.x, out=a.h)
+
+    def _decode_step_fused(self, sampling: Sampling | None) -> None:
+        """`_decode_step` at the fused level: the same buffers and counters, fewer and wider kernels."""
+        op, ctr, w, eps = self.ops.decode, self.counters, self.weights, self.config.rms_norm_eps
+        a, last = self._decode_views, len(w.layers) - 1
+        op.embed(ids=ctr.ids, weight=w.embed, out=a.x)
+        for i, layer in enumerate(w.layers):
+            if layer.kind == "full_attention":     # ln1 folded in: the projection normalises a.x as it reads it
+                op.attn_in_proj(x=a.x, norm_weight=layer.ln1, weight=layer.mixer_in.weight, eps=eps,
+                                out=self.decode_act.merged["attn"])
+                self._attention(op, a, i, layer, 1, ctr.pos, None)
+            else:
+                op.dn_in_proj(x=a.x, norm_weight=layer.ln1, weight=layer.mixer_in.weight, eps=eps,
+                              out=self.decode_act.merged["dn"])
+                self._deltanet(op, a, i, layer, 1, decode=True)
+            self._fused_mlp(op, a, layer, w.norm if i == last else None)
+        op.lm_head(x=a.h, weight=w.lm_head, out=ctr.logits)
+        self._next_token(op, sampling)
+        op.advance(steps=ctr.steps)
+
+    def _prefill_chunk_fused(self, a, ids: torch.Tensor, start: int, last: bool) -> None:
+        """`_prefill_chunk` at the fused level."""
+        op, w, eps, T = self.ops.prefill, self.weights, self.config.rms_norm_eps, ids.shape[0]
+        pos = self.positions[start:start + T]                                      # [T] int32
+        op.embed(ids=ids, weight=w.embed, out=a.x)
+        for i, layer in enumerate(w.layers):
+            group = "attn" if layer.kind == "full_attention" else "dn"
+            proj = op.attn_in_proj if group == "attn" else op.dn_in_proj
+            for name in layer.mixer_in.pieces:     # one GEMM per piece, each normalising its x tiles itself
+                proj(x=a.x, norm_weight=layer.ln1, weight=layer.mixer_in.piece(name), eps=eps,
+                     out=getattr(a, f"{group}_{name}"))
+            if group == "attn":
+                self._attention(op, a, i, layer, T, pos, start)
+            else:
+                self._deltanet(op, a, i, layer, T, decode=False)
+            self._fused_mlp(op, a, layer, w.norm if i == len(w.layers) - 1 else None)
+        if last:
+            op.lm_head(x=a.h[T - 1:], weight=w.lm_head, out=self.counters.logits)     # [1, hidden]: the last token
 
     # running -------------------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -335,9 +395,9 @@ class Engine:
         """Run the decode step (and with `prefill`, the prompt chunks) through torch.compile: what the
         benchmark does to the engine with PyTorch-reference sources. Static buffers give static shapes, so
         the decode step compiles once; a prefill chunk compiles once per length and offset."""
-        self._decode_fn = torch.compile(self._decode_step, **options)
+        self._decode_fn = torch.compile(self._decode_impl, **options)
         if prefill:
-            self._prefill_fn = torch.compile(self._prefill_chunk, **options)
+            self._prefill_fn = torch.compile(self._prefill_impl, **options)
         return self
 
     @contextlib.contextmanager
@@ -364,9 +424,10 @@ class Engine:
                  "decode step launched op by op" if self.device.type == "cuda" else
                  "buffers sized only (meta device)" if self.device.type == "meta" else
                  "decode step launched op by op (no CUDA here)")
-        lines = [f"Engine: {c.num_hidden_layers} layers ({len(c.linear_layers)} DeltaNet, {len(c.attention_layers)} "
-                 f"attention), {self.device.type}, {str(self.dtype).replace('torch.', '')}, cache of "
-                 f"{self.max_seq_len} tokens, prompts in chunks of {self.prefill_chunk}; {graph}"]
+        lines = [f"Engine ({self.level}): {c.num_hidden_layers} layers ({len(c.linear_layers)} DeltaNet, "
+                 f"{len(c.attention_layers)} attention), {self.device.type}, "
+                 f"{str(self.dtype).replace('torch.', '')}, cache of {self.max_seq_len} tokens, prompts in chunks "
+                 f"of {self.prefill_chunk}; {graph}"]
         lines += [f"  {name:<30} {n / 2**20:10.2f} MiB" for name, n in self.memory().items()]
         return "\n".join(lines)
 

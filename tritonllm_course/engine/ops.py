@@ -9,6 +9,13 @@ Every step names a kernel slot (`tritonllm_course.slots`). Each slot runs, by ch
 or any callable with the kernel wrapper's signature (to try a variant, or to see a wrong one caught).
 Prefill and decode use different kernels where the shapes call for it (GEMM / GEMV, chunked / recurrent
 delta rule, causal / cached attention, conv over a prompt / one conv step).
+
+Two optimisation levels, two step sequences (`LEVELS`; the CUDA graph is the engine's separate option):
+  operators  one kernel per operator of the model (`STEPS`, chapter 19)
+  fused      chapters 21 to 24 (`FUSED_STEPS`): ln1 folded into the merged input projection, ln2 into
+             the gate/up projection and its SwiGLU, the last residual add into the final norm; split-K
+             for the narrow decode GEMVs (o_proj / out_proj, down); FlashDecoding at decode and
+             FlashAttention at prefill
 """
 from __future__ import annotations
 
@@ -70,6 +77,7 @@ OUTPUTS = {
     "deltanet_gates": ("beta", "g"),
     "gated_delta_chunked": ("out", "final_state"),
     "gated_delta_recurrent": ("out", "final_state"),
+    "residual_rmsnorm": ("h_out", "out"),
 }
 
 # keyword options only the kernels take: the engine checks ids and positions once, on the host, before
@@ -81,9 +89,77 @@ KERNEL_OPTIONS = {
 }
 
 
-def slot_names() -> list[str]:
-    """Every slot the engine uses."""
-    return list(dict.fromkeys(s for step in STEPS for s in (step.prefill, step.decode) if s))
+# The fused level. Per layer, 3 slot calls fewer than `STEPS` (ln1, ln2 and the SwiGLU folded into the
+# projections); at decode split-K and FlashDecoding launch two kernels each (the pieces, then their merge)
+# for the one they replace, so a decode step launches 1 kernel fewer per DeltaNet layer, as many per
+# attention layer, and 1 fewer for the model's last residual add and final norm, now one kernel
+# (Qwen3.5-0.8B: 317 kernels per token instead of 336). What split-K and FlashDecoding buy is time per
+# kernel: all 132 SMs busy on the narrow GEMVs and on long caches.
+FUSED_STEPS = (
+    Step("embed", "model", "embedding_lookup", "embedding_lookup"),
+    Step("attn_in_proj", "attention layers", "fused_rmsnorm_linear", "fused_rmsnorm_linear"),
+    Step("q_norm", "attention layers", "qk_norm", "qk_norm"),
+    Step("k_norm", "attention layers", "qk_norm", "qk_norm"),
+    Step("q_rope", "attention layers", "q_rope", "q_rope"),
+    Step("k_rope", "attention layers", "k_rope", "k_rope"),
+    Step("kv_write", "attention layers", "cache_kv_write", "cache_kv_write"),
+    Step("attention", "attention layers", "flash_attention", "flash_decoding"),
+    Step("output_gate", "attention layers", "attn_output_gate", "attn_output_gate"),
+    Step("o_proj", "attention layers", "attn_out_proj.prefill", "splitk_gemv"),
+    Step("dn_in_proj", "DeltaNet layers", "fused_rmsnorm_linear", "fused_rmsnorm_linear"),
+    Step("conv", "DeltaNet layers", "conv1d_l2norm.prefill", "conv1d_l2norm.decode"),
+    Step("gates", "DeltaNet layers", "deltanet_gates", "deltanet_gates"),
+    Step("delta_rule", "DeltaNet layers", "gated_delta_chunked", "gated_delta_recurrent"),
+    Step("gated_norm", "DeltaNet layers", "gated_rmsnorm", "gated_rmsnorm"),
+    Step("out_proj", "DeltaNet layers", "attn_out_proj.prefill", "splitk_gemv"),
+    Step("attn_residual", "every layer", "attn_residual", "attn_residual"),
+    Step("mlp", "every layer", "fused_gate_up_silu.ln2", "fused_gate_up_silu.ln2"),
+    Step("down", "every layer", "mlp_down_proj.prefill", "splitk_gemv"),
+    Step("mlp_residual", "every layer but the last", "mlp_residual", "mlp_residual"),
+    Step("final_residual_norm", "model", "residual_rmsnorm", "residual_rmsnorm"),
+    Step("lm_head", "model", "logits_head", "logits_head"),
+    Step("argmax", "model", "argmax_sample", "argmax_sample"),
+    Step("sample", "sampling", "argmax_sample.sample", "argmax_sample.sample"),
+    Step("advance", "model", None, "advance_positions"),
+)
+
+LEVELS = {"operators": STEPS, "fused": FUSED_STEPS}
+
+# kernels one call of a slot's course kernel launches, where not one: two-stage reductions (the pieces,
+# then their merge). Greedy decoding; sampling searches its threshold in a few more launches.
+LAUNCHES = {"splitk_gemv": 2, "flash_decoding": 2, "argmax_sample": 2}
+
+
+def slot_names(level: str = "operators") -> list[str]:
+    """Every slot the engine uses at this level."""
+    return list(dict.fromkeys(s for step in steps_of(level) for s in (step.prefill, step.decode) if s))
+
+
+def steps_of(level: str) -> tuple[Step, ...]:
+    """The steps of one level (`LEVELS`), checked."""
+    if level not in LEVELS:
+        raise ValueError(f"level must be one of {tuple(LEVELS)}, got {level!r}")
+    return LEVELS[level]
+
+
+def levels_markdown() -> str:
+    """Which slot every step runs at each level, prefill / decode, side by side (markdown; "-": the
+    level has no such step). A step of one level only sits after the step that precedes it there."""
+    order = [s.name for s in STEPS]
+    for level_steps in LEVELS.values():
+        for i, s in enumerate(level_steps):
+            if s.name not in order:
+                order.insert(order.index(level_steps[i - 1].name) + 1 if i else 0, s.name)
+    by_name = {level: {s.name: s for s in level_steps} for level, level_steps in LEVELS.items()}
+
+    def cell(step):
+        return "-" if step is None else " / ".join(f"`{n}`" if n else "-" for n in (step.prefill, step.decode))
+
+    lines = ["| step | " + " | ".join(f"{level}: prefill / decode" for level in LEVELS) + " |",
+             "|---" * (len(LEVELS) + 1) + "|"]
+    lines += [f"| {name} | " + " | ".join(cell(by_name[level].get(name)) for level in LEVELS) + " |"
+              for name in order]
+    return "\n".join(lines)
 
 
 @dataclass
@@ -151,17 +227,27 @@ class OpTable:
     """The resolved ops of both paths: `table.prefill.<step>(...)`, `table.decode.<step>(...)`.
 
     sources: {slot name: source} for the slots that differ from `default` (see the module doc).
+    level:   "operators" or "fused" (`LEVELS`): which step sequence
     """
 
-    def __init__(self, sources: dict | None = None, default: str = "solutions"):
-        names = slot_names()
+    def __init__(self, sources: dict | None = None, default: str = "solutions", level: str = "operators"):
+        self.level = level
+        self.steps = steps_of(level)
+        names = slot_names(level)
         sources = dict(sources or {})
         unknown = sorted(set(sources) - set(names))
         if unknown:
-            raise KeyError(f"the engine has no slot {unknown}; its slots are: {', '.join(names)}")
+            raise KeyError(f"the engine at level {level!r} has no slot {unknown}; its slots are: "
+                           f"{', '.join(names)}")
         self.ops = {name: resolve(name, sources.get(name, default)) for name in names}
-        self.prefill = SimpleNamespace(**{s.name: self.ops[s.prefill] for s in STEPS if s.prefill})
-        self.decode = SimpleNamespace(**{s.name: self.ops[s.decode] for s in STEPS if s.decode})
+        self.prefill = SimpleNamespace(**{s.name: self.ops[s.prefill] for s in self.steps if s.prefill})
+        self.decode = SimpleNamespace(**{s.name: self.ops[s.decode] for s in self.steps if s.decode})
+
+    @staticmethod
+    def launches(calls: list[str]) -> int:
+        """The kernels the course's kernels launch for traced slot calls (`Engine.tracing`): one per call,
+        two for the two-stage slots of `LAUNCHES` (whatever source ran them: the count of the kernels)."""
+        return sum(LAUNCHES.get(name, 1) for name in calls)
 
     def sources(self) -> dict[str, str]:
         return {name: op.source for name, op in self.ops.items()}
@@ -169,7 +255,7 @@ class OpTable:
     def rows(self) -> list[dict]:
         """One row per step: its slots, the functions that run them, and their source."""
         rows = []
-        for s in STEPS:
+        for s in self.steps:
             ops = [self.ops[n] for n in (s.prefill, s.decode) if n]
             runs = " / ".join(dict.fromkeys(op.label for op in ops))
             source = " / ".join(dict.fromkeys(op.source for op in ops))

@@ -1,0 +1,198 @@
+"""The engine's optimisation levels: one kernel per operator, and fusion + split-K + FlashDecoding /
+FlashAttention (the benchmark's rows, each also under the CUDA graph on a GPU).
+
+On the CPU the kernels run in Triton's interpreter at the tiny config in fp32: every level must give the
+reference model's greedy tokens, and the fused level must launch the kernels its op table says, fewer
+than one per operator. The GPU tests run the real shapes: graph replay against op-by-op launches, and fp32
+logits against transformers.
+"""
+import math
+
+import pytest
+import torch
+
+from tritonllm_course.config import QWEN35_0_8B, TINY
+from tritonllm_course.engine import Engine, bench
+from tritonllm_course.engine.ops import FUSED_STEPS, LEVELS, STEPS, slot_names
+from tritonllm_course.generation import generate
+from tritonllm_course.hf_compat import hf_model, weights_from_hf
+from tritonllm_course.model import Qwen35Model
+
+PROMPT = [5, 17, 301, 42, 7, 99, 256, 3, 64, 128, 11]
+NEW = 8
+
+# slot calls per layer of one decode step, and the kernels they launch (split-K and FlashDecoding: two)
+CALLS = {"operators": {"linear_attention": 13, "full_attention": 16},
+         "fused": {"linear_attention": 10, "full_attention": 13}}
+LAUNCHED = {"operators": CALLS["operators"], "fused": {"linear_attention": 12, "full_attention": 16}}
+# and outside the layers, calls: embed, (final norm,) LM head, argmax, advance (the fused level's final
+# norm is the last layer's residual add); launches: the same, the argmax in two stages
+OUTSIDE = {"operators": 5, "fused": 4}
+OUTSIDE_LAUNCHED = {"operators": 6, "fused": 5}
+
+
+@pytest.fixture(scope="module")
+def model(rt):
+    """The reference model on transformers' tiny random weights (std 0.1: a varied greedy path), fp32."""
+    hf = hf_model(TINY, seed=2, perturb_norms=0.3, init_std=0.1)
+    ref = Qwen35Model(TINY, {n: t.to(rt.device) for n, t in weights_from_hf(hf).items()})
+    return ref, generate(ref, PROMPT, NEW, eos_token_id=None)
+
+
+@pytest.fixture(scope="module")
+def kernel_runs(model):
+    """level -> (engine, its greedy tokens) with the course's kernels; the fused engine reads the prompt in
+    chunks of 4 (FlashAttention and the chunked delta rule continue after cached tokens)."""
+    ref, _ = model
+    runs = {}
+    for level, chunk in (("operators", 512), ("fused", 4)):
+        engine = Engine.from_model(ref, max_seq_len=32, level=level, prefill_chunk=chunk, cuda_graph=False)
+        runs[level] = engine, engine.generate(PROMPT, NEW, eos_token_id=None)
+    return runs
+
+
+def _per_token(table: dict, level: str, config) -> int:
+    outside = OUTSIDE_LAUNCHED if table is LAUNCHED else OUTSIDE
+    return sum(table[level][kind] for kind in config.layer_types) + outside[level]
+
+
+# --- CPU: the kernels -----------------------------------------------------------------------------------
+@pytest.mark.parametrize("level", list(LEVELS))
+def test_every_level_gives_the_reference_models_greedy_tokens(model, kernel_runs, level):
+    _, want = model
+    engine, tokens = kernel_runs[level]
+    assert tokens == want and len(set(want)) > NEW // 2          # a varied path, not one token repeated
+    assert engine.level == level and f"Engine ({level})" in engine.summary()
+
+
+def test_kernels_per_decode_token_are_the_op_tables(kernel_runs, monkeypatch):
+    """The traced slot calls and the kernels the interpreter actually launches, per decode token."""
+    from triton.runtime import interpreter
+    launched = []
+    grid_call = interpreter.GridExecutor.__call__
+
+    def counting(self, *args, **kwargs):
+        launched.append(self.fn.__name__)
+        return grid_call(self, *args, **kwargs)
+
+    monkeypatch.setattr(interpreter.GridExecutor, "__call__", counting)
+    counts = {}
+    for level, (engine, _) in kernel_runs.items():
+        launched.clear()
+        with engine.tracing() as calls:
+            engine.decode()
+        assert len(calls) == _per_token(CALLS, level, TINY)
+        assert len(launched) == engine.ops.launches(calls) == _per_token(LAUNCHED, level, TINY), launched
+        counts[level] = len(launched)
+    fused_calls = kernel_runs["fused"][0].ops.decode
+    assert calls.count("splitk_gemv") == 2 * TINY.num_hidden_layers and "ln2" not in calls
+    assert fused_calls.attention.slot == "flash_decoding" and launched.count("splitk_partial_kernel") == 8
+    assert counts["fused"] < counts["operators"]
+
+
+def test_real_model_kernel_counts():
+    """Qwen3.5-0.8B (18 DeltaNet + 6 attention layers), traced on the meta device."""
+    assert bench.kernels_per_token(QWEN35_0_8B, "operators") == (335, 336)
+    assert bench.kernels_per_token(QWEN35_0_8B, "fused") == (262, 317)
+    assert _per_token(CALLS, "fused", QWEN35_0_8B) == 262 and _per_token(LAUNCHED, "fused", QWEN35_0_8B) == 317
+
+
+# --- CPU: the plumbing, with the PyTorch references (milliseconds) ----------------------------------------
+def test_fused_level_with_reference_sources_and_its_table(model):
+    ref, want = model
+    engine = Engine.from_model(ref, max_seq_len=32, level="fused", default_source="reference", prefill_chunk=3)
+    assert engine.generate(PROMPT, NEW, eos_token_id=None) == want
+    table = str(engine.ops)
+    for step in FUSED_STEPS:
+        assert step.name in table
+    for slot in ("fused_rmsnorm_linear", "fused_gate_up_silu.ln2", "splitk_gemv", "flash_decoding",
+                 "flash_attention", "residual_rmsnorm"):
+        assert slot in table and slot in slot_names("fused") and slot not in slot_names()
+    assert [s.name for s in STEPS] == [s.name for s in LEVELS["operators"]]       # level 1 unchanged
+
+
+def test_a_wrong_fused_kernel_changes_the_tokens(model):
+    """The check can fail: a final norm that forgets the (1 + w) scale."""
+    ref, want = model
+
+    def forgets_weight(x, residual, weight, eps, h_out, out):
+        h_out.copy_(residual + x)
+        out.copy_(h_out * torch.rsqrt(h_out.pow(2).mean(-1, keepdim=True) + eps))
+
+    engine = Engine.from_model(ref, max_seq_len=32, level="fused", default_source="reference",
+                               sources={"residual_rmsnorm": forgets_weight})
+    assert engine.generate(PROMPT, NEW, eos_token_id=None) != want
+
+
+def test_bad_levels_and_slots_are_named(model):
+    ref, _ = model
+    with pytest.raises(ValueError, match="level must be one of"):
+        Engine.from_model(ref, max_seq_len=8, level="fast")
+    with pytest.raises(KeyError, match="level 'fused' has no slot \\['ln1'\\]"):
+        Engine.from_model(ref, max_seq_len=8, level="fused", default_source="reference", sources={"ln1": "solutions"})
+
+
+def test_bench_systems_levels_and_kernel_column(tmp_path):
+    assert bench.systems_named(["triton engine + CUDA graph", bench.FUSED, "triton engine"]) == [
+        bench.OPERATORS, bench.OPERATORS + bench.GRAPH, bench.FUSED]
+    with pytest.raises(ValueError, match="unknown systems"):
+        bench.systems_named(["triton turbo"])
+    rows = [bench.Row(bench.FUSED + bench.GRAPH, prefill_ms=9.0, decode_ms={128: 0.6}, kernels=317),
+            bench.Row("transformers eager", prefill_ms=50.0, decode_ms={128: 20.0})]
+    result = {"gpu": "Test GPU", "date": "2026-01-01", "dtype": "bfloat16", "model": "random", "versions": "x",
+              "prompt_len": 128, "contexts": [128], "steps": 32, "repeats": 3, "ceiling_gbps": 4000.0,
+              "rows": [bench.asdict(r) for r in rows]}
+    assert "| kernels |" in bench.markdown(result) and "| 317 |" in bench.markdown(result)
+    result["levels"] = bench.levels_markdown()
+    md = bench.markdown(result)
+    assert "| o_proj | `attn_out_proj.prefill` / `attn_out_proj` | `attn_out_proj.prefill` / `splitk_gemv` |" in md
+    assert "| ln2 | `ln2` / `ln2` | - |" in md and "| mlp | - | `fused_gate_up_silu.ln2` /" in md
+
+
+# --- GPU: real shapes -----------------------------------------------------------------------------------------
+@pytest.mark.gpu
+def test_fused_graph_replay_gives_the_tokens_of_the_fused_engine_without_graph():
+    engine = Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=1, max_seq_len=1200,
+                           level="fused")
+    for n in (100, 1100):        # a short cache (2 splits in use), and one that uses 18 of FlashDecoding's 19
+        prompt = torch.randint(0, QWEN35_0_8B.vocab_size, (n,), generator=torch.Generator().manual_seed(n)).tolist()
+        engine.use_graph = False
+        eager = engine.generate(prompt, 32, eos_token_id=None)
+        engine.use_graph = True
+        assert engine.generate(prompt, 32, eos_token_id=None) == eager
+    assert len(engine._graphs) == 1
+
+
+@pytest.mark.gpu
+def test_fused_fp32_teacher_forcing_matches_transformers():
+    """As test_engine's fp32 check, at the fused level: top-1 agreement >= 99%, logits within 2e-2."""
+    prefill, positions = 16, 256
+    tf32, torch.backends.cudnn.allow_tf32 = torch.backends.cudnn.allow_tf32, False   # transformers' conv1d
+    try:
+        hf = hf_model(QWEN35_0_8B, dtype=torch.float32, device="cuda", seed=0)
+        ids = torch.randint(0, QWEN35_0_8B.vocab_size, (prefill + positions,),
+                            generator=torch.Generator().manual_seed(0)).tolist()
+        with torch.no_grad():
+            want = hf(input_ids=torch.tensor([ids], device="cuda")).logits[0, prefill - 1:-1].double()
+    finally:
+        torch.backends.cudnn.allow_tf32 = tf32
+    engine = Engine(QWEN35_0_8B, weights_from_hf(hf), max_seq_len=512, level="fused")
+    rows = [engine.prefill(ids[:prefill]).double().clone()]
+    rows += [engine.decode(token).double().clone() for token in ids[prefill:-1]]      # teacher forcing
+    got = torch.stack(rows)
+    rel = (torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want)).item()
+    agree = (got.argmax(-1) == want.argmax(-1)).double().mean().item()
+    print(f"fused, fp32, {positions} positions: logits relative difference {rel:.2e}, top-1 agreement {agree:.1%}")
+    assert math.isfinite(rel) and agree >= 0.99 and rel <= 2e-2
+
+
+@pytest.mark.gpu
+def test_bench_runs_the_fused_levels(tmp_path):
+    from tritonllm_course import cli
+    args = cli.build_parser().parse_args(["bench", "--out", str(tmp_path), "--systems", bench.FUSED,
+                                          bench.FUSED + bench.GRAPH, "--contexts", "128", "--steps", "4",
+                                          "--repeats", "1"])
+    assert args.func(args) == 0
+    (folder,) = tmp_path.iterdir()
+    md = (folder / "bench.md").read_text()
+    assert "Triton + fusion + split-K + CUDA Graph" in md and "| 317 |" in md
