@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # GPU benchmark of the whole model (chapters 19 and 26): transformers eager and compiled, the reference model
-# eager and compiled, the Triton engine without and with the CUDA graph; prefill of 128 tokens and decode at
-# contexts 128, 1024 and 4096, random weights of the real shapes. Called by scripts/gpu_check.sh with one
+# eager and compiled, the Triton engine one kernel per operator and with fusion + split-K, each without and
+# with the CUDA graph; prefill of 128 tokens and decode at contexts 128, 1024 and 4096, random weights of the
+# real shapes. Called by scripts/gpu_check.sh with one
 # argument; writes RESULTS_DIR/engine_<gpu>_<date>/bench.{md,json,png}.
 #   scripts/gpu_extra_engine.sh RESULTS_DIR        (PYTHON=... to choose the interpreter)
 # The run starts no new system after 400 s and is stopped at 470 s: what was measured by then is written.
