@@ -286,16 +286,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tens
     q: [T, heads, head_dim]; k, v: [S, kv_heads, head_dim], same dtype (the new tokens included)
     pos: [T] int positions, each in [0, S); out: [T, heads, head_dim] in q's dtype.
     """
-    validate.tensor(q, "q", dtype=validate.FLOATS, ndim=3)
-    T, H, D = q.shape
-    validate.tensor(k, "k", dtype=q.dtype, ndim=3)
-    S, KV = k.shape[0], k.shape[1]
-    validate.tensor(k, "k", shape=(S, KV, D))
-    validate.tensor(v, "v", dtype=q.dtype, shape=(S, KV, D))
-    validate.tensor(pos, "pos", dtype=validate.INTS, shape=(T,))
-    G = _heads(H, KV)
-    device = validate.same_device(q=q, k=k, v=v, pos=pos)
-    validate.device_range(pos, 0, S - 1, "position", f"queries attend to the {S} keys given, positions 0 .. {S - 1}")
+    T, H, D, S, KV, device = validate.causal_attention(q, k, v, pos)
+    G = H // KV
     out = validate.output(out, "out", (T, H, D), q.dtype, device)
     if out.numel():
         bm = _row_block(T * G, PREFILL_BLOCK_M)

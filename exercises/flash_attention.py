@@ -99,19 +99,9 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torc
     pos: [T] int positions, each in [0, S); out: [T, heads, head_dim] in q's dtype.
     config: tile sizes {BLOCK_M, BLOCK_N, num_warps, num_stages} instead of `flash_config`'s.
     """
-    validate.tensor(q, "q", dtype=validate.FLOATS, ndim=3)
-    T, H, D = q.shape
-    validate.tensor(k, "k", dtype=q.dtype, ndim=3)
-    S, KV = k.shape[0], k.shape[1]
-    validate.tensor(k, "k", shape=(S, KV, D))
-    validate.tensor(v, "v", dtype=q.dtype, shape=(S, KV, D))
-    validate.tensor(pos, "pos", dtype=validate.INTS, shape=(T,))
-    if KV == 0 or H % KV:
-        raise ValueError(f"{H} query heads are not a multiple of {KV} KV heads (GQA)")
+    T, H, D, S, KV, device = validate.causal_attention(q, k, v, pos)
     if D > MAX_HEAD_DIM:
         raise ValueError(f"head_dim {D} is larger than {MAX_HEAD_DIM}: the kernel keeps a whole head in one tile")
-    device = validate.same_device(q=q, k=k, v=v, pos=pos)
-    validate.device_range(pos, 0, S - 1, "position", f"queries attend to the {S} keys given, positions 0 .. {S - 1}")
     out = validate.output(out, "out", (T, H, D), q.dtype, device)
     G = H // KV
     cfg = _check_config(dict(config)) if config else flash_config(T, G, KV, D, q.element_size(),

@@ -176,13 +176,8 @@ def gemm_autotuned_kernel(x_ptr, w_ptr, y_ptr, M, N, K, M_BUCKET,
 
 def _check(x: torch.Tensor, weight: torch.Tensor) -> tuple[int, int, torch.device]:
     """Validate x [..., K] against weight [N, K]; returns (N, K, device)."""
-    validate.tensor(weight, "weight", dtype=validate.FLOATS, ndim=2)
-    N, K = weight.shape
-    validate.tensor(x, "x", dtype=weight.dtype)
-    if x.dim() == 0 or x.shape[-1] != K:
-        raise ValueError(f"x has shape {list(x.shape)}; its last dimension must be K = {K}, "
-                         f"the second dimension of weight {list(weight.shape)}")
-    return N, K, validate.same_device(x=x, weight=weight)
+    K = validate.projection(x, weight)
+    return weight.shape[0], K, validate.same_device(x=x, weight=weight)
 
 
 def autotuned_gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

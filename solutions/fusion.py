@@ -237,17 +237,6 @@ def _project(x, weight, up_weight, norm_weight, eps, out):
     return out
 
 
-def _check_x(x: torch.Tensor, weight: torch.Tensor, weight_name: str) -> int:
-    """x [..., K] in the weight's dtype; returns K."""
-    validate.tensor(weight, weight_name, dtype=validate.FLOATS, ndim=2)
-    K = weight.shape[1]
-    validate.tensor(x, "x", dtype=weight.dtype)
-    if x.dim() == 0 or x.shape[-1] != K:
-        raise ValueError(f"x has shape {list(x.shape)}; its last dimension must be K = {K}, the second "
-                         f"dimension of {weight_name} {list(weight.shape)}")
-    return K
-
-
 def _check_norm(norm_weight: torch.Tensor, K: int, eps: float) -> None:
     validate.tensor(norm_weight, "norm_weight", dtype=validate.FLOATS, shape=(K,))
     if not eps > 0:
@@ -273,7 +262,7 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     The normed activations are never written: fp32 inside the GEMV; one rounding to x's dtype before the
     tensor cores in the GEMM (several tokens).
     """
-    K = _check_x(x, weight, "weight")
+    K = validate.projection(x, weight, "weight")
     _check_norm(norm_weight, K, eps)
     device = validate.same_device(x=x, norm_weight=norm_weight, weight=weight)
     out = validate.output(out, "out", (*x.shape[:-1], weight.shape[0]), x.dtype, device)
@@ -288,7 +277,7 @@ def gate_up_swiglu(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.
     gate_weight, up_weight: [I, K] each (3584 x 1024), same dtype
     out:                    optional [..., I] buffer in x's dtype
     """
-    K = _check_x(x, gate_weight, "gate_weight")
+    validate.projection(x, gate_weight, "gate_weight")
     validate.tensor(up_weight, "up_weight", dtype=gate_weight.dtype, shape=tuple(gate_weight.shape))
     device = validate.same_device(x=x, gate_weight=gate_weight, up_weight=up_weight)
     out = validate.output(out, "out", (*x.shape[:-1], gate_weight.shape[0]), x.dtype, device)
@@ -298,7 +287,7 @@ def gate_up_swiglu(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.
 def gate_up_swiglu_merged(x: torch.Tensor, gate_up_weight: torch.Tensor,
                           out: torch.Tensor | None = None) -> torch.Tensor:
     """The same with the engine's stacked weight [W_gate; W_up] ([2 * I, K] = [7168, 1024])."""
-    _check_x(x, gate_up_weight, "gate_up_weight")
+    validate.projection(x, gate_up_weight, "gate_up_weight")
     gate_weight, up_weight = _split_merged(gate_up_weight)
     return gate_up_swiglu(x, gate_weight, up_weight, out)
 
@@ -312,7 +301,7 @@ def rms_norm_gate_up_swiglu(x: torch.Tensor, norm_weight: torch.Tensor, gate_up_
     gate_up_weight: [2 * I, K], W_gate stacked over W_up
     out:            optional [..., I] buffer in x's dtype
     """
-    K = _check_x(x, gate_up_weight, "gate_up_weight")
+    K = validate.projection(x, gate_up_weight, "gate_up_weight")
     _check_norm(norm_weight, K, eps)
     gate_weight, up_weight = _split_merged(gate_up_weight)
     device = validate.same_device(x=x, norm_weight=norm_weight, gate_up_weight=gate_up_weight)

@@ -128,17 +128,6 @@ def _shared_memory(device: torch.device) -> int:
     return _SHARED_MEMORY[device.index]
 
 
-def _check_weight_and_x(x: torch.Tensor, weight: torch.Tensor) -> int:
-    """Validate the pair; returns K."""
-    validate.tensor(weight, "weight", dtype=validate.FLOATS, ndim=2)
-    K = weight.shape[1]
-    validate.tensor(x, "x", dtype=weight.dtype)
-    if x.dim() == 0 or x.shape[-1] != K:
-        raise ValueError(f"x has shape {list(x.shape)}; its last dimension must be K = {K}, "
-                         f"the second dimension of weight {list(weight.shape)}")
-    return K
-
-
 def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """One token through a projection: `x @ weight.T`.
 
@@ -147,7 +136,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None)
     out:    optional [N] or [1, N] buffer (x's leading shape)
     returns y of shape x.shape[:-1] + [N], computed with fp32 accumulation.
     """
-    K = _check_weight_and_x(x, weight)
+    K = validate.projection(x, weight)
     if x.dim() > 2 or (x.dim() == 2 and x.shape[0] != 1):
         raise ValueError(f"gemv takes one token, x of shape [K] or [1, K]; got {list(x.shape)} "
                          "(use gemm or linear for several tokens)")
@@ -169,7 +158,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None)
     out:    optional [M, N] buffer
     returns y [M, N], computed with fp32 accumulation.
     """
-    K = _check_weight_and_x(x, weight)
+    K = validate.projection(x, weight)
     if x.dim() != 2:
         raise ValueError(f"gemm takes x of shape [M, K]; got {list(x.shape)}")
     device = validate.same_device(x=x, weight=weight)
@@ -190,7 +179,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = Non
     Same signature as the reference `linear`, so it can replace it in the model.
     returns [..., N] in x's dtype (into `out` when given).
     """
-    K = _check_weight_and_x(x, weight)
+    K = validate.projection(x, weight)
     N = weight.shape[0]
     device = validate.same_device(x=x, weight=weight)
     out = validate.output(out, "out", (*x.shape[:-1], N), x.dtype, device)

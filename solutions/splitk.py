@@ -235,12 +235,8 @@ def splitk_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | Non
     shape on this GPU, else chapter 05's GEMV (one piece needs no second stage).
     returns [..., N] in x's dtype (into `out` when given).
     """
-    validate.tensor(weight, "weight", dtype=validate.FLOATS, ndim=2)
-    N, K = weight.shape
-    validate.tensor(x, "x", dtype=weight.dtype)
-    if x.dim() == 0 or x.shape[-1] != K:
-        raise ValueError(f"x has shape {list(x.shape)}; its last dimension must be K = {K}, "
-                         f"the second dimension of weight {list(weight.shape)}")
+    K = validate.projection(x, weight)
+    N = weight.shape[0]
     device = validate.same_device(x=x, weight=weight)
     out = validate.output(out, "out", (*x.shape[:-1], N), x.dtype, device)
     M = math.prod(x.shape[:-1])                                       # tokens

@@ -92,3 +92,31 @@ def device_range(t: torch.Tensor, lo: int, hi: int, name: str, why: str = "") ->
     if first < lo or last > hi:
         bad = first if first < lo else last
         raise ValueError(f"{name} {bad} is outside [{lo}, {hi}]" + (f": {why}" if why else ""))
+
+
+def projection(x: torch.Tensor, weight: torch.Tensor, weight_name: str = "weight") -> int:
+    """`x @ weight.T` inputs: weight [N, K] floating, x [..., K] in the weight's dtype; returns K."""
+    tensor(weight, weight_name, dtype=FLOATS, ndim=2)
+    K = weight.shape[1]
+    tensor(x, "x", dtype=weight.dtype)
+    if x.dim() == 0 or x.shape[-1] != K:
+        raise ValueError(f"x has shape {list(x.shape)}; its last dimension must be K = {K}, "
+                         f"the second dimension of {weight_name} {list(weight.shape)}")
+    return K
+
+
+def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor):
+    """Inputs of causal attention: q [T, heads, D], k and v [S, kv_heads, D] in q's dtype, pos [T] ints in
+    [0, S), heads a multiple of kv_heads (GQA). Returns (T, heads, D, S, kv_heads, device)."""
+    tensor(q, "q", dtype=FLOATS, ndim=3)
+    T, H, D = q.shape
+    tensor(k, "k", dtype=q.dtype, ndim=3)
+    S, KV = k.shape[0], k.shape[1]
+    tensor(k, "k", shape=(S, KV, D))
+    tensor(v, "v", dtype=q.dtype, shape=(S, KV, D))
+    tensor(pos, "pos", dtype=INTS, shape=(T,))
+    if KV == 0 or H % KV:
+        raise ValueError(f"{H} query heads are not a multiple of {KV} KV heads (GQA)")
+    device = same_device(q=q, k=k, v=v, pos=pos)
+    device_range(pos, 0, S - 1, "position", f"queries attend to the {S} keys given, positions 0 .. {S - 1}")
+    return T, H, D, S, KV, device
