@@ -24,9 +24,11 @@ class Activations:
     The merged projections' outputs: with rows = 1 (decode) one buffer per group, whose pieces are
     contiguous column slices; with more rows (prefill) one buffer per piece, because a column slice of
     a [T, N] matrix is strided and the next kernels want contiguous inputs.
+    stream_dtype: the residual stream x's (fp32 in fp16 mode, with the fp32 scratch h_wide); default dtype.
     """
 
-    def __init__(self, config: Qwen35Config, rows: int, dtype, device, merged_widths: dict[str, dict[str, int]]):
+    def __init__(self, config: Qwen35Config, rows: int, dtype, device, merged_widths: dict[str, dict[str, int]],
+                 stream_dtype=None):
         c = config
         self.rows = rows
         self.tensors: dict[str, torch.Tensor] = {}
@@ -35,8 +37,12 @@ class Activations:
         def add(name, *shape, dt=dtype):
             self.tensors[name] = torch.empty(rows, *shape, dtype=dt, device=device)
 
-        for name in ("x", "h", "mixer"):                               # residual stream, norm out, sublayer out
+        stream_dtype = stream_dtype or dtype
+        add("x", c.hidden_size, dt=stream_dtype)                        # residual stream (fp32 in fp16 mode)
+        for name in ("h", "mixer"):                                     # norm out, sublayer out
             add(name, c.hidden_size)
+        if stream_dtype != dtype:   # the norms' fp32 output before the cast (their kernels write x's dtype)
+            add("h_wide", c.hidden_size, dt=stream_dtype)
         add("gate_up", 2 * c.intermediate_size)
         add("act", c.intermediate_size)
         for group, widths in merged_widths.items():

@@ -20,6 +20,14 @@ Optimisation levels (`level`, the steps of each in `ops.py`), the benchmark's ro
   "operators"  one kernel per operator (chapter 19)
   "fused"      RMSNorm folded into the merged projections, the last residual add into the final norm,
                split-K for the narrow decode GEMVs, FlashDecoding / FlashAttention (chapters 21 to 24)
+
+fp16 mode (`residual_dtype`): the residual stream a.x is fp32, as in the reference model (Qwen's stream
+outgrows fp16's 65,504). The residual adds take it as it is; the kernels that write or read it in the
+model dtype are adapted here: the embedding goes through a.h and is cast; at the operators level a norm
+writes fp32 scratch, cast to a.h; at the fused level the norm-folded projections read a.h, an fp16 copy
+of the stream scaled to unit RMS (RMSNorm ignores its input's scale), which the residual adds write
+beside the stream (`residual_rmsnorm` with a zero weight) in the launch `attn_residual` /
+`mlp_residual` would take.
 """
 from __future__ import annotations
 
@@ -84,8 +92,10 @@ class Engine:
             group = "attn" if layer.kind == "full_attention" else "dn"
             widths[group] = {name: b - a for name, (a, b) in layer.mixer_in.pieces.items()}
         self.prefill_chunk = min(prefill_chunk, max_seq_len)
-        self.decode_act = Activations(c, 1, self.dtype, self.device, widths)
-        self.prefill_act = Activations(c, self.prefill_chunk, self.dtype, self.device, widths)
+        self.wide_stream = self.residual_dtype != self.dtype
+        self.decode_act = Activations(c, 1, self.dtype, self.device, widths, self.residual_dtype)
+        self.prefill_act = Activations(c, self.prefill_chunk, self.dtype, self.device, widths, self.residual_dtype)
+        self.unit_norm = torch.zeros(c.hidden_size, dtype=self.dtype, device=self.device)   # 1 + 0: scale only
         self._decode_views = self.decode_act.take(1)
         self.counters = Counters(c.vocab_size, self.dtype, self.device)
         self.final = torch.empty(1, c.hidden_size, dtype=self.dtype, device=self.device)
@@ -101,6 +111,11 @@ class Engine:
         self._decode_fn, self._prefill_fn = self._decode_impl, self._prefill_impl
         self.length = 0          # tokens in the cache (host count; the device counters follow it)
         self.pending = None      # the last token handed out, not yet in the cache
+
+    @property
+    def residual_dtype(self) -> torch.dtype:
+        """The residual stream's dtype: fp32 in fp16 mode (it would overflow), else the model dtype."""
+        return torch.float32 if self.dtype == torch.float16 else self.dtype
 
     # construction ------------------------------------------------------------------------------------
     @classmethod
@@ -161,11 +176,29 @@ class Engine:
         op.gated_norm(x=a.do, z=z, weight=layer.small["norm"], eps=c.rms_norm_eps, out=a.dnorm)
         op.out_proj(x=a.dnorm.view(T, -1), weight=layer.mixer_out, out=a.mixer)     # [T, HV * Dv] -> [T, hidden]
 
+    def _embed(self, op, ids, a) -> None:
+        """The embedding rows into the stream a.x; in fp16 mode through a.h (the kernel writes the table's
+        dtype), then cast: a.h also holds them in fp16 for the fused level's first projection."""
+        if self.wide_stream:
+            op.embed(ids=ids, weight=self.weights.embed, out=a.h)
+            a.x.copy_(a.h)
+        else:
+            op.embed(ids=ids, weight=self.weights.embed, out=a.x)
+
+    def _norm(self, norm, x, weight, out, wide) -> None:
+        """out = norm(x) in the model dtype; in fp16 mode x is the fp32 stream and the kernel writes x's
+        dtype, so it writes the fp32 scratch `wide` (x's shape), cast into out."""
+        eps = self.config.rms_norm_eps
+        if self.wide_stream:
+            norm(x=x, weight=weight, eps=eps, out=wide)
+            out.copy_(wide)
+        else:
+            norm(x=x, weight=weight, eps=eps, out=out)
+
     def _residual_and_mlp(self, op, a, layer) -> None:
         """The residual add after the mixer, then the MLP sublayer and its residual add, on a.x."""
-        eps = self.config.rms_norm_eps
         op.attn_residual(x=a.mixer, residual=a.x, out=a.x)
-        op.ln2(x=a.x, weight=layer.ln2, eps=eps, out=a.h)
+        self._norm(op.ln2, a.x, layer.ln2, a.h, getattr(a, "h_wide", None))
         op.gate_up(x=a.h, weight=layer.gate_up.weight, out=a.gate_up)              # [T, 2 * I] = [gate | up]
         op.swiglu(gate_up=a.gate_up, out=a.act)
         op.down(x=a.act, weight=layer.down, out=a.mixer)
@@ -182,11 +215,12 @@ class Engine:
     def _decode_step(self, sampling: Sampling | None) -> None:
         """One token: reads ids / position / length from the counters, leaves the next token in ids and
         advances the counters. Static shapes and buffers only: this is what the CUDA graph captures."""
-        op, ctr, w, eps = self.ops.decode, self.counters, self.weights, self.config.rms_norm_eps
+        op, ctr, w = self.ops.decode, self.counters, self.weights
         a = self._decode_views
-        op.embed(ids=ctr.ids, weight=w.embed, out=a.x)
+        wide = getattr(a, "h_wide", None)
+        self._embed(op, ctr.ids, a)
         for i, layer in enumerate(w.layers):
-            op.ln1(x=a.x, weight=layer.ln1, eps=eps, out=a.h)
+            self._norm(op.ln1, a.x, layer.ln1, a.h, wide)
             if layer.kind == "full_attention":
                 op.attn_in_proj(x=a.h, weight=layer.mixer_in.weight, out=self.decode_act.merged["attn"])
                 self._attention(op, a, i, layer, 1, ctr.pos, None)
@@ -194,7 +228,7 @@ class Engine:
                 op.dn_in_proj(x=a.h, weight=layer.mixer_in.weight, out=self.decode_act.merged["dn"])
                 self._deltanet(op, a, i, layer, 1, decode=True)
             self._residual_and_mlp(op, a, layer)
-        op.final_norm(x=a.x, weight=w.norm, eps=eps, out=a.h)
+        self._norm(op.final_norm, a.x, w.norm, a.h, wide)
         op.lm_head(x=a.h, weight=w.lm_head, out=ctr.logits)
         self._next_token(op, sampling)
         op.advance(steps=ctr.steps)
@@ -202,11 +236,12 @@ class Engine:
     def _prefill_chunk(self, a, ids: torch.Tensor, start: int, last: bool) -> None:
         """Tokens ids [T] at positions start.. (after what the cache holds) through the views `a` of the
         prefill activations; the last chunk of a prompt also computes the logits of its last position."""
-        op, w, eps, T = self.ops.prefill, self.weights, self.config.rms_norm_eps, ids.shape[0]
+        op, w, T = self.ops.prefill, self.weights, ids.shape[0]
         pos = self.positions[start:start + T]                                      # [T] int32
-        op.embed(ids=ids, weight=w.embed, out=a.x)
+        wide = getattr(a, "h_wide", None)
+        self._embed(op, ids, a)
         for i, layer in enumerate(w.layers):
-            op.ln1(x=a.x, weight=layer.ln1, eps=eps, out=a.h)
+            self._norm(op.ln1, a.x, layer.ln1, a.h, wide)
             group = "attn" if layer.kind == "full_attention" else "dn"
             proj = op.attn_in_proj if group == "attn" else op.dn_in_proj
             for name in layer.mixer_in.pieces:                                    # one GEMM per piece
@@ -217,7 +252,7 @@ class Engine:
                 self._deltanet(op, a, i, layer, T, decode=False)
             self._residual_and_mlp(op, a, layer)
         if last:
-            op.final_norm(x=a.x[T - 1:], weight=w.norm, eps=eps, out=self.final)
+            self._norm(op.final_norm, a.x[T - 1:], w.norm, self.final, None if wide is None else wide[T - 1:])
             op.lm_head(x=self.final, weight=w.lm_head, out=self.counters.logits)
 
     # the fused level ---------------------------------------------------------------------------------
@@ -225,26 +260,42 @@ class Engine:
         """The residual add after the mixer, ln2 + gate/up + SwiGLU in one kernel, down, and the residual
         add on a.x; with `final_norm` (the last layer) that add is fused with the model's final norm into a.h."""
         eps = self.config.rms_norm_eps
-        op.attn_residual(x=a.mixer, residual=a.x, out=a.x)
-        op.mlp(x=a.x, norm_weight=layer.ln2, gate_up_weight=layer.gate_up.weight, eps=eps, out=a.act)
+        self._fused_residual(op, op.attn_residual, a)
+        op.mlp(x=self._stream_in(a), norm_weight=layer.ln2, gate_up_weight=layer.gate_up.weight, eps=eps,
+               out=a.act)
         op.down(x=a.act, weight=layer.down, out=a.mixer)
         if final_norm is None:
-            op.mlp_residual(x=a.mixer, residual=a.x, out=a.x)
+            self._fused_residual(op, op.mlp_residual, a)
         else:       # the new stream goes back into a.x in place: each element is read before it is written
             op.final_residual_norm(x=a.mixer, residual=a.x, weight=final_norm, eps=eps, h_out=a.x, out=a.h)
+
+    def _stream_in(self, a) -> torch.Tensor:
+        """What a norm-folded projection reads: the stream a.x, or in fp16 mode its fp16 copy a.h (those
+        kernels read x in the weights' dtype)."""
+        return a.h if self.wide_stream else a.x
+
+    def _fused_residual(self, op, add, a) -> None:
+        """a.x += a.mixer; in fp16 mode also a.h = a.x / rms(a.x) in fp16, in the same launch: the scale
+        keeps it in fp16's range and the next norm, folded into its projection, does not see it (up to
+        eps: a relative 0.5 * eps / mean(x^2), far below fp16's rounding)."""
+        if self.wide_stream:
+            op.final_residual_norm(x=a.mixer, residual=a.x, weight=self.unit_norm, eps=self.config.rms_norm_eps,
+                                   h_out=a.x, out=a.h)
+        else:
+            add(x=a.mixer, residual=a.x, out=a.x)
 
     def _decode_step_fused(self, sampling: Sampling | None) -> None:
         """`_decode_step` at the fused level: the same buffers and counters, fewer and wider kernels."""
         op, ctr, w, eps = self.ops.decode, self.counters, self.weights, self.config.rms_norm_eps
         a, last = self._decode_views, len(w.layers) - 1
-        op.embed(ids=ctr.ids, weight=w.embed, out=a.x)
+        self._embed(op, ctr.ids, a)
         for i, layer in enumerate(w.layers):
             if layer.kind == "full_attention":     # ln1 folded in: the projection normalises a.x as it reads it
-                op.attn_in_proj(x=a.x, norm_weight=layer.ln1, weight=layer.mixer_in.weight, eps=eps,
+                op.attn_in_proj(x=self._stream_in(a), norm_weight=layer.ln1, weight=layer.mixer_in.weight, eps=eps,
                                 out=self.decode_act.merged["attn"])
                 self._attention(op, a, i, layer, 1, ctr.pos, None)
             else:
-                op.dn_in_proj(x=a.x, norm_weight=layer.ln1, weight=layer.mixer_in.weight, eps=eps,
+                op.dn_in_proj(x=self._stream_in(a), norm_weight=layer.ln1, weight=layer.mixer_in.weight, eps=eps,
                               out=self.decode_act.merged["dn"])
                 self._deltanet(op, a, i, layer, 1, decode=True)
             self._fused_mlp(op, a, layer, w.norm if i == last else None)
@@ -256,12 +307,12 @@ class Engine:
         """`_prefill_chunk` at the fused level."""
         op, w, eps, T = self.ops.prefill, self.weights, self.config.rms_norm_eps, ids.shape[0]
         pos = self.positions[start:start + T]                                      # [T] int32
-        op.embed(ids=ids, weight=w.embed, out=a.x)
+        self._embed(op, ids, a)
         for i, layer in enumerate(w.layers):
             group = "attn" if layer.kind == "full_attention" else "dn"
             proj = op.attn_in_proj if group == "attn" else op.dn_in_proj
             for name in layer.mixer_in.pieces:     # one GEMM per piece, each normalising its x tiles itself
-                proj(x=a.x, norm_weight=layer.ln1, weight=layer.mixer_in.piece(name), eps=eps,
+                proj(x=self._stream_in(a), norm_weight=layer.ln1, weight=layer.mixer_in.piece(name), eps=eps,
                      out=getattr(a, f"{group}_{name}"))
             if group == "attn":
                 self._attention(op, a, i, layer, T, pos, start)

@@ -9,7 +9,8 @@
 Prefill runs T tokens at once (chunked delta rule, causal attention over the prompt); decode runs one
 token against the cache (recurrent delta rule, attention over the KV cache). Both write the cache in
 place. The numerics follow transformers' torch path: matmuls in the model dtype, norms, softmax, gates
-and the DeltaNet state in fp32.
+and the DeltaNet state in fp32. In fp16 the residual stream x is kept in fp32 (`residual_dtype`): Qwen's
+stream outgrows fp16's 65,504 after a few layers; the sublayers still read norm(x) in fp16.
 """
 from __future__ import annotations
 
@@ -30,6 +31,12 @@ class Qwen35Model:
         self.dtype, self.device = embed.dtype, embed.device
         self.lm_head_weight = weights.get("lm_head.weight", embed)   # tied: the embedding is the head
         self.cos = self.sin = None                                    # RoPE tables, grown on demand
+
+    @property
+    def residual_dtype(self) -> torch.dtype:
+        """The residual stream's dtype: fp32 in fp16 mode (it would overflow), else the model dtype (bf16
+        adds in bf16, as transformers does)."""
+        return torch.float32 if self.dtype == torch.float16 else self.dtype
 
     # construction --------------------------------------------------------------------------------
     @classmethod
@@ -69,21 +76,23 @@ class Qwen35Model:
         decode = start > 0 and T == 1
 
         w, eps = self.weights, c.rms_norm_eps
-        x = R.embedding(ids, w["embed_tokens.weight"])                             # [T, hidden]
+        dt = self.dtype                                  # the sublayers' inputs; x may be wider (fp16 mode)
+        x = R.embedding(ids, w["embed_tokens.weight"]).to(self.residual_dtype)     # [T, hidden]
         for i, kind in enumerate(c.layer_types):
             p = f"layers.{i}."
-            h = R.rms_norm(x, w[p + "input_layernorm.weight"], eps)
+            h = R.rms_norm(x, w[p + "input_layernorm.weight"], eps).to(dt)
             if kind == "full_attention":
                 h = self._attention(i, h, pos, cache)
             else:
                 h = self._deltanet(i, h, cache, decode)
             x, h = R.residual_rms_norm(h, x, w[p + "post_attention_layernorm.weight"], eps)
-            h = R.mlp(h, w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"], w[p + "mlp.down_proj.weight"])
+            h = R.mlp(h.to(dt), w[p + "mlp.gate_proj.weight"], w[p + "mlp.up_proj.weight"],
+                      w[p + "mlp.down_proj.weight"])
             x = R.residual_add(h, x)
         cache.length = start + T
         if not all_logits:
             x = x[-1:]                                                             # [1, hidden]
-        return R.lm_head(R.rms_norm(x, w["norm.weight"], eps), self.lm_head_weight)
+        return R.lm_head(R.rms_norm(x, w["norm.weight"], eps).to(dt), self.lm_head_weight)
 
     __call__ = forward
 
