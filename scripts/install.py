@@ -17,7 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 KEPT = ("torch", "triton")             # never reinstalled where a CUDA build is present
-COLAB_SKIP = KEPT + ("jupyterlab", "nbval", "pytest", "numpy")  # Colab has its own notebook stack
+# Colab has its own notebook stack (its widget manager, its matplotlib): only what it lacks is installed
+COLAB_SKIP = KEPT + ("jupyterlab", "nbval", "pytest", "numpy", "ipykernel", "ipywidgets", "matplotlib")
 
 
 def cuda_torch(python: str) -> dict | None:
