@@ -238,3 +238,14 @@ def test_device_range_names_the_value_and_cpu_tensors_are_always_checked():
         with pytest.raises(ValueError, match="position -1"):
             validate.device_range(torch.tensor([-1]), 0, 7, "position")
     validate.device_range(torch.tensor([0, 7]), 0, 7, "position")
+
+
+def test_colab_links_come_from_the_one_constant(capsys):
+    from tritonllm_course.colab import colab_url
+    assert colab_url("01_triton_basics.ipynb", "https://github.com/o/r.git") == \
+        "https://colab.research.google.com/github/o/r/blob/main/notebooks/01_triton_basics.ipynb"
+    with pytest.raises(ValueError, match="REPO_URL must be a GitHub address"):
+        colab_url("01_triton_basics.ipynb", "")
+    assert cli.main(["colab-links", "--repo-url", "https://github.com/o/r"]) == 0
+    assert "00_setup.ipynb: https://colab.research.google.com/github/o/r/blob/main/notebooks/00_setup.ipynb" \
+        in capsys.readouterr().out

@@ -5,6 +5,7 @@
   make-exercises        regenerate exercises/ from solutions/ (--check: only report drift)
   student-copy DEST     a copy of the course without solutions/ (for handing out)
   sync-notebooks        write the standard first cell into every notebook and strip outputs
+  colab-links           the "Open in Colab" address of every chapter (needs REPO_URL in colab.py)
   generate ...          run the model (see `generate --help`)
   bench ...             the benchmark table on a GPU (see `bench --help`)
 """
@@ -106,6 +107,18 @@ def cmd_sync_notebooks(args) -> int:
     return 0
 
 
+def cmd_colab_links(args) -> int:
+    from .colab import colab_url
+    from .notebooks_tools import notebooks
+    try:
+        for path in notebooks():
+            print(f"{path.name}: {colab_url(path.name, args.repo_url)}")
+    except ValueError as e:
+        print(e, file=sys.stderr)
+        return 2
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="tritonllm-course", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -127,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_student_copy)
     p = sub.add_parser("sync-notebooks", help="standard first cell, no outputs, in every notebook")
     p.set_defaults(func=cmd_sync_notebooks)
+    p = sub.add_parser("colab-links", help="the Open-in-Colab address of every chapter")
+    p.add_argument("--repo-url", default=None, help="instead of colab.REPO_URL")
+    p.set_defaults(func=cmd_colab_links)
     try:
         from .generation import add_generate_parser, run_generate
     except ImportError:

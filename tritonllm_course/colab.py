@@ -6,6 +6,20 @@ first cell (a test checks that the cells agree with `SETUP_CELL`).
 """
 REPO_URL = ""  # the course's git address (https://...); empty until the repository is published
 
+
+def colab_url(notebook: str, repo_url: str | None = None, branch: str = "main") -> str:
+    """The "Open in Colab" address of a chapter, for a repository on GitHub.
+
+    colab_url("01_triton_basics.ipynb", "https://github.com/OWNER/REPO") ->
+    https://colab.research.google.com/github/OWNER/REPO/blob/main/notebooks/01_triton_basics.ipynb
+    """
+    repo_url = (repo_url if repo_url is not None else REPO_URL).removesuffix(".git").rstrip("/")
+    prefix = "https://github.com/"
+    if not repo_url.startswith(prefix):
+        raise ValueError(f"REPO_URL must be a GitHub address ({prefix}OWNER/REPO) for Colab links; "
+                         f"it is {repo_url!r} (set it in tritonllm_course/colab.py)")
+    return f"https://colab.research.google.com/github/{repo_url[len(prefix):]}/blob/{branch}/notebooks/{notebook}"
+
 SETUP_CELL = f'''# Set-up: run this cell first. In Colab it clones and installs the course (never reinstalling torch).
 import importlib.util, os, subprocess, sys
 REPO_URL = "{REPO_URL}"  # kept in tritonllm_course/colab.py
