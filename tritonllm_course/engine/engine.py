@@ -371,7 +371,7 @@ class Engine:
         if sampling not in self._graphs:   # each graph with its own memory pool: they replay in any order
             state = [*self.cache.k.values(), *self.cache.v.values(), *self.cache.conv.values(),
                      *self.cache.state.values(), self.counters.ids, self.counters.steps]
-            self._graphs[sampling] = GraphedStep(lambda: self._decode_fn(sampling), state)
+            self._graphs[sampling] = GraphedStep(lambda: self._decode_unchecked(sampling), state)
         return self._graphs[sampling]
 
     def decode(self, token: int | None = None, *, sampling: Sampling | None = None) -> torch.Tensor:
@@ -385,11 +385,16 @@ class Engine:
         if self.use_graph:
             self._graph(sampling)()
         else:
-            with validate.no_device_checks():   # the position and length are the engine's own
-                self._decode_fn(sampling)
+            self._decode_unchecked(sampling)
         self.length += 1
         self.pending = None
         return self.counters.logits[0]
+
+    def _decode_unchecked(self, sampling: Sampling | None) -> None:
+        """The decode step without the kernels' host-side range checks (a device sync each): the ids,
+        position and length are the engine's own, checked before any work."""
+        with validate.no_device_checks():
+            self._decode_fn(sampling)
 
     def capture(self, sampling: Sampling | None = None) -> None:
         """Warm up and capture the decode step now (otherwise it happens at the first decode)."""

@@ -19,7 +19,6 @@ Two optimisation levels, two step sequences (`LEVELS`; the CUDA graph is the eng
 """
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable
@@ -79,15 +78,6 @@ OUTPUTS = {
     "gated_delta_recurrent": ("out", "final_state"),
     "residual_rmsnorm": ("h_out", "out"),
 }
-
-# keyword options only the kernels take: the engine checks ids and positions once, on the host, before
-# any work; the kernels' own checks would read device memory (a sync) on every call
-KERNEL_OPTIONS = {
-    "embedding_lookup": {"check_ids": False},
-    "q_rope": {"check_pos": False},
-    "k_rope": {"check_pos": False},
-}
-
 
 # The fused level. Per layer, 3 slot calls fewer than `STEPS` (ln1, ln2 and the SwiGLU folded into the
 # projections); at decode split-K and FlashDecoding launch two kernels each (the pieces, then their merge)
@@ -212,11 +202,9 @@ def resolve(slot_name: str, source) -> Op:
         return Op(slot_name, "reference", "PyTorch", _reference_op(slot))
     if not slot.ready:
         raise ValueError(f"slot {slot_name!r} has no kernel yet: use source 'reference' for it")
-    loaded = kernels.load(slot.family, None if source == "auto" else source)
+    # "auto": the learner's kernel once the regions this wrapper needs are filled in
+    loaded = kernels.load(slot.family, None if source == "auto" else source, slot.function)
     fn = getattr(loaded.module, slot.function)
-    options = KERNEL_OPTIONS.get(slot_name)
-    if options:
-        fn = functools.partial(fn, **options)
     label = f"{slot.family}.{slot.function}"
     if source == "auto":   # say which one "auto" found
         source = f"auto: {loaded.source}"
