@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # On a GPU machine, in one call: the test suite at real shapes (GPU mode), every notebook under nbval,
 # and the kernel benchmarks. Writes a summary, the logs and the results into DIR.
-#   scripts/gpu_check.sh DIR [STEP...]   STEP: tests notebooks bench extra (default: all four)
+#   scripts/gpu_check.sh DIR [STEP...]   STEP: tests timing notebooks bench extra (default: all five)
 #   PYTHON=... chooses the interpreter (default python3); JOBS=N parallel pytest workers (default 4)
 # Works from a plain checkout: the course is put on PYTHONPATH, nothing is installed into the system.
 # Wheels in .whl/ (scripts/fetch_gpu_wheels.sh) are installed into /tmp/site first when nbval is missing.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_check.sh OUTDIR [tests|notebooks|bench|extra]...}
 shift
-STEPS=${*:-tests notebooks bench extra}
+STEPS=${*:-tests timing notebooks bench extra}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 mkdir -p "$OUT"
@@ -25,6 +25,10 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TRITONLLM_KERNELS=solutions
 JOBS=${JOBS:-4}
 PAR=""   # one notebook (or test file) per worker, all its cells in order
 $PY -c "import xdist" 2>/dev/null && [ "$JOBS" -gt 1 ] && PAR="-n $JOBS --dist loadfile"
+TMO=""   # per-test limit, where pytest-timeout is installed: a hung kernel fails one test, not the run
+$PY -c "import pytest_timeout" 2>/dev/null && TMO="--timeout=300"
+# failures are written to failures-*.log as they happen (the run may be stopped at a time limit)
+PLUG="-p tritonllm_course.pytest_faillog"
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 SUMMARY="$OUT/summary.md"
 
@@ -48,13 +52,16 @@ step() {  # step NAME LOG CMD...: run, record time and exit status
 } >"$SUMMARY" 2>&1
 
 status=0
-# tests one at a time: some assert timings (fused vs unfused, tuned vs hand-picked), which a shared GPU
-# would disturb; notebooks in parallel: nbval compares no outputs
-want tests && { step "tests (GPU mode, real shapes)" "$OUT/tests.log" \
-  $PY -m pytest tests -q -p no:cacheprovider -o addopts="" ${PYTEST_ARGS:-} || status=1; }
-want notebooks && { step "notebooks (nbval)" "$OUT/notebooks.log" \
-  $PY -m pytest notebooks -q -p no:cacheprovider -o addopts="" --nbval-lax --nbval-cell-timeout=900 $PAR || status=1; }
+# correctness tests and notebooks in parallel (one file per worker, its tests/cells in order); the tests
+# that assert a timing (marker `timing`) run alone, like the benchmarks: a shared GPU would disturb them
+want tests && { TRITONLLM_FAILLOG="$OUT/failures-tests.log" step "tests (GPU mode, real shapes)" "$OUT/tests.log" \
+  $PY -m pytest tests -q -p no:cacheprovider -o addopts="" -m "not timing" $TMO $PLUG --durations=15 $PAR \
+  ${PYTEST_ARGS:-} || status=1; }
+want notebooks && { TRITONLLM_FAILLOG="$OUT/failures-notebooks.log" step "notebooks (nbval)" "$OUT/notebooks.log" \
+  $PY -m pytest notebooks -q -p no:cacheprovider -o addopts="" $PLUG --durations=30 --nbval-lax --nbval-cell-timeout=900 $PAR || status=1; }
 # timings last and one at a time: nothing else on the GPU while they run
+want timing && { step "timing tests" "$OUT/timing.log" \
+  $PY -m pytest tests -q -p no:cacheprovider -o addopts="" -m "timing" $TMO || status=1; }
 want bench && { step "kernel benchmarks" "$OUT/bench.log" \
   $PY -m tritonllm_course.kernel_table --out "$OUT/results" || status=1; }
 if want extra; then

@@ -273,6 +273,7 @@ def test_subprocess_programs_are_valid_python():
 
 # --- GPU ------------------------------------------------------------------------------------------------
 @pytest.mark.gpu
+@pytest.mark.timing
 @pytest.mark.parametrize("N,K", DECODE)
 def test_tuned_gemv_is_within_10_percent_of_chapter_05(N, K):
     """Chapter 05's config is in the space, so the autotuner's pick is at least as fast on its own timing
@@ -286,6 +287,7 @@ def test_tuned_gemv_is_within_10_percent_of_chapter_05(N, K):
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 @pytest.mark.parametrize("N,K", [(5120, 1024), (1024, 3584)])
 def test_tuned_gemm_is_within_10_percent_of_chapter_05(N, K):
     gen = torch.Generator(device="cuda").manual_seed(0)

@@ -256,6 +256,7 @@ def test_fused_kernels_replay_in_a_cuda_graph():
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 @pytest.mark.parametrize("name", ["residual_rmsnorm", "fused_rmsnorm_linear", "fused_gate_up_silu.merged",
                                   "fused_gate_up_silu.ln2"])
 def test_decode_fusion_is_faster_than_the_unfused_kernels(name):

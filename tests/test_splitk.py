@@ -229,6 +229,7 @@ def test_two_stage_is_bit_identical_on_the_gpu_and_the_atomic_spread_is_reported
 
 
 @pytest.mark.gpu
+@pytest.mark.timing
 @pytest.mark.parametrize("index", [0, 1])
 def test_splitk_beats_cublas_at_the_narrow_shapes(index):
     """cuBLAS measured 12.1 us (1024 x 2048) and 7.8 us (1024 x 3584) on an H200: too few blocks."""
