@@ -85,19 +85,26 @@ def gemm_configs() -> list[triton.Config]:
             for bm, bn, bk, w, s in tiles]
 
 
+def gemm_shared_bytes(config: triton.Config, itemsize: int) -> int:
+    """Shared memory of a GEMM config with `itemsize`-byte inputs: num_stages x (an x tile and a W tile).
+
+    An upper bound of what Triton allocates for this kernel (compiled for sm_90, every config of the space
+    in fp32, fp16 and bf16): the pipeliner holds at most num_stages - 1 stages of tiles (fp32
+    [128, 64, 128] at 4 stages takes 294,912 bytes, 3 stages' worth), and the epilogue's layout
+    conversion reuses that memory."""
+    tiles = (config.kwargs["BLOCK_M"] + config.kwargs["BLOCK_N"]) * config.kwargs["BLOCK_K"]
+    return config.num_stages * tiles * itemsize
+
+
 def select_gemm_configs(configs: list[triton.Config], m_bucket: int, K: int, shared_bytes: int,
                         itemsize: int) -> list[triton.Config]:
     """The GEMM configs worth timing: BLOCK_M no taller than the prompt's bucket (taller tiles multiply
-    rows of padding), BLOCK_K no wider than K needs, and the pipeline's tiles (num_stages x an x tile and a
-    W tile) inside the shared memory. When none is left, the config with the smallest tiles."""
+    rows of padding), BLOCK_K no wider than K needs, and the pipeline's tiles (`gemm_shared_bytes`)
+    inside the shared memory. When none is left, the config with the smallest tiles."""
     widest = max(triton.next_power_of_2(K), min(c.kwargs["BLOCK_K"] for c in configs))
-
-    def stage_bytes(c):
-        return (c.kwargs["BLOCK_M"] + c.kwargs["BLOCK_N"]) * c.kwargs["BLOCK_K"] * itemsize
-
     keep = [c for c in configs if c.kwargs["BLOCK_M"] <= m_bucket and c.kwargs["BLOCK_K"] <= widest
-            and c.num_stages * stage_bytes(c) <= shared_bytes]
-    return keep or [min(configs, key=lambda c: c.num_stages * stage_bytes(c))]
+            and gemm_shared_bytes(c, itemsize) <= shared_bytes]
+    return keep or [min(configs, key=lambda c: gemm_shared_bytes(c, itemsize))]
 
 
 @functools.cache

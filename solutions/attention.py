@@ -378,6 +378,17 @@ def pv(p: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None = None) -> tor
     return out
 
 
+def decode_config(element_size: int) -> tuple[int, int]:
+    """(BLOCK_N, num_stages) of the decode loop for K/V elements of `element_size` bytes.
+
+    bf16/fp16: DECODE_BLOCK_N rows, DECODE_STAGES deep. fp32 tiles are twice the bytes: [64, 256] fp32
+    K and V tiles 3 stages deep need 276 KB of shared memory (282,688 bytes measured), more than an
+    H200's 227 KB, and the launch fails with OutOfResources. Half the rows per step keep the same bytes
+    per stage as bf16 (about 146 KB) and the same number of loads in flight.
+    """
+    return max(16, DECODE_BLOCK_N * 2 // max(2, element_size)), DECODE_STAGES
+
+
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, length,
                      scale: float, out: torch.Tensor | None = None) -> torch.Tensor:
     """One decode token attending to the first `length` rows of the static KV cache, fused.
@@ -404,9 +415,10 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         length = torch.tensor([int(length)], dtype=torch.int32, device=device)
     validate.device_range(length, 1, max_len, "length", f"a decode step attends to 1 .. {max_len} cached tokens")
     out = validate.output(out, "out", (H, D), q.dtype, device)
+    block_n, stages = decode_config(q.element_size())
     decode_attention_kernel[(KV,)](q, k_cache, v_cache, length, out, max_len, KV, D, scale * LOG2E,
-                                   G=G, BLOCK_H=max(16, triton.next_power_of_2(G)), BLOCK_N=DECODE_BLOCK_N,
-                                   BLOCK_D=triton.next_power_of_2(D), num_warps=4, num_stages=DECODE_STAGES)
+                                   G=G, BLOCK_H=max(16, triton.next_power_of_2(G)), BLOCK_N=block_n,
+                                   BLOCK_D=triton.next_power_of_2(D), num_warps=4, num_stages=stages)
     return out
 
 

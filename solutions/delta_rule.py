@@ -138,7 +138,9 @@ def chunk_prepare_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, T, sk, sv,
 # This loop is the only sequential part of the prefill, so it is kept lean: w, u and k go straight from
 # memory into the tensor-core products in their storage dtype (bf16/fp16; the compiler prefetches the next
 # chunk's tiles while this one computes), the fp32 state is rounded to that dtype as the other operand, and
-# everything else (the decays, v_new, the state itself) stays fp32.
+# everything else (the decays, v_new, the state itself) stays fp32. k is cast to w's dtype: with fp32 k
+# (the engine's L2-normed keys) and bf16 w, Triton 3.6 built a kernel that faulted on an H200 ("out-of-
+# range shared address" in the k^T v_new product); one operand dtype per loop is also the tested path.
 @triton.jit
 def chunk_scan_kernel(k_ptr, w_ptr, u_ptr, g_ptr, s0_ptr, hs_ptr, vn_ptr, st_ptr, T, NT, sk,
                       H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
@@ -164,7 +166,7 @@ def chunk_scan_kernel(k_ptr, w_ptr, u_ptr, g_ptr, s0_ptr, hs_ptr, vn_ptr, st_ptr
         u = tl.load(u_ptr + (rc[:, None] * HV + hv) * DV + rv[None, :], mask=mt[:, None] & mv[None, :],
                     other=0.0).to(tl.float32)                    # [C, BV]
         k = tl.load(k_ptr + rc[:, None] * sk + h * DK + rk[None, :], mask=mt[:, None] & mk[None, :],
-                    other=0.0)                                   # [C, BK], fed to tl.dot as stored
+                    other=0.0).to(w_ptr.dtype.element_ty)        # [C, BK], in w's dtype (see below)
         # BEGIN SOLUTION: store S as chunk n's start state (hs[n, hv], offsets `tile`); v_new = u - w S (store it in vn); S = exp(gamma_C) S + k^T (exp(gamma_C - gamma) v_new); tl.dot operands in w's / k's dtype
         tl.store(hs_ptr + (n * HV + hv) * DK * DV + tile, S.to(hs_ptr.dtype.element_ty), mask=smask)
         gamma = tl.cumsum(g, axis=0)
@@ -190,10 +192,11 @@ def chunk_output_kernel(q_ptr, k_ptr, g_ptr, hs_ptr, vn_ptr, o_ptr, T, sq, sk,
     rv = tl.program_id(2) * BV + tl.arange(0, BV)
     mt, mk, mv = rc < T, rk < DK, rv < DV
     # q, k, the chunk-start state and v_new only feed tensor-core products: loaded as stored
+    # (in v_new's dtype, like the scan's operands: one tensor-core dtype per kernel)
     q = tl.load(q_ptr + rc[:, None] * sq + h * DK + rk[None, :], mask=mt[:, None] & mk[None, :],
-                other=0.0)                                       # [C, BK]
+                other=0.0).to(vn_ptr.dtype.element_ty)           # [C, BK]
     k = tl.load(k_ptr + rc[:, None] * sk + h * DK + rk[None, :], mask=mt[:, None] & mk[None, :],
-                other=0.0)                                       # [C, BK]
+                other=0.0).to(vn_ptr.dtype.element_ty)           # [C, BK]
     S = tl.load(hs_ptr + (n * HV + hv) * DK * DV + rk[:, None] * DV + rv[None, :],
                 mask=mk[:, None] & mv[None, :], other=0.0)       # [BK, BV] chunk-start state
     v_new = tl.load(vn_ptr + (rc[:, None] * HV + hv) * DV + rv[None, :], mask=mt[:, None] & mv[None, :],

@@ -5,6 +5,7 @@ from collections import Counter
 import pytest
 import torch
 
+import tritonllm_course
 from tritonllm_course import profiling as P
 from tritonllm_course.config import QWEN35_0_8B, TINY
 from tritonllm_course.engine import Engine
@@ -12,7 +13,7 @@ from tritonllm_course.engine import Engine
 
 @pytest.fixture(scope="module")
 def tiny_engine():
-    return Engine.random(TINY, torch.float32, "cpu", seed=0, max_seq_len=16)
+    return Engine.random(TINY, torch.float32, tritonllm_course.runtime().device, seed=0, max_seq_len=16)
 
 
 @pytest.mark.parametrize("context", [0, 1, 4096, 262144])

@@ -109,7 +109,10 @@ def test_atomic_accumulator_is_left_zeroed_for_the_next_call():
     first = SK.splitk_gemv_atomic(x, w, acc=acc, split=4)
     assert torch.all(acc == 0), "the cast step must write zeros back into the accumulator"
     second = SK.splitk_gemv_atomic(x, w, acc=acc, split=4)
-    assert torch.equal(first, second) and _rel(first, x, w) < 1e-6
+    assert torch.all(acc == 0), "the cast step must write zeros back into the accumulator"
+    assert _rel(first, x, w) < 1e-6 and _rel(second, x, w) < 1e-6      # the second call added no leftovers
+    if RT.interpreted:                  # programs run one after another: the atomics land in one order
+        assert torch.equal(first, second)
 
 
 def test_an_accumulator_that_is_not_zero_adds_the_previous_call():
@@ -151,12 +154,15 @@ def test_splitk_linear_dispatches(lead, monkeypatch):
     monkeypatch.setattr(SK, "splitk_gemv", lambda *a, **k: used.append("splitk") or splitk_gemv(*a, **k))
     lookup = SK._linear_kernel
     monkeypatch.setattr(SK, "_linear_kernel", lambda name: used.append(name) or lookup(name))
-    w = _pair(45, 300)[1]
-    x = torch.randn(*lead, 300, device=RT.device)
+    # one token splits where `choose_split` cuts the shape on this device: 45 rows are few row blocks
+    # everywhere, and K = 1200 is 3 of the GPU's 512-wide steps (19 of the interpreter's 64-wide ones)
+    w = _pair(45, 1200)[1]
+    assert SK.splitk_config(45, 1200, sms=SK.device_sms(w.device), interpreted=RT.interpreted)["SPLIT"] > 1
+    x = torch.randn(*lead, 1200, device=RT.device)
     y = SK.splitk_linear(x, w)
     assert y.shape == (*lead, 45)
-    torch.testing.assert_close(y.double(), x.double() @ w.double().T, rtol=1e-5, atol=1e-6)
-    assert used == (["splitk"] if x.numel() == 300 else ["gemm"])
+    torch.testing.assert_close(y.double(), x.double() @ w.double().T, rtol=1e-5, atol=1e-5)
+    assert used == (["splitk"] if x.numel() == 1200 else ["gemm"])
 
 
 def test_splitk_linear_keeps_the_gemv_where_nothing_splits(monkeypatch):

@@ -19,9 +19,12 @@ Two optimisation levels, two step sequences (`LEVELS`; the CUDA graph is the eng
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Callable
+
+import torch
 
 from .. import kernels, slots
 
@@ -163,7 +166,28 @@ class Op:
     def __call__(self, **kwargs):
         if self.calls is not None:
             self.calls.append(self.slot)
-        return self.fn(**kwargs)
+        if not SYNC_OPS:
+            return self.fn(**kwargs)
+        # debugging: wait for each kernel, so a fault is reported at the op that made it (CUDA reports an
+        # illegal address at whatever call comes next, often many kernels later)
+        try:
+            result = self.fn(**kwargs)
+            if torch.cuda.is_available() and not torch.cuda.is_current_stream_capturing():
+                torch.cuda.synchronize()
+        except Exception as e:
+            args = ", ".join(f"{k}={_describe(v)}" for k, v in kwargs.items())
+            raise RuntimeError(f"slot {self.slot} ({self.source}: {self.label}) failed: {e}\n  called with {args}") from e
+        return result
+
+
+# TRITONLLM_SYNC_OPS=1: synchronise after every engine op and name the op whose kernel failed
+SYNC_OPS = os.environ.get("TRITONLLM_SYNC_OPS", "") not in ("", "0")
+
+
+def _describe(v) -> str:
+    if isinstance(v, torch.Tensor):
+        return f"{str(v.dtype).replace('torch.', '')}{list(v.shape)} stride {v.stride()} on {v.device}"
+    return repr(v) if not callable(v) else getattr(v, "__name__", "fn")
 
 
 def _reference_op(slot) -> Callable:
