@@ -297,7 +297,9 @@ def chunk_scan(k, w, u, g, initial_state, final_state, chunk_size, block_v):
     chunk_scan_kernel[(HV, triton.cdiv(DV, BV))](
         k, w, u, g, initial_state, starts, v_new, final_state, T, NT, k.stride(0), H=H, HV=HV, DK=DK,
         DV=DV, BK=_pow2(DK), BV=BV, C=chunk_size, HAS_S0=initial_state is not None,
-        PREC=_precision(u.dtype), num_warps=4)
+        PREC=_precision(u.dtype), num_warps=4, num_stages=3 if NT >= 3 else 1)
+    # num_stages: the loop prefetches chunks ahead (3 stages) only when there are chunks to prefetch;
+    # Triton 3.6 built a kernel that faulted on an H200 for a one-chunk prompt (T <= 64) with 3 stages
     return starts, v_new
 
 

@@ -129,3 +129,18 @@ def test_bf16_prefill_then_decode_at_real_shapes():
                             final_state=state)[0] for t in range(1000, 1008)]
     # bf16 keeps 8 bits: rounding o alone gives ~2e-3; q, k, v are exact bf16 inputs to both sides
     assert _err(torch.cat(outs), ref_o) < 1e-2 and _err(state, ref_s) < 1e-2
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("T", [1, 3, 16, 63, 64, 65, 130])
+@pytest.mark.parametrize("qk_dtype", [torch.bfloat16, torch.float32])
+def test_short_and_odd_prompts_at_real_shapes(T, qk_dtype):
+    """Prompts of one chunk or less (the engine's short prompts), bf16 v, q and k in bf16 or fp32 (the
+    engine's L2-normed keys): the chunk scan's loop runs once or not pipelined."""
+    q, k, v, g, beta, s0 = _raw(T, 16, 16, 128, dtype=torch.bfloat16)
+    q, k = (x.to(qk_dtype) for x in R.l2norm_qk(q, k))
+    ref_o, ref_s = R.gated_delta_rule_recurrent(*(x.double() for x in (q, k, v, g, beta, s0)))
+    o, state = chunked(q, k, v, g, beta, s0)
+    torch.cuda.synchronize()
+    assert _err(o, ref_o) < 1e-2 and _err(state, ref_s) < 1e-2
+
