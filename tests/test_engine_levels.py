@@ -7,6 +7,7 @@ than one per operator. The GPU tests run the real shapes: graph replay against o
 logits against transformers.
 """
 import math
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -65,6 +66,29 @@ def test_every_level_gives_the_reference_models_greedy_tokens(model, kernel_runs
     assert engine.level == level and f"Engine ({level})" in engine.summary()
 
 
+@contextmanager
+def _compiled_launches(launched: list):
+    """On a GPU: Triton's launch hook appends each compiled kernel's name (the interpreter has no hook)."""
+    from triton import knobs
+
+    def hook(metadata):
+        launched.append(metadata.get()["name"])
+
+    chain = knobs.runtime.launch_enter_hook
+    if hasattr(chain, "add"):                     # Triton >= 3.7: a chain of hooks
+        chain.add(hook)
+        try:
+            yield
+        finally:
+            chain.remove(hook)
+    else:                                         # Triton 3.6: one hook or None
+        knobs.runtime.launch_enter_hook = hook
+        try:
+            yield
+        finally:
+            knobs.runtime.launch_enter_hook = chain
+
+
 def test_kernels_per_decode_token_are_the_op_tables(kernel_runs, monkeypatch):
     """The traced slot calls and the kernels the interpreter actually launches, per decode token."""
     from triton.runtime import interpreter
@@ -79,7 +103,7 @@ def test_kernels_per_decode_token_are_the_op_tables(kernel_runs, monkeypatch):
     counts = {}
     for level, (engine, _) in kernel_runs.items():
         launched.clear()
-        with engine.tracing() as calls:
+        with engine.tracing() as calls, _compiled_launches(launched):
             engine.decode()
         assert len(calls) == _per_token(CALLS, level, TINY)
         assert len(launched) == engine.ops.launches(calls) == _per_token(LAUNCHED, level, TINY), launched
