@@ -19,6 +19,19 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _memcheck():
+    """Under the interpreter every kernel's loads and stores are bounds-checked against its tensor
+    arguments (`tritonllm_course.memcheck`): what would be an illegal address on a GPU fails here.
+    TRITONLLM_MEMCHECK=0 turns it off."""
+    if RT.on_gpu or os.environ.get("TRITONLLM_MEMCHECK", "1") == "0":
+        yield
+        return
+    from tritonllm_course import memcheck
+    with memcheck.checked():
+        yield
+
+
 @pytest.fixture(scope="session")
 def rt():
     return RT
