@@ -343,3 +343,65 @@ def test_bench_runs_the_graphed_engine(tmp_path):
     (folder,) = tmp_path.iterdir()
     rows = json.loads((folder / "bench.json").read_text())["rows"]
     assert rows[0]["decode_ms"] and not rows[0]["error"] and (folder / "bench.png").exists()
+
+
+class _EagerGraph:
+    """A stand-in for GraphedStep on the CPU: 'replaying' runs the captured step again, so the step's
+    static inputs (the ids copied into `prefill_ids`) are exercised as a replay would read them."""
+    captured: list = []
+
+    def __init__(self, fn, state, warmup=2, pool=None):
+        self.fn = fn
+        _EagerGraph.captured.append(fn)
+
+    def __call__(self):
+        self.fn()
+
+
+def test_prompt_chunks_are_captured_at_their_second_use(model, monkeypatch):
+    """The prefill-graph policy: a (length, start) chunk seen once runs op by op, the second time it is
+    captured, then replayed; the tokens never change. CUDA graphs themselves need a GPU (next test)."""
+    from tritonllm_course.engine import engine as engine_module
+    _, ref = model
+    monkeypatch.setattr(engine_module, "GraphedStep", _EagerGraph)
+    _EagerGraph.captured = []
+    engine = Engine.from_model(ref, max_seq_len=40, prefill_chunk=8, cuda_graph=False)
+    want = engine.generate(PROMPT, 2, eos_token_id=None)
+    engine.use_graph = True                               # on the CPU: the stand-in graphs above
+    assert engine.generate(PROMPT, 2, eos_token_id=None) == want
+    chunks = {(8, 0, False), (3, 8, True)}                # 11 prompt tokens in chunks of 8
+    assert set(engine._prefill_seen) == chunks and not engine._prefill_graphs   # seen once (graph runs)
+    for _ in range(2):
+        assert engine.generate(PROMPT, 2, eos_token_id=None) == want
+    assert set(engine._prefill_graphs) == chunks
+    assert len(_EagerGraph.captured) == 2 + 1            # the two chunks once each, and the decode step
+    other = PROMPT[::-1]
+    engine.use_graph = False
+    want_other = engine.generate(other, 2, eos_token_id=None)
+    engine.use_graph = True
+    for _ in range(2):                                    # same lengths, other ids: the graphs are reused
+        assert engine.generate(other, 2, eos_token_id=None) == want_other
+    assert len(_EagerGraph.captured) == 3
+    engine.prefill_graph = False
+    assert engine._prefill_graph(8, 0, False) is None
+
+
+@pytest.mark.gpu
+def test_prompts_replayed_from_graphs_equal_the_prompts_run_op_by_op():
+    """Prefill logits bit for bit and the generated tokens, for prompts of one partial chunk, one full
+    chunk and two chunks (the second continuing after the first's cache)."""
+    engine = Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=2, max_seq_len=1100,
+                           prefill_chunk=512)
+    gen = torch.Generator().manual_seed(2)
+    for T in (3, 512, 1000):
+        prompt = torch.randint(0, QWEN35_0_8B.vocab_size, (T,), generator=gen).tolist()
+        engine.use_graph = False
+        engine.reset()
+        eager_logits = engine.prefill(prompt).clone()
+        eager = engine.generate(prompt, 8, eos_token_id=None)
+        engine.use_graph = True
+        for _ in range(3):                                 # op by op, captured, replayed
+            engine.reset()
+            assert torch.equal(engine.prefill(prompt), eager_logits), T
+        assert engine.generate(prompt, 8, eos_token_id=None) == eager
+    assert set(engine._prefill_graphs) == {(3, 0, True), (512, 0, True), (512, 0, False), (488, 512, True)}

@@ -32,6 +32,7 @@ beside the stream (`residual_rmsnorm` with a zero weight) in the launch `attn_re
 from __future__ import annotations
 
 import contextlib
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -65,13 +66,16 @@ class Engine:
     sources:         {slot name: "solutions" | "exercises" | "auto" | "reference" | callable} per slot,
                      `default_source` for the others (see `ops.py`)
     cuda_graph:      replay the decode step from a CUDA graph (on a GPU; ignored on the CPU)
+    prefill_graph:   with cuda_graph, also replay prompt chunks from CUDA graphs, one per (chunk length,
+                     start) met twice: a prompt length seen once runs op by op (capturing would cost more
+                     than it saves); a repeated one (a benchmark, a server's usual lengths) replays
     prefill_chunk:   prompt tokens per prefill pass; longer prompts run chunk after chunk
     level:           "operators" (one kernel per operator) or "fused" (`ops.LEVELS`)
     """
 
     def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], *, max_seq_len: int = 4096,
                  sources: dict | None = None, default_source: str = "solutions", cuda_graph: bool = True,
-                 prefill_chunk: int = 512, level: str = "operators"):
+                 prefill_chunk: int = 512, level: str = "operators", prefill_graph: bool = True):
         check_weights(config, weights)
         embed = weights["embed_tokens.weight"]
         c = self.config = config
@@ -105,6 +109,10 @@ class Engine:
         self.positions = torch.arange(max_seq_len, dtype=torch.int32, device=self.device)
         self.use_graph = cuda_graph and self.device.type == "cuda"
         self._graphs: dict[Sampling | None, GraphedStep] = {}
+        self.prefill_graph = prefill_graph
+        self._prefill_graphs: OrderedDict[tuple[int, int, bool], GraphedStep] = OrderedDict()
+        self._prefill_seen: Counter[tuple[int, int, bool]] = Counter()
+        self.prefill_ids = torch.zeros(self.prefill_chunk, dtype=torch.int64, device=self.device)
         fused = level == "fused"
         self._decode_impl = self._decode_step_fused if fused else self._decode_step
         self._prefill_impl = self._prefill_chunk_fused if fused else self._prefill_chunk
@@ -356,16 +364,49 @@ class Engine:
         P = self.prefill_chunk
         for first in range(0, len(ids), P):
             chunk = dev_ids[first:first + P]
-            with validate.no_device_checks():   # ids and lengths were checked above, once
-                self._prefill_fn(self.prefill_act.take(chunk.shape[0]), chunk, self.length,
-                                 last=first + P >= len(ids))
-            self.length += chunk.shape[0]
+            T, last = chunk.shape[0], first + P >= len(ids)
+            self.prefill_ids[:T].copy_(chunk)            # the static input a captured chunk reads
+            graph = self._prefill_graph(T, self.length, last)
+            if graph is not None:
+                graph()
+            else:
+                with validate.no_device_checks():   # ids and lengths were checked above, once
+                    self._prefill_fn(self.prefill_act.take(T), self.prefill_ids[:T], self.length, last=last)
+            self.length += T
         ctr = self.counters
         ctr.set(self.length, seed % 2**31)
         self._next_token(self.ops.prefill, sampling)
         ctr.seed.fill_((seed + 1) % 2**31)                 # the first decode step draws with the next seed
         self.pending = None
         return ctr.logits[0]
+
+    PREFILL_GRAPHS = 16  # captured prompt chunks kept (least recently used dropped): each holds a memory pool
+
+    def _prefill_graph(self, T: int, start: int, last: bool) -> GraphedStep | None:
+        """The graph of a T-token chunk at `start` (captured at its second use), or None: run op by op.
+
+        Static inputs: the ids are copied into `prefill_ids`, the positions are the slice start..start+T
+        of a constant table, the attention reads the cache up to start + T: all fixed by the key."""
+        if not (self.use_graph and self.prefill_graph):
+            return None
+        key = (T, start, last)
+        if key in self._prefill_graphs:
+            self._prefill_graphs.move_to_end(key)
+            return self._prefill_graphs[key]
+        self._prefill_seen[key] += 1
+        if self._prefill_seen[key] < 2:
+            return None
+
+        def step():
+            with validate.no_device_checks():
+                self._prefill_fn(self.prefill_act.take(T), self.prefill_ids[:T], start, last=last)
+
+        state = [*self.cache.k.values(), *self.cache.v.values(), *self.cache.conv.values(),
+                 *self.cache.state.values()]
+        self._prefill_graphs[key] = GraphedStep(step, state, warmup=1)
+        if len(self._prefill_graphs) > self.PREFILL_GRAPHS:
+            self._prefill_graphs.popitem(last=False)
+        return self._prefill_graphs[key]
 
     def _graph(self, sampling: Sampling | None) -> GraphedStep:
         if sampling not in self._graphs:   # each graph with its own memory pool: they replay in any order
