@@ -28,6 +28,9 @@ must cover the whole row: the loop accumulates it over every K tile and applies 
   and the SwiGLU.
 - `residual_rms_norm_kernel`: one program per row (or a few short rows) adds, stores the new residual
   stream, and normalises the stored values: the unfused pair's second read of the stream disappears.
+- Projection + residual add (o_proj, out_proj and down, each followed by a residual add):
+  `gemv_residual_kernel` / `gemm_residual_kernel` add the residual stream to the fp32 sums in their
+  epilogue and store the new stream in place; the projection's output is never rounded or written.
 """
 import functools
 
@@ -37,7 +40,7 @@ import triton.language as tl
 
 from tritonllm_course import validate
 from tritonllm_course.runtime import runtime
-from tritonllm_course.triton_helpers import silu
+from tritonllm_course.triton_helpers import gemv_rows, linear_tile, silu
 
 SMS = 132                    # streaming multiprocessors of an H200: the GEMV grid is sized against them
 ELEMENTS_PER_PROGRAM = 1024  # residual + norm: a program holds about this many elements of its rows
@@ -49,7 +52,7 @@ def residual_rms_norm_kernel(x_ptr, res_ptr, w_ptr, h_ptr, out_ptr, rows, dim, e
                              BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """h = residual + x (stored in h's dtype); out = h / rms(h) * (1 + w); packed [rows, dim] tensors."""
     # BEGIN EXERCISE: rows r = program_id * BLOCK_M + [0, BLOCK_M) of packed [rows, dim] tensors; load x and residual as fp32, add, store h in h's dtype; then normalise the stored h (rounded back to fp32): h * rsqrt(mean(h^2) + eps) * (1 + w), stored in out's dtype
-    raise NotImplementedError("exercise fusion.py line 52: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 55: not implemented yet")
     # END EXERCISE
 
 
@@ -63,7 +66,7 @@ def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps,
     GATED: y[n] = silu(that sum) * (the same sum over W_up's row n).
     """
     # BEGIN EXERCISE: BLOCK_N rows of W (and of W_up if GATED); over K in BLOCK_K chunks: x as fp32 (HAS_NORM: add x^2 to a running sum, then scale x by 1 + norm_w), fp32 products with the weight tile(s); after the loop: row sums, times rsqrt(sum(x^2) / K + eps) if HAS_NORM, silu(gate) * up if GATED; store
-    raise NotImplementedError("exercise fusion.py line 66: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 69: not implemented yet")
     # END EXERCISE
 
 
@@ -114,6 +117,26 @@ def fused_gemm_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, M, N, K, eps,
         acc = silu(acc) * acc_up
     y_tile = y_ptr + rm[:, None].to(tl.int64) * N + rn[None, :]
     tl.store(y_tile, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def gemv_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One token: y[n] = res[n] + sum_k W[n, k] x[k] for this program's BLOCK_N rows; y may be res."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    # BEGIN EXERCISE: the fp32 row sums (gemv_rows over [0, K)), plus the residual loaded as fp32, stored in y's dtype
+    raise NotImplementedError("exercise fusion.py line 127: not implemented yet")
+    # END EXERCISE
+
+
+@triton.jit
+def gemm_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, M, N, K,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Several tokens: y[M, N] = res[M, N] + x[M, K] @ W[N, K].T, one BLOCK_M x BLOCK_N tile per program."""
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    # BEGIN EXERCISE: the fp32 tile (linear_tile), plus the residual tile loaded as fp32, stored in y's dtype
+    raise NotImplementedError("exercise fusion.py line 138: not implemented yet")
+    # END EXERCISE
 
 
 def fused_gemv_config(N: int, K: int, interpreted: bool = False) -> dict:
@@ -298,3 +321,38 @@ def residual_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
         x, residual, weight, h_out, out, rows, dim, eps, BLOCK_M=block_m, BLOCK_D=block_d,
         num_warps=num_warps)
     return h_out, out
+
+
+def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
+    """`residual + x @ weight.T` in one kernel: o_proj / out_proj / down and the residual add after them.
+
+    x:        [..., K] float, contiguous, the weight's dtype (the attention's or DeltaNet's output, or the
+              SwiGLU's)
+    weight:   [N, K] row-major (1024 x 2048, 1024 x 3584)
+    residual: [..., N], the residual stream (the model dtype, or fp32 in fp16 mode), contiguous
+    out:      optional [..., N] buffer in residual's dtype; `out=residual` updates the stream in place
+    The projection is summed in fp32 and added to the stream before the one rounding to the stream's
+    dtype (the unfused pair rounds the projection to x's dtype first).
+    """
+    K = validate.projection(x, weight, "weight")
+    N = weight.shape[0]
+    validate.tensor(residual, "residual", dtype=validate.FLOATS, shape=(*x.shape[:-1], N))
+    device = validate.same_device(x=x, weight=weight, residual=residual)
+    out = validate.output(out, "out", tuple(residual.shape), residual.dtype, device)
+    x2, r2, out2 = x.reshape(-1, K), residual.view(-1, N), out.view(-1, N)       # [M, K], [M, N], [M, N]
+    M = x2.shape[0]
+    if M == 0:
+        return out
+    if M == 1:
+        cfg = fused_gemv_config(N, K, runtime().interpreted)
+        gemv_residual_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
+            x2, weight, r2, out2, N, K, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+            num_warps=cfg["num_warps"])
+    else:
+        cfg = fused_gemm_config(M, N, K, False, x.dtype, x.device)
+        grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
+        gemm_residual_kernel[grid](x2, weight, r2, out2, M, N, K, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                                   BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
+                                   num_stages=cfg["num_stages"])
+    return out

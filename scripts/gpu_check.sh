@@ -1,18 +1,24 @@
 #!/usr/bin/env bash
 # On a GPU machine, in one call: the test suite at real shapes (GPU mode), every notebook under nbval,
-# and the kernel benchmarks. Writes a summary, the logs and the results into DIR.
-#   scripts/gpu_check.sh DIR [STEP...]   STEP: tests timing notebooks bench extra (default: all five)
-#   PYTHON=... chooses the interpreter (default python3); JOBS=N parallel pytest workers (default 4)
+# and the benchmarks. Writes into DIR three files: summary.md, logs.tgz (every step's log, failures-*.log
+# first to read: each failure written as it happens) and results.tgz (the benchmarks' JSON, markdown, PNG).
+#   scripts/gpu_check.sh DIR [STEP...]
+#     STEP: tests notebooks timing bench extra (default: all). tests and notebooks run side by side
+#     (correctness only); timing, bench and extra run alone, one after the other.
+#   EXTRAS="engine profile" runs only those scripts/gpu_extra_<name>.sh (default: all of them)
+#   PYTHON=... chooses the interpreter (default python3); JOBS=N pytest workers per step (default 4)
 # Works from a plain checkout: the course is put on PYTHONPATH, nothing is installed into the system.
 # Wheels in .whl/ (scripts/fetch_gpu_wheels.sh) are installed into /tmp/site first when nbval is missing.
+# A device call lasts at most 10 minutes: split the steps over calls (tests notebooks | extra | timing bench).
 set -uo pipefail
-OUT=${1:?usage: scripts/gpu_check.sh OUTDIR [tests|notebooks|bench|extra]...}
+OUT=${1:?usage: scripts/gpu_check.sh OUTDIR [tests|notebooks|timing|bench|extra]...}
 shift
-STEPS=${*:-tests timing notebooks bench extra}
+STEPS=${*:-tests notebooks timing bench extra}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
-mkdir -p "$OUT"
+mkdir -p "$OUT/logs"
 OUT=$(cd "$OUT" && pwd)
+LOGS="$OUT/logs"
 PY=${PYTHON:-python3}
 if ! $PY -c "import nbval" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
   # all but flash-linear-attention: with it installed, transformers would route Qwen3.5 through its
@@ -27,8 +33,7 @@ PAR=""   # one notebook (or test file) per worker, all its cells in order
 $PY -c "import xdist" 2>/dev/null && [ "$JOBS" -gt 1 ] && PAR="-n $JOBS --dist loadfile"
 TMO=""   # per-test limit, where pytest-timeout is installed: a hung kernel fails one test, not the run
 $PY -c "import pytest_timeout" 2>/dev/null && TMO="--timeout=300"
-# failures are written to failures-*.log as they happen (the run may be stopped at a time limit)
-PLUG="-p tritonllm_course.pytest_faillog"
+PYTEST="$PY -m pytest -q -p no:cacheprovider -o addopts= -p tritonllm_course.pytest_faillog"
 want() { [[ " $STEPS " == *" $1 "* ]]; }
 SUMMARY="$OUT/summary.md"
 
@@ -52,23 +57,31 @@ step() {  # step NAME LOG CMD...: run, record time and exit status
 } >"$SUMMARY" 2>&1
 
 status=0
-# correctness tests and notebooks in parallel (one file per worker, its tests/cells in order); the tests
-# that assert a timing (marker `timing`) run alone, like the benchmarks: a shared GPU would disturb them
-want tests && { TRITONLLM_FAILLOG="$OUT/failures-tests.log" step "tests (GPU mode, real shapes)" "$OUT/tests.log" \
-  $PY -m pytest tests -q -p no:cacheprovider -o addopts="" -m "not timing" $TMO $PLUG --durations=15 $PAR \
-  ${PYTEST_ARGS:-} || status=1; }
-want notebooks && { TRITONLLM_FAILLOG="$OUT/failures-notebooks.log" step "notebooks (nbval)" "$OUT/notebooks.log" \
-  $PY -m pytest notebooks -q -p no:cacheprovider -o addopts="" $PLUG --durations=30 --nbval-lax --nbval-cell-timeout=900 $PAR || status=1; }
-# timings last and one at a time: nothing else on the GPU while they run
-want timing && { step "timing tests" "$OUT/timing.log" \
-  $PY -m pytest tests -q -p no:cacheprovider -o addopts="" -m "timing" $TMO || status=1; }
-want bench && { step "kernel benchmarks" "$OUT/bench.log" \
+# correctness: the tests (all but those asserting a timing, marker `timing`) and the notebooks, side by side
+pids=()
+if want tests; then
+  TRITONLLM_FAILLOG="$LOGS/failures-tests.log" step "tests (GPU mode, real shapes)" "$LOGS/tests.log" \
+    $PYTEST tests -m "not timing" $TMO --durations=15 $PAR ${PYTEST_ARGS:-} &
+  pids+=($!)
+fi
+if want notebooks; then
+  TRITONLLM_FAILLOG="$LOGS/failures-notebooks.log" step "notebooks (nbval)" "$LOGS/notebooks.log" \
+    $PYTEST notebooks --durations=30 --nbval-lax --nbval-cell-timeout=900 $PAR &
+  pids+=($!)
+fi
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+# timings, one at a time: nothing else on the GPU while they run
+want timing && { TRITONLLM_FAILLOG="$LOGS/failures-timing.log" step "timing tests" "$LOGS/timing.log" \
+  $PYTEST tests -m "timing" $TMO || status=1; }
+want bench && { step "kernel benchmarks" "$LOGS/bench.log" \
   $PY -m tritonllm_course.kernel_table --out "$OUT/results" || status=1; }
 if want extra; then
   for extra in scripts/gpu_extra_*.sh; do   # chapters add their own GPU runs here
-    [ -e "$extra" ] && { step "$(basename "$extra")" "$OUT/$(basename "$extra" .sh).log" bash "$extra" "$OUT/results" || status=1; }
+    name=$(basename "$extra" .sh); name=${name#gpu_extra_}
+    [ -n "${EXTRAS:-}" ] && [[ " $EXTRAS " != *" $name "* ]] && continue
+    step "gpu_extra_$name" "$LOGS/extra_$name.log" bash "$extra" "$OUT/results" || status=1
   done
 fi
-(cd "$OUT" && tar czf results.tgz results 2>/dev/null && rm -rf results)
+(cd "$OUT" && { [ -d results ] && tar czf results.tgz results && rm -rf results; } ; tar czf logs.tgz logs && rm -rf logs)
 cat "$SUMMARY"
 exit $status

@@ -28,6 +28,9 @@ must cover the whole row: the loop accumulates it over every K tile and applies 
   and the SwiGLU.
 - `residual_rms_norm_kernel`: one program per row (or a few short rows) adds, stores the new residual
   stream, and normalises the stored values: the unfused pair's second read of the stream disappears.
+- Projection + residual add (o_proj, out_proj and down, each followed by a residual add):
+  `gemv_residual_kernel` / `gemm_residual_kernel` add the residual stream to the fp32 sums in their
+  epilogue and store the new stream in place; the projection's output is never rounded or written.
 """
 import functools
 
@@ -37,7 +40,7 @@ import triton.language as tl
 
 from tritonllm_course import validate
 from tritonllm_course.runtime import runtime
-from tritonllm_course.triton_helpers import silu
+from tritonllm_course.triton_helpers import gemv_rows, linear_tile, silu
 
 SMS = 132                    # streaming multiprocessors of an H200: the GEMV grid is sized against them
 ELEMENTS_PER_PROGRAM = 1024  # residual + norm: a program holds about this many elements of its rows
@@ -161,6 +164,34 @@ def fused_gemm_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, M, N, K, eps,
         acc = silu(acc) * acc_up
     y_tile = y_ptr + rm[:, None].to(tl.int64) * N + rn[None, :]
     tl.store(y_tile, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+
+
+@triton.jit
+def gemv_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One token: y[n] = res[n] + sum_k W[n, k] x[k] for this program's BLOCK_N rows; y may be res."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    # BEGIN SOLUTION: the fp32 row sums (gemv_rows over [0, K)), plus the residual loaded as fp32, stored in y's dtype
+    acc = gemv_rows(x_ptr, w_ptr, rows, N, K, 0, K, BLOCK_N, BLOCK_K)                   # fp32 [BLOCK_N]
+    ok = rows < N
+    # each element of the stream is read, then written, by this program alone: y may alias res
+    r = tl.load(res_ptr + rows, mask=ok, other=0.0).to(tl.float32)
+    tl.store(y_ptr + rows, (acc + r).to(y_ptr.dtype.element_ty), mask=ok)
+    # END SOLUTION
+
+
+@triton.jit
+def gemm_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, M, N, K,
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Several tokens: y[M, N] = res[M, N] + x[M, K] @ W[N, K].T, one BLOCK_M x BLOCK_N tile per program."""
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    # BEGIN SOLUTION: the fp32 tile (linear_tile), plus the residual tile loaded as fp32, stored in y's dtype
+    acc = linear_tile(x_ptr, w_ptr, rm, rn, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)          # fp32 [BLOCK_M, BLOCK_N]
+    offs = rm[:, None].to(tl.int64) * N + rn[None, :]
+    ok = (rm < M)[:, None] & (rn < N)[None, :]
+    r = tl.load(res_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+    tl.store(y_ptr + offs, (acc + r).to(y_ptr.dtype.element_ty), mask=ok)
+    # END SOLUTION
 
 
 def fused_gemv_config(N: int, K: int, interpreted: bool = False) -> dict:
@@ -345,3 +376,38 @@ def residual_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
         x, residual, weight, h_out, out, rows, dim, eps, BLOCK_M=block_m, BLOCK_D=block_d,
         num_warps=num_warps)
     return h_out, out
+
+
+def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor,
+                    out: torch.Tensor | None = None) -> torch.Tensor:
+    """`residual + x @ weight.T` in one kernel: o_proj / out_proj / down and the residual add after them.
+
+    x:        [..., K] float, contiguous, the weight's dtype (the attention's or DeltaNet's output, or the
+              SwiGLU's)
+    weight:   [N, K] row-major (1024 x 2048, 1024 x 3584)
+    residual: [..., N], the residual stream (the model dtype, or fp32 in fp16 mode), contiguous
+    out:      optional [..., N] buffer in residual's dtype; `out=residual` updates the stream in place
+    The projection is summed in fp32 and added to the stream before the one rounding to the stream's
+    dtype (the unfused pair rounds the projection to x's dtype first).
+    """
+    K = validate.projection(x, weight, "weight")
+    N = weight.shape[0]
+    validate.tensor(residual, "residual", dtype=validate.FLOATS, shape=(*x.shape[:-1], N))
+    device = validate.same_device(x=x, weight=weight, residual=residual)
+    out = validate.output(out, "out", tuple(residual.shape), residual.dtype, device)
+    x2, r2, out2 = x.reshape(-1, K), residual.view(-1, N), out.view(-1, N)       # [M, K], [M, N], [M, N]
+    M = x2.shape[0]
+    if M == 0:
+        return out
+    if M == 1:
+        cfg = fused_gemv_config(N, K, runtime().interpreted)
+        gemv_residual_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
+            x2, weight, r2, out2, N, K, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+            num_warps=cfg["num_warps"])
+    else:
+        cfg = fused_gemm_config(M, N, K, False, x.dtype, x.device)
+        grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
+        gemm_residual_kernel[grid](x2, weight, r2, out2, M, N, K, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                                   BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
+                                   num_stages=cfg["num_stages"])
+    return out

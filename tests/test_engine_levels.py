@@ -24,12 +24,14 @@ NEW = 8
 
 # slot calls per layer of one decode step, and the kernels they launch (split-K and FlashDecoding: two)
 CALLS = {"operators": {"linear_attention": 13, "full_attention": 16},
-         "fused": {"linear_attention": 10, "full_attention": 13}}
-LAUNCHED = {"operators": CALLS["operators"], "fused": {"linear_attention": 12, "full_attention": 16}}
+         "fused": {"linear_attention": 10, "full_attention": 13},
+         "fast": {"linear_attention": 8, "full_attention": 11}}
+LAUNCHED = {"operators": CALLS["operators"], "fused": {"linear_attention": 12, "full_attention": 16},
+            "fast": {"linear_attention": 8, "full_attention": 12}}
 # and outside the layers, calls: embed, (final norm,) LM head, argmax, advance (the fused level's final
 # norm is the last layer's residual add); launches: the same, the argmax in two stages
-OUTSIDE = {"operators": 5, "fused": 4}
-OUTSIDE_LAUNCHED = {"operators": 6, "fused": 5}
+OUTSIDE = {"operators": 5, "fused": 4, "fast": 5}
+OUTSIDE_LAUNCHED = {"operators": 6, "fused": 5, "fast": 6}
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +48,7 @@ def kernel_runs(model):
     chunks of 4 (FlashAttention and the chunked delta rule continue after cached tokens)."""
     ref, _ = model
     runs = {}
-    for level, chunk in (("operators", 512), ("fused", 4)):
+    for level, chunk in (("operators", 512), ("fused", 4), ("fast", 5)):
         engine = Engine.from_model(ref, max_seq_len=32, level=level, prefill_chunk=chunk, cuda_graph=False)
         runs[level] = engine, engine.generate(PROMPT, NEW, eos_token_id=None)
     return runs
@@ -100,18 +102,22 @@ def test_kernels_per_decode_token_are_the_op_tables(kernel_runs, monkeypatch):
         return grid_call(self, *args, **kwargs)
 
     monkeypatch.setattr(interpreter.GridExecutor, "__call__", counting)
-    counts = {}
+    counts, traced = {}, {}
     for level, (engine, _) in kernel_runs.items():
         launched.clear()
         with engine.tracing() as calls, _compiled_launches(launched):
             engine.decode()
         assert len(calls) == _per_token(CALLS, level, TINY)
         assert len(launched) == engine.ops.launches(calls) == _per_token(LAUNCHED, level, TINY), launched
-        counts[level] = len(launched)
-    fused_calls = kernel_runs["fused"][0].ops.decode
+        counts[level], traced[level] = len(launched), (calls, list(launched))
+    calls, launched = traced["fused"]
     assert calls.count("splitk_gemv") == 2 * TINY.num_hidden_layers and "ln2" not in calls
-    assert fused_calls.attention.slot == "flash_decoding" and launched.count("splitk_partial_kernel") == 8
-    assert counts["fused"] < counts["operators"]
+    assert kernel_runs["fused"][0].ops.decode.attention.slot == "flash_decoding"
+    assert launched.count("splitk_partial_kernel") == 8
+    calls, launched = traced["fast"]
+    assert calls.count("fused_linear_residual") == 2 * TINY.num_hidden_layers and "splitk_gemv" not in calls
+    assert launched.count("gemv_residual_kernel") == 8 and "residual_add_kernel" not in launched
+    assert counts["fast"] < counts["fused"] < counts["operators"]
 
 
 def test_real_model_kernel_counts():
@@ -119,6 +125,8 @@ def test_real_model_kernel_counts():
     assert bench.kernels_per_token(QWEN35_0_8B, "operators") == (335, 336)
     assert bench.kernels_per_token(QWEN35_0_8B, "fused") == (262, 317)
     assert _per_token(CALLS, "fused", QWEN35_0_8B) == 262 and _per_token(LAUNCHED, "fused", QWEN35_0_8B) == 317
+    assert bench.kernels_per_token(QWEN35_0_8B, "fast") == (215, 222)
+    assert _per_token(CALLS, "fast", QWEN35_0_8B) == 215 and _per_token(LAUNCHED, "fast", QWEN35_0_8B) == 222
 
 
 # --- CPU: the plumbing, with the PyTorch references (milliseconds) ----------------------------------------
@@ -133,6 +141,18 @@ def test_fused_level_with_reference_sources_and_its_table(model):
                  "flash_attention", "residual_rmsnorm"):
         assert slot in table and slot in slot_names("fused") and slot not in slot_names()
     assert [s.name for s in STEPS] == [s.name for s in LEVELS["operators"]]       # level 1 unchanged
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_fast_level_with_reference_sources(model, dtype):
+    """The epilogue adds (bf16, fp32) and, in fp16, the zero residual beside the fp32 stream's own add."""
+    ref, want = model
+    if dtype == torch.float16:
+        ref = Qwen35Model(TINY, {n: t.to(torch.float16) for n, t in ref.weights.items()})
+        want = generate(ref, PROMPT, NEW, eos_token_id=None)
+    engine = Engine.from_model(ref, max_seq_len=32, level="fast", default_source="reference", prefill_chunk=3)
+    assert engine.generate(PROMPT, NEW, eos_token_id=None) == want
+    assert "fused_linear_residual" in slot_names("fast") and "attn_residual" not in slot_names("fast")
 
 
 def test_a_wrong_fused_kernel_changes_the_tokens(model):
@@ -151,7 +171,7 @@ def test_a_wrong_fused_kernel_changes_the_tokens(model):
 def test_bad_levels_and_slots_are_named(model):
     ref, _ = model
     with pytest.raises(ValueError, match="level must be one of"):
-        Engine.from_model(ref, max_seq_len=8, level="fast")
+        Engine.from_model(ref, max_seq_len=8, level="fastest")
     with pytest.raises(KeyError, match="level 'fused' has no slot \\['ln1'\\]"):
         Engine.from_model(ref, max_seq_len=8, level="fused", default_source="reference", sources={"ln1": "solutions"})
 
@@ -175,9 +195,10 @@ def test_bench_systems_levels_and_kernel_column(tmp_path):
 
 # --- GPU: real shapes -----------------------------------------------------------------------------------------
 @pytest.mark.gpu
-def test_fused_graph_replay_gives_the_tokens_of_the_fused_engine_without_graph():
+@pytest.mark.parametrize("level", ["fused", "fast"])
+def test_fused_graph_replay_gives_the_tokens_of_the_fused_engine_without_graph(level):
     engine = Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=1, max_seq_len=1200,
-                           level="fused")
+                           level=level)
     for n in (100, 1100):        # a short cache (2 splits in use), and one that uses 18 of FlashDecoding's 19
         prompt = torch.randint(0, QWEN35_0_8B.vocab_size, (n,), generator=torch.Generator().manual_seed(n)).tolist()
         engine.use_graph = False
@@ -188,8 +209,9 @@ def test_fused_graph_replay_gives_the_tokens_of_the_fused_engine_without_graph()
 
 
 @pytest.mark.gpu
-def test_fused_fp32_teacher_forcing_matches_transformers():
-    """As test_engine's fp32 check, at the fused level: top-1 agreement >= 99%, logits within 2e-2."""
+@pytest.mark.parametrize("level", ["fused", "fast"])
+def test_fused_fp32_teacher_forcing_matches_transformers(level):
+    """As test_engine's fp32 check, at the fused levels: top-1 agreement >= 99%, logits within 2e-2."""
     prefill, positions = 16, 256
     tf32, torch.backends.cudnn.allow_tf32 = torch.backends.cudnn.allow_tf32, False   # transformers' conv1d
     try:
@@ -200,13 +222,13 @@ def test_fused_fp32_teacher_forcing_matches_transformers():
             want = hf(input_ids=torch.tensor([ids], device="cuda")).logits[0, prefill - 1:-1].double()
     finally:
         torch.backends.cudnn.allow_tf32 = tf32
-    engine = Engine(QWEN35_0_8B, weights_from_hf(hf), max_seq_len=512, level="fused")
+    engine = Engine(QWEN35_0_8B, weights_from_hf(hf), max_seq_len=512, level=level)
     rows = [engine.prefill(ids[:prefill]).double().clone()]
     rows += [engine.decode(token).double().clone() for token in ids[prefill:-1]]      # teacher forcing
     got = torch.stack(rows)
     rel = (torch.linalg.vector_norm(got - want) / torch.linalg.vector_norm(want)).item()
     agree = (got.argmax(-1) == want.argmax(-1)).double().mean().item()
-    print(f"fused, fp32, {positions} positions: logits relative difference {rel:.2e}, top-1 agreement {agree:.1%}")
+    print(f"{level}, fp32, {positions} positions: logits relative difference {rel:.2e}, top-1 agreement {agree:.1%}")
     assert math.isfinite(rel) and agree >= 0.99 and rel <= 2e-2
 
 
@@ -214,9 +236,10 @@ def test_fused_fp32_teacher_forcing_matches_transformers():
 def test_bench_runs_the_fused_levels(tmp_path):
     from tritonllm_course import cli
     args = cli.build_parser().parse_args(["bench", "--out", str(tmp_path), "--systems", bench.FUSED,
-                                          bench.FUSED + bench.GRAPH, "--contexts", "128", "--steps", "4",
-                                          "--repeats", "1"])
+                                          bench.FUSED + bench.GRAPH, bench.FAST + bench.GRAPH, "--contexts", "128",
+                                          "--steps", "4", "--repeats", "1"])
     assert args.func(args) == 0
     (folder,) = tmp_path.iterdir()
     md = (folder / "bench.md").read_text()
     assert "Triton + fusion + split-K + CUDA Graph" in md and "| 317 |" in md
+    assert "Triton, fewest kernels + CUDA Graph" in md and "| 222 |" in md

@@ -43,6 +43,8 @@ class Activations:
             add(name, c.hidden_size)
         if stream_dtype != dtype:   # the norms' fp32 output before the cast (their kernels write x's dtype)
             add("h_wide", c.hidden_size, dt=stream_dtype)
+            add("zero", c.hidden_size)                                  # a zero residual (fast level, fp16)
+            self.tensors["zero"].zero_()
         add("gate_up", 2 * c.intermediate_size)
         add("act", c.intermediate_size)
         for group, widths in merged_widths.items():

@@ -20,6 +20,8 @@ Optimisation levels (`level`, the steps of each in `ops.py`), the benchmark's ro
   "operators"  one kernel per operator (chapter 19)
   "fused"      RMSNorm folded into the merged projections, the last residual add into the final norm,
                split-K for the narrow decode GEMVs, FlashDecoding / FlashAttention (chapters 21 to 24)
+  "fast"       "fused" with the residual adds in the output projections' epilogues, plain GEMVs for
+               them (chapter 21): the fewest kernels per token
 
 fp16 mode (`residual_dtype`): the residual stream a.x is fp32, as in the reference model (Qwen's stream
 outgrows fp16's 65,504). The residual adds take it as it is; the kernels that write or read it in the
@@ -70,7 +72,7 @@ class Engine:
                      start) met twice: a prompt length seen once runs op by op (capturing would cost more
                      than it saves); a repeated one (a benchmark, a server's usual lengths) replays
     prefill_chunk:   prompt tokens per prefill pass; longer prompts run chunk after chunk
-    level:           "operators" (one kernel per operator) or "fused" (`ops.LEVELS`)
+    level:           "operators" (one kernel per operator), "fused" or "fast" (`ops.LEVELS`)
     """
 
     def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], *, max_seq_len: int = 4096,
@@ -113,7 +115,8 @@ class Engine:
         self._prefill_graphs: OrderedDict[tuple[int, int, bool], GraphedStep] = OrderedDict()
         self._prefill_seen: Counter[tuple[int, int, bool]] = Counter()
         self.prefill_ids = torch.zeros(self.prefill_chunk, dtype=torch.int64, device=self.device)
-        fused = level == "fused"
+        fused = level in ("fused", "fast")
+        self.epilogue = level == "fast"   # the output projections add the residual stream themselves
         self._decode_impl = self._decode_step_fused if fused else self._decode_step
         self._prefill_impl = self._prefill_chunk_fused if fused else self._prefill_chunk
         self._decode_fn, self._prefill_fn = self._decode_impl, self._prefill_impl
@@ -163,7 +166,7 @@ class Engine:
         else:               # the chunk's tokens over everything cached up to them
             op.attention(q=a.q, k=k_cache[:start + T], v=v_cache[:start + T], pos=pos, scale=scale, out=a.o)
         op.output_gate(o=a.o.view(T, -1), gate=a.attn_gate, out=a.gated)   # [T, heads * head_dim]
-        op.o_proj(x=a.gated, weight=layer.mixer_out, out=a.mixer)
+        self._out_proj(op.o_proj, a.gated, layer.mixer_out, a)
 
     def _deltanet(self, op, a, i, layer, T: int, decode: bool) -> None:
         """Gated DeltaNet of layer i over a.h [T, hidden] -> a.mixer, its cache updated in place."""
@@ -182,7 +185,7 @@ class Engine:
                       final_state=state)
         z = a.dn_z.view(T, c.linear_num_value_heads, c.linear_value_head_dim)       # [T, HV, Dv]
         op.gated_norm(x=a.do, z=z, weight=layer.small["norm"], eps=c.rms_norm_eps, out=a.dnorm)
-        op.out_proj(x=a.dnorm.view(T, -1), weight=layer.mixer_out, out=a.mixer)     # [T, HV * Dv] -> [T, hidden]
+        self._out_proj(op.out_proj, a.dnorm.view(T, -1), layer.mixer_out, a)        # [T, HV * Dv] -> [T, hidden]
 
     def _embed(self, op, ids, a) -> None:
         """The embedding rows into the stream a.x; in fp16 mode through a.h (the kernel writes the table's
@@ -266,16 +269,33 @@ class Engine:
     # the fused level ---------------------------------------------------------------------------------
     def _fused_mlp(self, op, a, layer, final_norm: torch.Tensor | None) -> None:
         """The residual add after the mixer, ln2 + gate/up + SwiGLU in one kernel, down, and the residual
-        add on a.x; with `final_norm` (the last layer) that add is fused with the model's final norm into a.h."""
+        add on a.x; with `final_norm` (the last layer) that add is fused with the model's final norm into a.h.
+        At the fast level the output projections made the adds (bf16, fp32): only the final norm is left."""
         eps = self.config.rms_norm_eps
-        self._fused_residual(op, op.attn_residual, a)
+        added = self.epilogue and not self.wide_stream
+        if not added:
+            self._fused_residual(op, getattr(op, "attn_residual", None), a)
         op.mlp(x=self._stream_in(a), norm_weight=layer.ln2, gate_up_weight=layer.gate_up.weight, eps=eps,
                out=a.act)
-        op.down(x=a.act, weight=layer.down, out=a.mixer)
+        self._out_proj(op.down, a.act, layer.down, a)
         if final_norm is None:
-            self._fused_residual(op, op.mlp_residual, a)
+            if not added:
+                self._fused_residual(op, getattr(op, "mlp_residual", None), a)
+        elif added:
+            op.final_norm(x=a.x, weight=final_norm, eps=eps, out=a.h)
         else:       # the new stream goes back into a.x in place: each element is read before it is written
             op.final_residual_norm(x=a.mixer, residual=a.x, weight=final_norm, eps=eps, h_out=a.x, out=a.h)
+
+    def _out_proj(self, proj, x, weight, a) -> None:
+        """An output projection (o_proj, out_proj, down) [T, K] -> [T, hidden]: into a.mixer, or at the fast
+        level added to the stream a.x by the projection's epilogue, in place. In fp16 the fast level adds
+        a zero residual into a.mixer: the add that follows also writes the fp16 copy of the stream."""
+        if not self.epilogue:
+            proj(x=x, weight=weight, out=a.mixer)
+        elif self.wide_stream:
+            proj(x=x, weight=weight, residual=a.zero, out=a.mixer)
+        else:
+            proj(x=x, weight=weight, residual=a.x, out=a.x)
 
     def _stream_in(self, a) -> torch.Tensor:
         """What a norm-folded projection reads: the stream a.x, or in fp16 mode its fp16 copy a.h (those

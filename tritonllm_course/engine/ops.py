@@ -116,7 +116,40 @@ FUSED_STEPS = (
     Step("advance", "model", None, "advance_positions"),
 )
 
-LEVELS = {"operators": STEPS, "fused": FUSED_STEPS}
+# The fast level: the fused level with the residual add after each output projection (o_proj, out_proj,
+# down) moved into that projection's epilogue, and plain GEMVs for them rather than split-K (at 1024 output
+# rows a GEMV already has 512 programs for the 132 SMs). A decode step of Qwen3.5-0.8B launches 222 kernels.
+# In fp16 the residual stream is fp32 and a norm-folded projection reads a scaled fp16 copy of it, which
+# `residual_rmsnorm` writes: there the projections add a zero residual and the add stays in that kernel, as
+# at the fused level.
+FAST_STEPS = (
+    Step("embed", "model", "embedding_lookup", "embedding_lookup"),
+    Step("attn_in_proj", "attention layers", "fused_rmsnorm_linear", "fused_rmsnorm_linear"),
+    Step("q_norm", "attention layers", "qk_norm", "qk_norm"),
+    Step("k_norm", "attention layers", "qk_norm", "qk_norm"),
+    Step("q_rope", "attention layers", "q_rope", "q_rope"),
+    Step("k_rope", "attention layers", "k_rope", "k_rope"),
+    Step("kv_write", "attention layers", "cache_kv_write", "cache_kv_write"),
+    Step("attention", "attention layers", "flash_attention", "flash_decoding"),
+    Step("output_gate", "attention layers", "attn_output_gate", "attn_output_gate"),
+    Step("o_proj", "attention layers", "fused_linear_residual", "fused_linear_residual"),
+    Step("dn_in_proj", "DeltaNet layers", "fused_rmsnorm_linear", "fused_rmsnorm_linear"),
+    Step("conv", "DeltaNet layers", "conv1d_l2norm.prefill", "conv1d_l2norm.decode"),
+    Step("gates", "DeltaNet layers", "deltanet_gates", "deltanet_gates"),
+    Step("delta_rule", "DeltaNet layers", "gated_delta_chunked", "gated_delta_recurrent"),
+    Step("gated_norm", "DeltaNet layers", "gated_rmsnorm", "gated_rmsnorm"),
+    Step("out_proj", "DeltaNet layers", "fused_linear_residual", "fused_linear_residual"),
+    Step("mlp", "every layer", "fused_gate_up_silu.ln2", "fused_gate_up_silu.ln2"),
+    Step("down", "every layer", "fused_linear_residual", "fused_linear_residual"),
+    Step("final_norm", "model (bf16, fp32)", "ln2", "ln2"),
+    Step("final_residual_norm", "every layer (fp16)", "residual_rmsnorm", "residual_rmsnorm"),
+    Step("lm_head", "model", "logits_head", "logits_head"),
+    Step("argmax", "model", "argmax_sample", "argmax_sample"),
+    Step("sample", "sampling", "argmax_sample.sample", "argmax_sample.sample"),
+    Step("advance", "model", None, "advance_positions"),
+)
+
+LEVELS = {"operators": STEPS, "fused": FUSED_STEPS, "fast": FAST_STEPS}
 
 # kernels one call of a slot's course kernel launches, where not one: two-stage reductions (the pieces,
 # then their merge). Greedy decoding; sampling searches its threshold in a few more launches.

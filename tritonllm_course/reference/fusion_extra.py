@@ -24,3 +24,14 @@ def rms_norm_gate_up_swiglu(x: torch.Tensor, norm_weight: torch.Tensor, gate_up_
     gate_up_weight: [2 * I, hidden]; returns [T, I].
     """
     return gate_up_swiglu_merged(rms_norm(x, norm_weight, eps), gate_up_weight)
+
+
+def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+    """A projection and the residual add after it: `residual + x @ weight.T`, summed in fp32 and rounded
+    once to the stream's dtype (the fused kernel's rounding; the unfused pair rounds `x @ weight.T` to x's
+    dtype first).
+
+    x: [T, K] (o_proj / out_proj / down input); weight: [N, K]; residual: [T, N], the stream (model dtype,
+    fp32 in fp16 mode); returns [T, N] in residual's dtype.
+    """
+    return (residual.float() + linear(x.float(), weight.float())).to(residual.dtype)

@@ -8,7 +8,7 @@ in_proj 8224 x 1024, MLP gate/up 2 x 3584 x 1024. Bytes are what the fused kerne
 import torch
 
 from ..reference.fused import gate_up_swiglu, rms_norm_linear
-from ..reference.fusion_extra import gate_up_swiglu_merged, rms_norm_gate_up_swiglu
+from ..reference.fusion_extra import gate_up_swiglu_merged, linear_residual, rms_norm_gate_up_swiglu
 from ..reference.residual import residual_rms_norm
 from . import implement, tensor_bytes
 
@@ -135,4 +135,25 @@ implement(
     make_inputs=_norm_merged_inputs,
     make_out=lambda inp: _out_like_rows(inp, inp["gate_up_weight"].shape[0] // 2),
     shapes=_GATE_UP_SHAPES, bytes=_gate_up_bytes, flops=_gate_up_flops,
+)
+
+
+# projection + residual add ----------------------------------------------------------------------------
+def _linear_residual_inputs(shape, dtype, device, gen):
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    return {"x": _randn((M, K), dtype, device, gen), "weight": _randn((N, K), dtype, device, gen, 0.02),
+            "residual": _randn((M, N), dtype, device, gen)}
+
+
+implement(
+    "fused_linear_residual", family="fusion", function="linear_residual", reference=linear_residual,
+    make_inputs=_linear_residual_inputs,
+    make_out=lambda inp: {"out": torch.empty_like(inp["residual"])},
+    # tiny: decode (GEMV) with odd sizes and several K steps, then a prompt (GEMM)
+    shapes={"tiny": [{"M": 1, "N": 131, "K": 200}, {"M": 1, "N": 64, "K": 130}, {"M": 19, "N": 131, "K": 130}],
+            "real": [{"M": 1, "N": 1024, "K": 2048}, {"M": 1, "N": 1024, "K": 3584},
+                     {"M": PROMPT, "N": 1024, "K": 2048}, {"M": PROMPT, "N": 1024, "K": 3584}]},
+    # x, the weight, the stream read and written
+    bytes=lambda inp: tensor_bytes(inp["x"], inp["weight"]) + 2 * tensor_bytes(inp["residual"]),
+    flops=lambda inp: 2 * inp["x"].numel() * inp["weight"].shape[0],
 )
