@@ -95,6 +95,9 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
                         "(its sampler draws differ from torch's; greedy tokens are the same)")
     p.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false",
                    help="triton backend: launch the decode step op by op instead of replaying a CUDA graph")
+    p.add_argument("--level", choices=["operators", "fused", "fast"], default="operators",
+                   help="triton backend: the engine's optimisation level (one kernel per operator; fusion + "
+                        "split-K; the fewest kernels)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
     p.add_argument("--dtype", choices=_DTYPES, default=None,
                    help="default: bfloat16 on cuda, float32 on cpu")
@@ -138,9 +141,9 @@ def _backend(args, model: Qwen35Model, max_seq_len: int):
     from .runtime import setup
     setup(quiet=True)                      # the CPU interpreter must be chosen before triton is imported
     from .engine import Engine
-    engine = Engine.from_model(model, max_seq_len=max_seq_len, cuda_graph=args.cuda_graph)
+    engine = Engine.from_model(model, max_seq_len=max_seq_len, cuda_graph=args.cuda_graph, level=args.level)
     graph = "CUDA graph" if engine.use_graph else "no CUDA graph"
-    return (lambda _model, ids, n, **options: engine.generate(ids, n, **options)), f"triton ({graph})"
+    return (lambda _model, ids, n, **options: engine.generate(ids, n, **options)), f"triton, {args.level} ({graph})"
 
 
 def run_generate(args) -> int:
