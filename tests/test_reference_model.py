@@ -6,7 +6,7 @@ import torch
 
 from tritonllm_course.config import QWEN35_0_8B, TINY
 from tritonllm_course.generation import generate
-from tritonllm_course.hf_compat import hf_forward, hf_model, weights_from_hf
+from tritonllm_course.hf_compat import hf_forward, hf_model, to_dtype, weights_from_hf
 from tritonllm_course.model import Qwen35Cache, Qwen35Model
 from tritonllm_course.weights import WeightError
 from helpers import rel
@@ -84,33 +84,73 @@ def test_model_rejects_mis_shaped_weights(pair):
         Qwen35Model(TINY, weights)
 
 
+def _bf16_pair(config, device="cpu"):
+    """transformers' model in fp32 and bf16 (cast as `from_pretrained` loads it: see `to_dtype`), and
+    ours in fp32 and bf16 on the same weights."""
+    hf32 = hf_model(config, dtype=torch.float32, device=device, seed=0, perturb_norms=0.1)
+    weights = weights_from_hf(hf32)
+    hf16 = to_dtype(copy.deepcopy(hf32), torch.bfloat16)
+    return (hf32, Qwen35Model(config, weights), hf16,
+            Qwen35Model(config, {k: v.to(torch.bfloat16) for k, v in weights.items()}))
+
+
+# the real per-head sizes and head counts, 3 DeltaNet layers and 1 attention layer, a small vocabulary
+REDUCED = QWEN35_0_8B.replace(num_hidden_layers=4, layer_types=(), vocab_size=4096, bos_token_id=1,
+                              eos_token_id=2)
+
+
+def test_bf16_matches_transformers_bf16():
+    """In bf16 the reference model rounds where transformers' torch path rounds (`match_hf_rounding`
+    in the operators it calls), so the two agree although both are ~2% from the fp32 logits here (~5%
+    at 24 layers): a 128-token prompt, a 16-token continuation after the cache, 4 decode steps. On the
+    CPU they run the same torch kernels on the same inputs and agree bit for bit (measured: 0); with
+    the rounding of the previous version (the conv's output not rounded before the SiLU, the eager
+    attention's bf16 scores, another fp32 order in the delta rule) they were 1.8e-2 apart."""
+    _, _, hf16, ours16 = _bf16_pair(REDUCED)
+    tokens = torch.randint(0, REDUCED.vocab_size, (148,), generator=torch.Generator().manual_seed(0))
+    cache, hf_cache, errors = ours16.new_cache(148), None, []
+    for chunk in (tokens[:128], tokens[128:144], *tokens[144:, None]):
+        theirs, hf_cache = hf_forward(hf16, chunk, hf_cache)
+        errors.append(rel(ours16(chunk, cache, all_logits=True), theirs))
+    print("bf16, ours vs transformers: prefill {:.1e}, continuation {:.1e}, decode {}".format(
+        errors[0], errors[1], " ".join(f"{e:.1e}" for e in errors[2:])))
+    assert max(errors) < 1e-2, errors
+
+
 @pytest.mark.gpu
 def test_full_size_matches_transformers_on_gpu():
     """Real Qwen3.5-0.8B shapes, random weights: a 128-token prefill, then 64 cached decode steps.
 
-    fp32: ours against transformers' to 1e-4. bf16: at these shapes bf16 rounding alone moves the logits
-    of transformers' own bf16 model by ~4% from its fp32 run (24 random layers amplify it), so ours must be
-    as close to the fp32 logits as transformers' bf16 is (within 1.5x) and near transformers' bf16 itself.
+    fp32: ours against transformers' to 1e-4. bf16 (the issue's criterion): ours within 1e-2 of
+    transformers' bf16 model at every step. At these shapes bf16 rounding alone moves transformers'
+    own bf16 logits ~5% from its fp32 run (24 random layers amplify every rounding difference), so this
+    holds only because the reference model rounds where transformers rounds (`match_hf_rounding`):
+    measured on the CPU at full size, they agree bit for bit. Run with -s for the numbers.
     """
     tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     try:
-        hf32 = hf_model(QWEN35_0_8B, dtype=torch.float32, device="cuda", seed=0, perturb_norms=0.1)
-        weights = weights_from_hf(hf32)
-        ours32 = Qwen35Model(QWEN35_0_8B, weights)
-        hf16 = copy.deepcopy(hf32).to(torch.bfloat16)
-        ours16 = Qwen35Model(QWEN35_0_8B, {k: v.to(torch.bfloat16) for k, v in weights.items()})
+        hf32, ours32, hf16, ours16 = _bf16_pair(QWEN35_0_8B, device="cuda")
         caches = {"ours32": ours32.new_cache(192), "ours16": ours16.new_cache(192), "hf32": None, "hf16": None}
         tokens = torch.randint(0, QWEN35_0_8B.vocab_size, (128,), generator=torch.Generator().manual_seed(0))
-        for step in range(65):              # the prefill, then decode steps fed the fp32 argmax
-            ref, caches["hf32"] = hf_forward(hf32, tokens, caches["hf32"])
-            half, caches["hf16"] = hf_forward(hf16, tokens, caches["hf16"])
-            mine32 = ours32(tokens, caches["ours32"], all_logits=True)
-            mine16 = ours16(tokens, caches["ours16"], all_logits=True)
-            assert rel(mine32, ref) < 1e-4, f"step {step}: fp32 relative error {rel(mine32, ref):.1e}"
-            hf_err, our_err = rel(half, ref), rel(mine16, ref)
-            assert our_err < 1.5 * hf_err + 1e-3, f"step {step}: bf16 error {our_err:.3f}, transformers' {hf_err:.3f}"
-            assert rel(mine16, half) < 0.15, f"step {step}: ours vs transformers' bf16 {rel(mine16, half):.3f}"
-            tokens = ref[-1:].argmax(-1).cpu()
+        worst = {}
+        try:
+            for step in range(65):          # the prefill, then 64 decode steps fed the fp32 argmax
+                ref, caches["hf32"] = hf_forward(hf32, tokens, caches["hf32"])
+                half, caches["hf16"] = hf_forward(hf16, tokens, caches["hf16"])
+                mine32 = ours32(tokens, caches["ours32"], all_logits=True)
+                mine16 = ours16(tokens, caches["ours16"], all_logits=True)
+                errors = {"fp32 ours vs transformers": rel(mine32, ref),
+                          "bf16 ours vs transformers' bf16": rel(mine16, half),
+                          "bf16 transformers vs its fp32": rel(half, ref), "bf16 ours vs fp32": rel(mine16, ref)}
+                for name, e in errors.items():
+                    key = ("prefill" if step == 0 else "decode", name)
+                    worst[key] = max(worst.get(key, 0.0), e)
+                assert errors["fp32 ours vs transformers"] < 1e-4, f"step {step}: {errors}"
+                assert errors["bf16 ours vs transformers' bf16"] < 1e-2, f"step {step}: {errors}"
+                tokens = ref[-1:].argmax(-1).cpu()
+        finally:                            # the numbers, passed or not (pytest shows them with -s or on failure)
+            for (phase, name), e in worst.items():
+                print(f"{phase:8s} {name:32s} {e:.2e}" + ("  (worst step)" if phase == "decode" else ""))
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32

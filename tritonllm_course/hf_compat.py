@@ -28,7 +28,7 @@ def hf_model(config: Qwen35Config, dtype=torch.float32, device="cpu", seed: int 
     torch.manual_seed(seed)
     with torch.device(device):
         model = Qwen3_5ForCausalLM(hf_config)
-    model = model.to(dtype).eval()
+    model = to_dtype(model, dtype).eval()
     if perturb_norms:
         gen = torch.Generator(device=device).manual_seed(seed + 1)
         with torch.no_grad():
@@ -36,6 +36,22 @@ def hf_model(config: Qwen35Config, dtype=torch.float32, device="cpu", seed: int 
                 if "norm" in name:
                     p.add_(torch.randn(p.shape, generator=gen, device=device, dtype=torch.float32)
                            .to(p.dtype) * perturb_norms)
+    return model
+
+
+def to_dtype(model, dtype):
+    """`model.to(dtype)`, in place, but with the rotary tables' inverse frequencies left in fp32.
+
+    A plain `.to(torch.bfloat16)` also rounds the `inv_freq` buffers, so the RoPE angles p * inv_freq
+    come out of bf16 frequencies; `from_pretrained(dtype=torch.bfloat16)` keeps them fp32 (they are
+    computed in fp32 and not stored in the checkpoint). This casts the way loading a checkpoint does,
+    which is what the reference model follows (its `rope_cache` computes the angles in fp32).
+    """
+    kept = [(m, name, getattr(m, name)) for m in model.modules()
+            for name in ("inv_freq", "original_inv_freq") if isinstance(getattr(m, name, None), torch.Tensor)]
+    model.to(dtype)
+    for m, name, t in kept:
+        setattr(m, name, t)
     return model
 
 

@@ -8,9 +8,22 @@
 
 Prefill runs T tokens at once (chunked delta rule, causal attention over the prompt); decode runs one
 token against the cache (recurrent delta rule, attention over the KV cache). Both write the cache in
-place. The numerics follow transformers' torch path: matmuls in the model dtype, norms, softmax, gates
-and the DeltaNet state in fp32. In fp16 the residual stream x is kept in fp32 (`residual_dtype`): Qwen's
-stream outgrows fp16's 65,504 after a few layers; the sublayers still read norm(x) in fp16.
+place. The numerics follow transformers' torch path (the one that runs without flash-linear-attention and
+causal-conv1d installed, on a GPU as on the CPU): matmuls in the model dtype; norms, softmax, gates and
+the DeltaNet state in fp32, rounded back to the model dtype where transformers rounds.
+
+In bf16 and fp16 (`low_precision`) the operators are called with `match_hf_rounding`: the conv through
+F.conv1d in the model dtype (its output rounded before the SiLU), attention through torch's fused SDPA
+as transformers' default `sdpa` attention calls it, the delta rule in transformers' fp32 order of
+operations (and q divided by sqrt(d_k) in decode, where the chunked form multiplies by d_k^-0.5). Not
+only the precision but the operations must match: with random weights one bf16 rounding that comes
+out differently early in the model grows, layer by layer, to ~1e-2 at the logits (transformers' own
+bf16 logits are ~5% from its fp32 ones). So matched, the bf16 logits equal transformers' bit for bit
+on the CPU (for a bf16 transformers model cast as `from_pretrained` casts it, RoPE frequencies in fp32:
+see `hf_compat.to_dtype`). In fp32 the operators' own forms run, within ~1e-6 of transformers.
+
+In fp16 the residual stream x is kept in fp32 (`residual_dtype`), unlike transformers: Qwen's stream
+outgrows fp16's 65,504 after a few layers; the sublayers still read norm(x) in fp16.
 """
 from __future__ import annotations
 
@@ -37,6 +50,17 @@ class Qwen35Model:
         """The residual stream's dtype: fp32 in fp16 mode (it would overflow), else the model dtype (bf16
         adds in bf16, as transformers does)."""
         return torch.float32 if self.dtype == torch.float16 else self.dtype
+
+    @property
+    def low_precision(self) -> bool:
+        """bf16/fp16: the operators are then called with `match_hf_rounding` (see the module docstring)."""
+        return self.dtype in (torch.float16, torch.bfloat16)
+
+    def _hf(self, op) -> dict:
+        """`match_hf_rounding=True` for the reference's own operators in bf16/fp16; nothing for a kernel
+        swapped in (`swap.swapped`), which takes its slot's arguments only."""
+        own = getattr(op, "__module__", "").startswith("tritonllm_course.reference")
+        return {"match_hf_rounding": True} if own and self.low_precision else {}
 
     # construction --------------------------------------------------------------------------------
     @classmethod
@@ -112,7 +136,7 @@ class Qwen35Model:
         k = R.apply_rope(R.qk_norm(k, w[p + "k_norm.weight"], eps), self.cos, self.sin, pos)
         R.kv_cache_write(k, v, cache.k[i], cache.v[i], pos)
         keys, values = R.kv_cache_read(cache.k[i], cache.v[i], cache.length + T)  # [S, 2, 256] each
-        o = R.attention(q, keys, values, pos, c.head_dim ** -0.5)                  # [T, 8, 256]
+        o = R.attention(q, keys, values, pos, c.head_dim ** -0.5, **self._hf(R.attention))   # [T, 8, 256]
         o = R.output_gate(o.reshape(T, -1), gate)                                  # [T, 2048]
         return R.linear(o, w[p + "o_proj.weight"])
 
@@ -124,16 +148,20 @@ class Qwen35Model:
         qkv, z, b, a = R.deltanet_in_proj(x, w[p + "in_proj_qkv.weight"], w[p + "in_proj_z.weight"],
                                           w[p + "in_proj_b.weight"], w[p + "in_proj_a.weight"])
         conv = R.conv1d_decode if decode else R.conv1d_prefill
-        qkv, conv_state = conv(qkv, w[p + "conv1d.weight"].squeeze(1), cache.conv[i])  # [T, 6144]
+        state = cache.conv[i] if cache.length else None                           # None: a sequence's start
+        qkv, conv_state = conv(qkv, w[p + "conv1d.weight"].squeeze(1), state, **self._hf(conv))   # [T, 6144]
         cache.conv[i].copy_(conv_state)
         q, k, v = qkv.split([c.linear_key_dim, c.linear_key_dim, c.linear_value_dim], dim=-1)
         q = q.reshape(T, c.linear_num_key_heads, c.linear_key_head_dim)           # [T, 16, 128]
         k = k.reshape(T, c.linear_num_key_heads, c.linear_key_head_dim)           # [T, 16, 128]
         v = v.reshape(T, c.linear_num_value_heads, c.linear_value_head_dim)       # [T, 16, 128]
-        q, k = R.l2norm_qk(R.acc(q), R.acc(k))       # fp32, fed straight to the rule as transformers does
+        if self.low_precision and decode:            # transformers' recurrent rule divides q by sqrt(d_k)
+            q, k = R.l2norm(R.acc(q)) / c.linear_key_head_dim ** 0.5, R.l2norm(R.acc(k))
+        else:                                        # (and its chunked rule multiplies by d_k^-0.5)
+            q, k = R.l2norm_qk(R.acc(q), R.acc(k))   # fp32, fed straight to the rule as transformers does
         beta, g = R.deltanet_gates(b, a, w[p + "A_log"], w[p + "dt_bias"])
         rule = R.gated_delta_rule_recurrent if decode else R.gated_delta_rule_chunked
-        o, state = rule(q, k, v, g, beta, cache.state[i])                          # o [T, 16, 128]
+        o, state = rule(q, k, v, g, beta, cache.state[i], **self._hf(rule))        # o [T, 16, 128]
         cache.state[i].copy_(state)
         z = z.reshape(T, c.linear_num_value_heads, c.linear_value_head_dim)       # [T, 16, 128]
         o = R.gated_rms_norm(o, z, w[p + "norm.weight"], eps)

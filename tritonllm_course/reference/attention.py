@@ -8,6 +8,7 @@ GQA: query head h reads kv head h // (heads / kv_heads) (4 query heads per kv he
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 
 from .precision import acc, expect, shape_str
 
@@ -79,14 +80,41 @@ def pv(p: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor,
-              scale: float) -> torch.Tensor:
+              scale: float, *, match_hf_rounding: bool = False) -> torch.Tensor:
     """Causal attention from the unfused operators: scores, mask, softmax, P . V.
 
     q: [T, heads, head_dim] at positions `pos` [T]; k, v: [S, kv_heads, head_dim], the keys/values at
     positions 0 .. S-1 (the new tokens included). returns [T, heads, head_dim] in q's dtype.
+    match_hf_rounding: compute as transformers' default (`sdpa`) attention does, see `_attention_hf`
+    (the reference model in bf16/fp16 sets it). In bf16 the unfused operators round the scores and the
+    normalised probabilities to bf16, as transformers' `eager` attention does, bit for bit.
     """
+    if match_hf_rounding:
+        return _attention_hf(q, k, v, pos, scale)
     probs = masked_softmax(qk_scores(q, k), causal_mask(pos, k.shape[0]), scale)
     return pv(probs, v)
+
+
+def _attention_hf(q, k, v, pos, scale):
+    """`attention` through torch's fused `scaled_dot_product_attention`, called as transformers' `sdpa`
+    attention calls it (for head_dim <= 256, as in Qwen3.5): a whole prompt with `is_causal` and the kv
+    heads grouped (`enable_gqa`), one decode token likewise without a mask, tokens after a cache with a
+    boolean mask and the kv heads repeated. The fused kernels (FlashAttention on a GPU, the CPU flash
+    kernel) keep the scores and the softmax statistics in fp32 and round only the unnormalised
+    probabilities, key block by key block against a running max, for the P . V product: a rounding
+    internal to each kernel that no op-by-op formula reproduces, so the model calls the kernel that
+    transformers calls, with the same arguments.
+    """
+    group = _gqa_group(q, k)
+    T, S = q.shape[0], k.shape[0]
+    qh, kh, vh = (x.transpose(0, 1)[None] for x in (q, k, v))     # [1, heads, T | S, head_dim]
+    if T == 1 or T == S:                                          # decode, or a whole prompt from position 0
+        kw = {"is_causal": T > 1, "enable_gqa": group > 1}
+    else:                                                         # tokens after a cache: an explicit mask
+        kh, vh = kh.repeat_interleave(group, dim=1), vh.repeat_interleave(group, dim=1)
+        kw = {"attn_mask": causal_mask(pos, S)[None, None]}
+    o = F.scaled_dot_product_attention(qh, kh, vh, scale=scale, **kw)   # [1, heads, T, head_dim]
+    return o[0].transpose(0, 1)
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, length,

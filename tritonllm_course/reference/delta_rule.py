@@ -38,30 +38,40 @@ def _prepare(q, k, v, g, beta, initial_state):
 
 
 def gated_delta_rule_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
-                               beta: torch.Tensor, initial_state: torch.Tensor | None = None):
+                               beta: torch.Tensor, initial_state: torch.Tensor | None = None, *,
+                               match_hf_rounding: bool = False):
     """The delta rule one token at a time.
 
     q, k:          [T, key_heads, key_dim] float, L2-normalised (q scaled)
     v:             [T, value_heads, value_dim] float
     g:             [T, value_heads] log-decay (<= 0), fp32;  beta: [T, value_heads]
     initial_state: [value_heads, key_dim, value_dim] or None (zeros); not modified
+    match_hf_rounding: the products S^T k and S^T q as transformers' torch fallback writes them
+                   (elementwise product, then a sum), so that its fp32 results are reproduced bit for
+                   bit (the reference model in bf16/fp16 sets it); the same values up to fp32 rounding.
     returns o [T, value_heads, value_dim] in v's dtype and the final state [value_heads, key_dim,
     value_dim] in fp32 (fp64 when v is fp64). All arithmetic in that dtype.
     """
     q, k, vf, g, beta, S = _prepare(q, k, v, g, beta, initial_state)
+    if match_hf_rounding:
+        def read(x, S):                                           # S^T x: [HV, Dv]
+            return (S * x[:, :, None]).sum(-2)
+    else:
+        def read(x, S):
+            return torch.einsum("hk,hkv->hv", x, S)
     o = torch.empty_like(vf)                                      # [T, HV, Dv]
     for t in range(q.shape[0]):
         S = S * g[t].exp()[:, None, None]                         # [HV, Dk, Dv]
-        prediction = torch.einsum("hk,hkv->hv", k[t], S)          # S^T k: [HV, Dv]
+        prediction = read(k[t], S)                                # S^T k: [HV, Dv]
         u = beta[t][:, None] * (vf[t] - prediction)               # [HV, Dv]
         S = S + k[t][:, :, None] * u[:, None, :]                  # k u^T
-        o[t] = torch.einsum("hk,hkv->hv", q[t], S)                # S^T q
+        o[t] = read(q[t], S)                                      # S^T q
     return o.to(v.dtype), S
 
 
 def gated_delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                              beta: torch.Tensor, initial_state: torch.Tensor | None = None,
-                             chunk_size: int = 64):
+                             chunk_size: int = 64, *, match_hf_rounding: bool = False):
     """The delta rule in chunks of `chunk_size` tokens: the same result as the recurrence, with matmuls.
 
     Same arguments and results as `gated_delta_rule_recurrent`. Per chunk with start state S0, with
@@ -73,6 +83,10 @@ def gated_delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         O  = (Q * exp(gamma)) S0 + (lower_incl(Q K^T) * Gamma) Vn
         S1 = exp(gamma_C) S0 + (K * exp(gamma_C - gamma))^T Vn
     Padding the sequence to a multiple of the chunk with zeros (g = 0, beta = 0) changes nothing.
+    match_hf_rounding: transformers' torch fallback's triangular system (A with its diagonal, declared
+    unit-triangular, rather than I + A) and its contiguous chunks, so that the same fp32 operations run
+    and its results are reproduced bit for bit (the reference model in bf16/fp16 sets it); the same
+    values up to fp32 rounding.
     """
     q, k, vf, g, beta, S = _prepare(q, k, v, g, beta, initial_state)
     T, HV, Dv = vf.shape
@@ -82,7 +96,8 @@ def gated_delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
     def chunks(x):  # [T, HV, ...] -> [HV, N, C, ...], zero-padded
         x = torch.cat([x, x.new_zeros(pad, *x.shape[1:])])        # [N * C, HV, ...]
-        return x.reshape(N, C, *x.shape[1:]).transpose(0, 2).transpose(1, 2)
+        x = x.reshape(N, C, *x.shape[1:]).transpose(0, 2).transpose(1, 2)
+        return x.contiguous() if match_hf_rounding else x         # transformers' layout: the same GEMMs
 
     q, k, vf = chunks(q), chunks(k), chunks(vf)                   # [HV, N, C, D]
     g, beta = chunks(g), chunks(beta)                             # [HV, N, C]
@@ -92,10 +107,15 @@ def gated_delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     diff = (gamma[..., :, None] - gamma[..., None, :]).masked_fill(~lower, float("-inf"))
     Gamma = diff.exp()                                            # [HV, N, C, C], 0 above the diagonal
     k_beta = k * beta[..., None]                                  # [HV, N, C, Dk]
-    A = (k_beta @ k.transpose(-1, -2) * Gamma).tril(-1)           # [HV, N, C, C], strictly lower
-    I_plus_A = A + torch.eye(C, dtype=A.dtype, device=A.device)
-    U = torch.linalg.solve_triangular(I_plus_A, vf * beta[..., None], upper=False)       # [HV, N, C, Dv]
-    W = torch.linalg.solve_triangular(I_plus_A, k_beta * gamma.exp()[..., None], upper=False)  # [.., Dk]
+    A = k_beta @ k.transpose(-1, -2) * Gamma                      # [HV, N, C, C], lower incl. diagonal
+    if match_hf_rounding:                                         # the diagonal is ignored, taken as 1
+        I_plus_A, unit = A, True
+    else:
+        I_plus_A, unit = A.tril(-1) + torch.eye(C, dtype=A.dtype, device=A.device), False
+    U = torch.linalg.solve_triangular(I_plus_A, vf * beta[..., None], upper=False,
+                                      unitriangular=unit)                           # [HV, N, C, Dv]
+    W = torch.linalg.solve_triangular(I_plus_A, k_beta * gamma.exp()[..., None], upper=False,
+                                      unitriangular=unit)                           # [HV, N, C, Dk]
     QK = (q @ k.transpose(-1, -2)) * Gamma                        # [HV, N, C, C], lower incl. diagonal
 
     o = torch.empty_like(vf)                                      # [HV, N, C, Dv]
