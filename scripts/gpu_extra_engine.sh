@@ -5,10 +5,12 @@
 # real shapes. Called by scripts/gpu_check.sh with one
 # argument; writes RESULTS_DIR/engine_<gpu>_<date>/bench.{md,json,png}.
 #   scripts/gpu_extra_engine.sh RESULTS_DIR        (PYTHON=... to choose the interpreter)
-# The run starts no new system after 400 s and is stopped at 470 s: what was measured by then is written.
+# The run starts no new system after BUDGET_S seconds (default 400) and is stopped 70 s later: what was
+# measured by then is written.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_extra_engine.sh RESULTS_DIR}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 TRITONLLM_KERNELS=solutions
-exec timeout 470 $PY -m tritonllm_course.cli bench --out "$OUT" --budget-s 400
+BUDGET_S=${BUDGET_S:-400}
+exec timeout $((BUDGET_S + 70)) $PY -m tritonllm_course.cli bench --out "$OUT" --budget-s "$BUDGET_S"

@@ -194,6 +194,49 @@ def gemm_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, M, N, K,
     # END SOLUTION
 
 
+@triton.jit
+def qk_norm_rope_cache_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, q_out_ptr,
+                              k_cache_ptr, v_cache_ptr, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h,
+                              H, KV, D, half, num_positions, max_len, eps,
+                              BLOCK_D: tl.constexpr):
+    """Program (t, r): head r of token t. r < H: query head r, normalised and rotated into q_out[t, r].
+    Else key head r - H: normalised, rotated and stored in the cache row pos[t], its v row beside it."""
+    t, r = tl.program_id(0), tl.program_id(1)
+    is_q = r < H
+    d = tl.arange(0, BLOCK_D)
+    in_row = d < D
+    rot = d < 2 * half                                           # the rotary dims
+    partner = tl.where(d < half, d + half, d - half)             # rotate-half: (i, i + half) pairs
+    pos = tl.load(pos_ptr + t).to(tl.int64)
+    kv = r - H
+    # BEGIN SOLUTION: the head's row (q's or k's, strided) and its rotation partners as fp32; RMSNorm with (1 + w) (q_norm's or k_norm's weight); y = n * cos + sign * n[partner] * sin on the rotary dims (sign -1 in the first half), n elsewhere; q: store to q_out[t, r]; k: store to k_cache[pos, kv], copy v[t, kv] to v_cache[pos, kv] (only for 0 <= pos < max_len)
+    if is_q:
+        row = q_ptr + t.to(tl.int64) * sq_t + r * sq_h
+        w_ptr = qw_ptr
+    else:
+        row = k_ptr + t.to(tl.int64) * sk_t + kv * sk_h
+        w_ptr = kw_ptr
+    x = tl.load(row + d, mask=in_row, other=0.0).to(tl.float32)
+    xp = tl.load(row + partner, mask=rot, other=0.0).to(tl.float32)
+    inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / D + eps)          # the whole head's statistic
+    n = x * inv_rms * (1.0 + tl.load(w_ptr + d, mask=in_row, other=0.0).to(tl.float32))
+    n_p = xp * inv_rms * (1.0 + tl.load(w_ptr + partner, mask=rot, other=0.0).to(tl.float32))
+    ok = (pos >= 0) & (pos < num_positions)
+    c = tl.load(cos_ptr + pos * 2 * half + d, mask=rot & ok, other=float("nan")).to(tl.float32)
+    s = tl.load(sin_ptr + pos * 2 * half + d, mask=rot & ok, other=float("nan")).to(tl.float32)
+    y = tl.where(rot, n * c + tl.where(d < half, -n_p, n_p) * s, n)
+    if is_q:
+        tl.store(q_out_ptr + (t.to(tl.int64) * H + r) * D + d, y.to(q_out_ptr.dtype.element_ty), mask=in_row)
+    else:
+        # an out-of-range position writes nothing (a captured graph must never write outside the cache)
+        w_ok = in_row & (pos >= 0) & (pos < max_len)
+        dst = (pos * KV + kv) * D + d
+        tl.store(k_cache_ptr + dst, y.to(k_cache_ptr.dtype.element_ty), mask=w_ok)
+        vrow = tl.load(v_ptr + t.to(tl.int64) * sv_t + kv * sv_h + d, mask=w_ok)
+        tl.store(v_cache_ptr + dst, vrow, mask=w_ok)
+    # END SOLUTION
+
+
 def fused_gemv_config(N: int, K: int, interpreted: bool = False) -> dict:
     """Launch parameters of the fused GEMV for an [N, K] weight (gated: N rows in each of two weights).
 
@@ -410,4 +453,56 @@ def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tenso
         gemm_residual_kernel[grid](x2, weight, r2, out2, M, N, K, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                                    BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
                                    num_stages=cfg["num_stages"])
+    return out
+
+
+def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
+                       k_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor,
+                       k_cache: torch.Tensor, v_cache: torch.Tensor, eps: float = 1e-6,
+                       out: torch.Tensor | None = None) -> torch.Tensor:
+    """q_norm, k_norm, RoPE on q and k, and the KV cache write: five kernels of chapters 06-08 in one.
+
+    q:                [T, heads, head_dim] (a view of the projection's output: each head contiguous)
+    k, v:             [T, kv_heads, head_dim], likewise
+    q_weight, k_weight: [head_dim], the norms' offsets from 1
+    cos, sin:         [positions, rotary_dim] tables (`reference.rope_cache`), rotary_dim <= head_dim
+    pos:              [T] int positions in device memory (the cache rows; within the tables)
+    k_cache, v_cache: [max_len, kv_heads, head_dim] in k's dtype, updated in place
+    out:              optional [T, heads, head_dim] buffer for the rotated q (q's dtype)
+    returns out. One program per (token, head): its row normalised in fp32, rotated, stored once.
+    """
+    validate.tensor(q, "q", dtype=validate.FLOATS, ndim=3, contiguous=False)
+    T, H, D = q.shape
+    validate.tensor(k, "k", dtype=q.dtype, ndim=3, contiguous=False)
+    KV = k.shape[1]
+    validate.tensor(k, "k", shape=(T, KV, D), contiguous=False)
+    validate.tensor(v, "v", dtype=q.dtype, shape=(T, KV, D), contiguous=False)
+    for x, name in ((q, "q"), (k, "k"), (v, "v")):
+        if x.stride(2) != 1:
+            raise ValueError(f"{name} must be contiguous within each head (stride 1 on the last dim), got "
+                             f"strides {x.stride()}")
+    validate.tensor(q_weight, "q_weight", dtype=validate.FLOATS, shape=(D,))
+    validate.tensor(k_weight, "k_weight", dtype=q_weight.dtype, shape=(D,))
+    validate.tensor(cos, "cos", dtype=validate.FLOATS, ndim=2)
+    validate.tensor(sin, "sin", dtype=cos.dtype, shape=tuple(cos.shape))
+    num_positions, rotary_dim = cos.shape
+    if rotary_dim % 2 or not 0 < rotary_dim <= D:
+        raise ValueError(f"cos/sin have rotary_dim {rotary_dim}; it must be even and in [2, head_dim = {D}]")
+    validate.tensor(pos, "pos", dtype=validate.INTS, shape=(T,))
+    validate.tensor(k_cache, "k_cache", dtype=k.dtype, ndim=3)
+    max_len = k_cache.shape[0]
+    validate.tensor(k_cache, "k_cache", shape=(max_len, KV, D))
+    validate.tensor(v_cache, "v_cache", dtype=v.dtype, shape=(max_len, KV, D))
+    if not eps > 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+    device = validate.same_device(q=q, k=k, v=v, q_weight=q_weight, k_weight=k_weight, cos=cos, sin=sin,
+                                  pos=pos, k_cache=k_cache, v_cache=v_cache)
+    validate.device_range(pos, 0, min(num_positions, max_len) - 1, "position", "beyond the cache or the cos/sin table")
+    out = validate.output(out, "out", (T, H, D), q.dtype, device)
+    if T == 0:
+        return out
+    qk_norm_rope_cache_kernel[(T, H + KV)](
+        q, k, v, q_weight, k_weight, cos, sin, pos, out, k_cache, v_cache, q.stride(0), q.stride(1),
+        k.stride(0), k.stride(1), v.stride(0), v.stride(1), H, KV, D, rotary_dim // 2, num_positions, max_len,
+        eps, BLOCK_D=triton.next_power_of_2(D), num_warps=max(1, min(4, triton.next_power_of_2(D) // 64)))
     return out

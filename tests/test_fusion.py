@@ -270,3 +270,51 @@ def test_decode_fusion_is_faster_than_the_unfused_kernels(name):
         best = result if best is None else best
         best.times_us = {k: min(v, result.times_us[k]) for k, v in best.times_us.items()}
     assert best.times_us["triton"] + 0.3 <= best.times_us["unfused"], str(best)
+
+
+# --- q/k norm + RoPE + cache write ---------------------------------------------------------------------------
+def _prologue_case(T=5, start=3):
+    slot = get_slot("qk_norm_rope_cache")
+    gen = torch.Generator(device=RT.device).manual_seed(T)
+    shape = {"T": T, "heads": 4, "kv_heads": 2, "head_dim": 32, "rotary_dim": 8, "max_len": 16}
+    inputs = slot.make_inputs(shape, torch.float32, RT.device, gen)
+    inputs["pos"] = torch.arange(start, start + T, dtype=torch.int32, device=RT.device)
+    return slot, inputs
+
+
+def test_prologue_writes_only_its_cache_rows_and_rotates_only_the_rotary_dims():
+    slot, inputs = _prologue_case()
+    k_before, v_before = inputs["k_cache"].clone(), inputs["v_cache"].clone()
+    fused = kernels.load("fusion", "solutions").module
+    q_out = fused.qk_norm_rope_cache(**inputs)
+    want_q, want_k, want_v = slot.reference(**{n: t.clone() if n.endswith("cache") else t for n, t in inputs.items()})
+    assert rel(q_out, want_q) < 1e-5 and rel(inputs["k_cache"], want_k) < 1e-5
+    assert torch.equal(inputs["v_cache"], want_v)                              # v is copied, not computed
+    rows = torch.arange(16, device=RT.device)
+    untouched = (rows < 3) | (rows >= 8)
+    assert torch.equal(inputs["k_cache"][untouched], k_before[untouched])
+    assert torch.equal(inputs["v_cache"][untouched], v_before[untouched])
+    normed = R.qk_norm(inputs["q"], inputs["q_weight"])
+    assert torch.allclose(q_out[..., 8:], normed[..., 8:], rtol=1e-6, atol=1e-6)   # dims past rotary_dim: normed only
+
+
+def test_prologue_with_gpt_j_pairs_fails_the_check():
+    """The rotate-half partner of dim d is d +- rotary_dim / 2; (2i, 2i + 1) pairs are Qwen's wrong pairing."""
+    slot, _ = _prologue_case()
+
+    def gpt_j(q, k, v, q_weight, k_weight, cos, sin, pos, k_cache, v_cache, eps=1e-6, out=None):
+        q_n, k_n = R.qk_norm(q, q_weight, eps), R.qk_norm(k, k_weight, eps)
+        out.copy_(R.apply_rope_interleaved(q_n, cos, sin, pos))
+        R.kv_cache_write(R.apply_rope_interleaved(k_n, cos, sin, pos), v, k_cache, v_cache, pos)
+        return out
+
+    report = check_fn(gpt_j, slot.reference, slot.make_inputs, slot.make_out, name="gpt-j prologue",
+                      shape=slot.shapes["tiny"][0], mutated=slot.mutated)
+    assert not report.passed
+
+
+def test_prologue_refuses_a_position_past_the_cache():
+    slot, inputs = _prologue_case(T=2, start=15)                     # rows 15 and 16 of a 16-row cache
+    fused = kernels.load("fusion", "solutions").module
+    with pytest.raises(ValueError, match="position 16 is outside"):
+        fused.qk_norm_rope_cache(**inputs)

@@ -19,7 +19,8 @@ Systems (the same random weights of Qwen3.5-0.8B's real shapes, bf16, batch 1, g
   Triton + fusion + split-K + CUDA Graph
                                  the same, replayed from a CUDA graph
   Triton, fewest kernels         level "fast": "fused" with the residual adds in the output projections'
-                                 epilogues and plain GEMVs for them (chapter 21)
+                                 epilogues, plain GEMVs for them, and the attention's q/k norms, RoPE
+                                 and cache write in one kernel (chapter 21)
   Triton, fewest kernels + CUDA Graph
                                  the same, replayed from a CUDA graph
 With a CUDA graph, a prompt length met before also replays its prefill from a graph (captured in the

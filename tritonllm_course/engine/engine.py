@@ -21,7 +21,8 @@ Optimisation levels (`level`, the steps of each in `ops.py`), the benchmark's ro
   "fused"      RMSNorm folded into the merged projections, the last residual add into the final norm,
                split-K for the narrow decode GEMVs, FlashDecoding / FlashAttention (chapters 21 to 24)
   "fast"       "fused" with the residual adds in the output projections' epilogues, plain GEMVs for
-               them (chapter 21): the fewest kernels per token
+               them, and an attention layer's q/k norms, RoPE and cache write in one kernel (chapter 21):
+               the fewest kernels per token
 
 fp16 mode (`residual_dtype`): the residual stream a.x is fp32, as in the reference model (Qwen's stream
 outgrows fp16's 65,504). The residual adds take it as it is; the kernels that write or read it in the
@@ -152,12 +153,16 @@ class Engine:
         q_raw = a.attn_q.view(T, c.num_attention_heads, c.head_dim)      # [T, heads, head_dim]
         k_raw = a.attn_k.view(T, c.num_key_value_heads, c.head_dim)      # [T, kv_heads, head_dim]
         v = a.attn_v.view(T, c.num_key_value_heads, c.head_dim)          # [T, kv_heads, head_dim]
-        op.q_norm(x=q_raw, weight=layer.small["q_norm"], eps=eps, out=a.q)
-        op.k_norm(x=k_raw, weight=layer.small["k_norm"], eps=eps, out=a.k)
-        op.q_rope(x=a.q, cos=self.cos, sin=self.sin, pos=pos)
-        op.k_rope(x=a.k, cos=self.cos, sin=self.sin, pos=pos)
         k_cache, v_cache = self.cache.k[i], self.cache.v[i]
-        op.kv_write(k=a.k, v=v, k_cache=k_cache, v_cache=v_cache, pos=pos)
+        if hasattr(op, "qk_prologue"):     # the fast level: norms, RoPE and the cache write in one kernel
+            op.qk_prologue(q=q_raw, k=k_raw, v=v, q_weight=layer.small["q_norm"], k_weight=layer.small["k_norm"],
+                           cos=self.cos, sin=self.sin, pos=pos, k_cache=k_cache, v_cache=v_cache, eps=eps, out=a.q)
+        else:
+            op.q_norm(x=q_raw, weight=layer.small["q_norm"], eps=eps, out=a.q)
+            op.k_norm(x=k_raw, weight=layer.small["k_norm"], eps=eps, out=a.k)
+            op.q_rope(x=a.q, cos=self.cos, sin=self.sin, pos=pos)
+            op.k_rope(x=a.k, cos=self.cos, sin=self.sin, pos=pos)
+            op.kv_write(k=a.k, v=v, k_cache=k_cache, v_cache=v_cache, pos=pos)
         scale = c.head_dim ** -0.5
         if start is None:   # one token over the cache; the length is read from device memory
             heads = (c.num_attention_heads, c.head_dim)

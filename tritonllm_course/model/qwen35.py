@@ -148,7 +148,7 @@ class Qwen35Model:
         qkv, z, b, a = R.deltanet_in_proj(x, w[p + "in_proj_qkv.weight"], w[p + "in_proj_z.weight"],
                                           w[p + "in_proj_b.weight"], w[p + "in_proj_a.weight"])
         conv = R.conv1d_decode if decode else R.conv1d_prefill
-        state = cache.conv[i] if cache.length else None                           # None: a sequence's start
+        state = cache.conv[i] if cache.length or decode else None                 # None: a prompt's start
         qkv, conv_state = conv(qkv, w[p + "conv1d.weight"].squeeze(1), state, **self._hf(conv))   # [T, 6144]
         cache.conv[i].copy_(conv_state)
         q, k, v = qkv.split([c.linear_key_dim, c.linear_key_dim, c.linear_value_dim], dim=-1)

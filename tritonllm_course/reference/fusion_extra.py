@@ -1,10 +1,13 @@
-"""References of the fusion variants that work on the engine's stacked gate/up weight [W_gate; W_up]."""
+"""References of the fusion variants: the chains of reference ops they replace (the stacked gate/up
+weight [W_gate; W_up], the projection + residual add, the attention's q/k norm + RoPE + cache write)."""
 from __future__ import annotations
 
 import torch
 
+from .attention_extra import kv_cache_write_static
 from .linear import linear
-from .norms import rms_norm
+from .norms import qk_norm, rms_norm
+from .rope import apply_rope
 from .swiglu_extra import swiglu_merged
 
 
@@ -35,3 +38,20 @@ def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tenso
     fp32 in fp16 mode); returns [T, N] in residual's dtype.
     """
     return (residual.float() + linear(x.float(), weight.float())).to(residual.dtype)
+
+
+def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
+                       k_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor,
+                       k_cache: torch.Tensor, v_cache: torch.Tensor, eps: float = 1e-6):
+    """An attention layer's steps between its projection and the attention: q_norm and k_norm (per-head
+    RMSNorm), rotate-half RoPE on q and k, and k, v written into the cache at their positions.
+
+    q: [T, heads, head_dim]; k, v: [T, kv_heads, head_dim] (views of the projection's output);
+    q_weight, k_weight: [head_dim]; cos, sin: [positions, rotary_dim]; pos: [T] ints;
+    k_cache, v_cache: [max_len, kv_heads, head_dim], updated in place.
+    returns (q rotated [T, heads, head_dim] in q's dtype, k_cache, v_cache).
+    """
+    q_out = apply_rope(qk_norm(q, q_weight, eps), cos, sin, pos)
+    k_rot = apply_rope(qk_norm(k, k_weight, eps), cos, sin, pos)
+    kv_cache_write_static(k_rot, v, k_cache, v_cache, pos)
+    return q_out, k_cache, v_cache

@@ -55,6 +55,8 @@ _CATALOG = [
     ("fused_gate_up_silu", None, "gate/up + SwiGLU", "the MLP's first half in one kernel", "21_fusion"),
     ("fused_linear_residual", None, "projection + residual add",
      "o_proj / out_proj / down and the residual add after each in one kernel", "21_fusion"),
+    ("qk_norm_rope_cache", None, "q/k norm + RoPE + KV cache write",
+     "an attention layer's five small kernels between its projection and the attention, in one", "21_fusion"),
     ("flash_attention", None, "FlashAttention (prefill)", "QK^T, mask, softmax, PV with online softmax",
      "22_flash_attention"),
     ("splitk_gemv", None, "split-K GEMV", "narrow decode GEMVs and the LM head split along K", "23_split_k"),

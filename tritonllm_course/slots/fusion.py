@@ -8,7 +8,9 @@ in_proj 8224 x 1024, MLP gate/up 2 x 3584 x 1024. Bytes are what the fused kerne
 import torch
 
 from ..reference.fused import gate_up_swiglu, rms_norm_linear
-from ..reference.fusion_extra import gate_up_swiglu_merged, linear_residual, rms_norm_gate_up_swiglu
+from ..reference.fusion_extra import (gate_up_swiglu_merged, linear_residual, qk_norm_rope_cache,
+                                     rms_norm_gate_up_swiglu)
+from ..reference.rope import rope_cache
 from ..reference.residual import residual_rms_norm
 from . import implement, tensor_bytes
 
@@ -156,4 +158,35 @@ implement(
     # x, the weight, the stream read and written
     bytes=lambda inp: tensor_bytes(inp["x"], inp["weight"]) + 2 * tensor_bytes(inp["residual"]),
     flops=lambda inp: 2 * inp["x"].numel() * inp["weight"].shape[0],
+)
+
+
+# q/k norm + RoPE + KV cache write ----------------------------------------------------------------------
+def _prologue_inputs(shape, dtype, device, gen):
+    """q, k, v as views of one projection output [T, (H + 2 KV) * D] (the engine's layout is close:
+    each head contiguous, tokens strided), caches full of old rows, positions after a random start."""
+    T, H, KV, D, R, L = (shape[n] for n in ("T", "heads", "kv_heads", "head_dim", "rotary_dim", "max_len"))
+    qkv = _randn((T, (H + 2 * KV) * D), dtype, device, gen)
+    q, k, v = qkv.split([H * D, KV * D, KV * D], dim=-1)
+    cos, sin = rope_cache(L, R, dtype=dtype, device=device)
+    start = int(torch.randint(0, L - T + 1, (1,), generator=gen, device=device))
+    return {"q": q.view(T, H, D), "k": k.view(T, KV, D), "v": v.view(T, KV, D),    # [T, heads, D] views
+            "q_weight": _norm_weight(D, dtype, device, gen), "k_weight": _norm_weight(D, dtype, device, gen),
+            "cos": cos, "sin": sin, "pos": torch.arange(start, start + T, dtype=torch.int32, device=device),
+            "k_cache": _randn((L, KV, D), dtype, device, gen), "v_cache": _randn((L, KV, D), dtype, device, gen)}
+
+
+implement(
+    "qk_norm_rope_cache", family="fusion", function="qk_norm_rope_cache", reference=qk_norm_rope_cache,
+    make_inputs=_prologue_inputs, mutated=("k_cache", "v_cache"),
+    make_out=lambda inp: {"out": torch.empty(inp["q"].shape, dtype=inp["q"].dtype, device=inp["q"].device)},
+    # tiny: a partial rotary part, GQA, odd head_dim; then the real attention layer's heads
+    shapes={"tiny": [{"T": 1, "heads": 4, "kv_heads": 2, "head_dim": 32, "rotary_dim": 8, "max_len": 19},
+                     {"T": 7, "heads": 3, "kv_heads": 1, "head_dim": 24, "rotary_dim": 24, "max_len": 11}],
+            "real": [{"T": 1, "heads": 8, "kv_heads": 2, "head_dim": 256, "rotary_dim": 64, "max_len": 4096},
+                     {"T": PROMPT, "heads": 8, "kv_heads": 2, "head_dim": 256, "rotary_dim": 64,
+                      "max_len": 4096}]},
+    # the q, k, v rows read, q written, k and v written into the cache; the weights and table rows
+    bytes=lambda inp: (2 * tensor_bytes(inp["q"]) + 3 * tensor_bytes(inp["k"]) + tensor_bytes(inp["v"])
+                       + tensor_bytes(inp["q_weight"], inp["k_weight"])),
 )
