@@ -186,7 +186,7 @@ def kernels_of(fn) -> set[str]:
 
 def slot_kernels(engine) -> dict[str, set[str]]:
     """{slot of the decode path: names of the Triton kernels its op can launch} (empty for PyTorch ops)."""
-    decode_slots = {s.decode for s in STEPS if s.decode}
+    decode_slots = {s.decode for s in engine.ops.steps if s.decode}
     return {name: (set() if op.source == "reference" else kernels_of(op.fn))
             for name, op in engine.ops.ops.items() if name in decode_slots}
 
@@ -400,8 +400,8 @@ def decode_breakdown(engine, steps: int = 8, prompt_len: int = 64,
 
 # --- the GPU script: scripts/gpu_extra_profile.sh ------------------------------------------------------------
 def main(argv=None) -> int:
-    """Profile the engine's decode step on the GPU: both optimisation levels, at 128 and 4,096 cached tokens,
-    op by op and from the CUDA graph; writes profile_<gpu>_<date>.{json,md,png}."""
+    """Profile the engine's decode step on the GPU, op by op and from the CUDA graph: every optimisation
+    level at 128 cached tokens, the fast one at 4,096 too; writes profile_<gpu>_<date>.{json,md,png}."""
     import json
 
     from .benchmark import gpu_script, results_stem
@@ -417,24 +417,23 @@ def main(argv=None) -> int:
               "versions": f"torch {torch.__version__}, triton {__import__('triton').__version__}", "profiles": []}
     text = [f"# Decode step per kernel, Qwen3.5-0.8B on {result['gpu']}, {date} (bf16, random weights)\n"]
     figure = None
-    for level in ("operators", "fused"):
-        for context in (128, 4096):
-            engine = Engine.random(QWEN35_0_8B, torch.bfloat16, "cuda", seed=0, max_seq_len=context + 64,
-                                   level=level)
-            prof = decode_breakdown(engine, steps=8, prompt_len=context)
-            result["profiles"].append({
-                "level": level, "context": context, "floor_us": prof.floor_us, "gbps": prof.gbps,
-                "calls": dict(prof.calls),
-                "runs": {m: {"wall_us": b.wall_us, "kernel_us": b.kernel_us, "launches": b.launches,
-                             "kernels": b.kernels, "slots": b.slots} for m, b in prof.runs.items()}})
-            text += [f"## {level}, {context} cached tokens\n", "```", str(prof), "",
-                     prof.runs["CUDA graph"].kernel_table(25), "```\n"]
-            if figure is None:
-                figure = prof.plot()
-            print(f"{level} @ {context}: " + "; ".join(
-                f"{m} {b.wall_us:.0f} us wall, {b.kernel_us:.0f} us kernels" for m, b in prof.runs.items()))
-            del engine
-            torch.cuda.empty_cache()
+    for level, context in (("operators", 128), ("fused", 128), ("fast", 128), ("fast", 4096)):
+        engine = Engine.random(QWEN35_0_8B, torch.bfloat16, "cuda", seed=0, max_seq_len=context + 64,
+                               level=level)
+        prof = decode_breakdown(engine, steps=8, prompt_len=context)
+        result["profiles"].append({
+            "level": level, "context": context, "floor_us": prof.floor_us, "gbps": prof.gbps,
+            "calls": dict(prof.calls),
+            "runs": {m: {"wall_us": b.wall_us, "kernel_us": b.kernel_us, "launches": b.launches,
+                         "kernels": b.kernels, "slots": b.slots} for m, b in prof.runs.items()}})
+        text += [f"## {level}, {context} cached tokens\n", "```", str(prof), "",
+                 prof.runs["CUDA graph"].kernel_table(25), "```\n"]
+        if figure is None:
+            figure = prof.plot()
+        print(f"{level} @ {context}: " + "; ".join(
+            f"{m} {b.wall_us:.0f} us wall, {b.kernel_us:.0f} us kernels" for m, b in prof.runs.items()))
+        del engine
+        torch.cuda.empty_cache()
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1, default=float))
     stem.with_suffix(".md").write_text("\n".join(text))
     if figure is not None:
