@@ -40,7 +40,7 @@ import triton.language as tl
 
 from tritonllm_course import validate
 from tritonllm_course.runtime import runtime
-from tritonllm_course.triton_helpers import gemv_rows, linear_tile, silu
+from tritonllm_course.triton_helpers import delta_rule_step, gemv_rows, linear_tile, sigmoid, silu, softplus
 
 SMS = 132                    # streaming multiprocessors of an H200: the GEMV grid is sized against them
 ELEMENTS_PER_PROGRAM = 1024  # residual + norm: a program holds about this many elements of its rows
@@ -234,6 +234,38 @@ def qk_norm_rope_cache_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_
         tl.store(k_cache_ptr + dst, y.to(k_cache_ptr.dtype.element_ty), mask=w_ok)
         vrow = tl.load(v_ptr + t.to(tl.int64) * sv_t + kv * sv_h + d, mask=w_ok)
         tl.store(v_cache_ptr + dst, vrow, mask=w_ok)
+    # END SOLUTION
+
+
+@triton.jit
+def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, s0_ptr, o_ptr, st_ptr,
+                           T, sq, sk, sv, sa, sb, H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr,
+                           DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, HAS_S0: tl.constexpr):
+    """Chapter 15's recurrent kernel reading the gates' inputs: per token, beta = sigmoid(b) and
+    g = -exp(A_log) * softplus(a + dt_bias) of its value head, computed in fp32 where they are used."""
+    hv = tl.program_id(0)                      # value head
+    h = hv // (HV // H)                        # the key head it reads
+    rk = tl.arange(0, BK)
+    rv = tl.program_id(1) * BV + tl.arange(0, BV)
+    mk, mv = rk < DK, rv < DV
+    state = hv * DK * DV + rk[:, None] * DV + rv[None, :]   # [BK, BV] offsets into [HV, DK, DV]
+    smask = mk[:, None] & mv[None, :]
+    # BEGIN SOLUTION: the head's A_log and dt_bias once (fp32); S as in chapter 15; per token t: beta and g from b[t, hv] and a[t, hv], then delta_rule_step; store o and finally S
+    decay_rate = -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32))
+    dt_bias = tl.load(dt_bias_ptr + hv).to(tl.float32)
+    if HAS_S0:
+        S = tl.load(s0_ptr + state, mask=smask, other=0.0)
+    else:
+        S = tl.zeros([BK, BV], dtype=tl.float32)
+    for t in range(T):
+        q = tl.load(q_ptr + t * sq + h * DK + rk, mask=mk, other=0.0).to(tl.float32)
+        k = tl.load(k_ptr + t * sk + h * DK + rk, mask=mk, other=0.0).to(tl.float32)
+        v = tl.load(v_ptr + t * sv + hv * DV + rv, mask=mv, other=0.0).to(tl.float32)
+        beta = sigmoid(tl.load(b_ptr + t * sb + hv).to(tl.float32))
+        g = decay_rate * softplus(tl.load(a_ptr + t * sa + hv).to(tl.float32) + dt_bias)
+        S, o = delta_rule_step(S, q, k, v, g, beta)
+        tl.store(o_ptr + (t * HV + hv) * DV + rv, o.to(o_ptr.dtype.element_ty), mask=mv)
+    tl.store(st_ptr + state, S, mask=smask)
     # END SOLUTION
 
 
@@ -506,3 +538,50 @@ def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
         k.stride(0), k.stride(1), v.stride(0), v.stride(1), H, KV, D, rotary_dim // 2, num_positions, max_len,
         eps, BLOCK_D=triton.next_power_of_2(D), num_warps=max(1, min(4, triton.next_power_of_2(D) // 64)))
     return out
+
+
+def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
+                                     b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
+                                     initial_state: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                                     final_state: torch.Tensor | None = None, block_v: int = 16):
+    """The DeltaNet gates (chapter 14) inside the recurrent delta rule (chapter 15): one kernel for two.
+
+    q, k [T, H, DK], v [T, HV, DV] as `gated_delta_rule_recurrent` takes them (each token's heads
+    contiguous); a, b [T, HV]: in_proj_a's and in_proj_b's outputs (each token's row contiguous);
+    A_log, dt_bias [HV]; initial_state [HV, DK, DV] fp32 or None; final_state may be initial_state
+    (updated in place). returns (out [T, HV, DV] in v's dtype, final_state fp32). beta and g never
+    reach memory.
+    """
+    validate.tensor(q, "q", dtype=validate.FLOATS, ndim=3, contiguous=False)
+    T, H, DK = q.shape
+    validate.tensor(k, "k", dtype=q.dtype, shape=(T, H, DK), contiguous=False)
+    validate.tensor(v, "v", dtype=validate.FLOATS, ndim=3, contiguous=False)
+    HV, DV = v.shape[1:]
+    validate.tensor(v, "v", shape=(T, None, None), contiguous=False)
+    for x, name in ((q, "q"), (k, "k"), (v, "v")):
+        if x.stride(2) != 1 or (x.shape[1] > 1 and x.stride(1) != x.shape[2]):
+            raise ValueError(f"{name} must be contiguous within each token (strides (*, {x.shape[2]}, 1)), "
+                             f"got strides {x.stride()}")
+    if HV % H:
+        raise ValueError(f"v has {HV} value heads, not a multiple of the {H} key heads of q and k")
+    for x, name in ((a, "a"), (b, "b")):
+        validate.tensor(x, name, dtype=validate.FLOATS, shape=(T, HV), contiguous=False)
+        if x.stride(1) != 1:
+            raise ValueError(f"{name} must be contiguous within each token, got strides {x.stride()}")
+    validate.tensor(A_log, "A_log", dtype=validate.FLOATS, shape=(HV,))
+    validate.tensor(dt_bias, "dt_bias", dtype=validate.FLOATS, shape=(HV,))
+    if initial_state is not None:
+        validate.tensor(initial_state, "initial_state", dtype=torch.float32, shape=(HV, DK, DV))
+    device = validate.same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias,
+                                  initial_state=initial_state)
+    out = validate.output(out, "out", (T, HV, DV), v.dtype, device)
+    final_state = validate.output(final_state, "final_state", (HV, DK, DV), torch.float32, device)
+    if block_v not in (4, 8, 16, 32, 64):
+        raise ValueError(f"block_v must be 4, 8, 16, 32 or 64, got {block_v}")
+    if T == 0:
+        raise ValueError("q has no tokens (T = 0)")
+    recurrent_gates_kernel[(HV, triton.cdiv(DV, block_v))](
+        q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, T, q.stride(0), k.stride(0),
+        v.stride(0), a.stride(0), b.stride(0), H=H, HV=HV, DK=DK, DV=DV,
+        BK=max(16, triton.next_power_of_2(DK)), BV=block_v, HAS_S0=initial_state is not None, num_warps=4)
+    return out, final_state

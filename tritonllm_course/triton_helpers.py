@@ -101,3 +101,16 @@ def linear_tile(x_ptr, w_ptr, rm, rn, M, N, K,
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
     return acc
+
+
+@triton.jit
+def delta_rule_step(S, q, k, v, g, beta):
+    """One token of the gated delta rule on a state slice S [BK, BV] (fp32; q, k [BK], v [BV], g and beta
+    scalars, all fp32): forget (decay by exp(g)), correct what S predicts for k by beta times the error,
+    then read with q. Returns (S, o [BV]). Chapter 15's recurrence (written out there, as its exercise),
+    for the fused kernels that run it (chapter 21)."""
+    S = S * tl.exp(g)                                        # forget a little
+    u = beta * (v - tl.sum(S * k[:, None], axis=0))          # the prediction's error for k: [BV]
+    S = S + k[:, None] * u[None, :]                          # write it: rank-1 update
+    o = tl.sum(S * q[:, None], axis=0)                       # read with the updated state: [BV]
+    return S, o

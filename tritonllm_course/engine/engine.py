@@ -21,8 +21,8 @@ Optimisation levels (`level`, the steps of each in `ops.py`), the benchmark's ro
   "fused"      RMSNorm folded into the merged projections, the last residual add into the final norm,
                split-K for the narrow decode GEMVs, FlashDecoding / FlashAttention (chapters 21 to 24)
   "fast"       "fused" with the residual adds in the output projections' epilogues, plain GEMVs for
-               them, and an attention layer's q/k norms, RoPE and cache write in one kernel (chapter 21):
-               the fewest kernels per token
+               them, an attention layer's q/k norms, RoPE and cache write in one kernel, the DeltaNet
+               gates inside the recurrent delta rule (chapter 21): the fewest kernels per token
 
 fp16 mode (`residual_dtype`): the residual stream a.x is fp32, as in the reference model (Qwen's stream
 outgrows fp16's 65,504). The residual adds take it as it is; the kernels that write or read it in the
@@ -184,10 +184,14 @@ class Engine:
         else:               # the new state goes to a scratch buffer: programs still read the old one
             op.conv(**conv, new_state=self.new_conv_state)
             conv_state.copy_(self.new_conv_state)
-        op.gates(b=a.dn_b, a=a.dn_a, A_log=layer.small["A_log"], dt_bias=layer.small["dt_bias"],
-                 beta=a.beta, g=a.g)
-        op.delta_rule(q=a.dq, k=a.dk, v=a.dv, g=a.g, beta=a.beta, initial_state=state, out=a.do,
-                      final_state=state)
+        if hasattr(op, "gates"):
+            op.gates(b=a.dn_b, a=a.dn_a, A_log=layer.small["A_log"], dt_bias=layer.small["dt_bias"],
+                     beta=a.beta, g=a.g)
+            op.delta_rule(q=a.dq, k=a.dk, v=a.dv, g=a.g, beta=a.beta, initial_state=state, out=a.do,
+                          final_state=state)
+        else:               # the fast level's decode: the gates computed inside the recurrence
+            op.delta_rule(q=a.dq, k=a.dk, v=a.dv, a=a.dn_a, b=a.dn_b, A_log=layer.small["A_log"],
+                          dt_bias=layer.small["dt_bias"], initial_state=state, out=a.do, final_state=state)
         z = a.dn_z.view(T, c.linear_num_value_heads, c.linear_value_head_dim)       # [T, HV, Dv]
         op.gated_norm(x=a.do, z=z, weight=layer.small["norm"], eps=c.rms_norm_eps, out=a.dnorm)
         self._out_proj(op.out_proj, a.dnorm.view(T, -1), layer.mixer_out, a)        # [T, HV * Dv] -> [T, hidden]

@@ -5,8 +5,11 @@ from __future__ import annotations
 import torch
 
 from .attention_extra import kv_cache_write_static
+from .delta_rule import gated_delta_rule_recurrent
+from .deltanet import deltanet_gates
 from .linear import linear
 from .norms import qk_norm, rms_norm
+from .precision import acc
 from .rope import apply_rope
 from .swiglu_extra import swiglu_merged
 
@@ -55,3 +58,13 @@ def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
     k_rot = apply_rope(qk_norm(k, k_weight, eps), cos, sin, pos)
     kv_cache_write_static(k_rot, v, k_cache, v_cache, pos)
     return q_out, k_cache, v_cache
+
+
+def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
+                                     b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
+                                     initial_state: torch.Tensor | None = None):
+    """The DeltaNet gates, then the recurrent delta rule: `gated_delta_rule_recurrent(q, k, v, g, beta,
+    initial_state)` with (beta, g) = `deltanet_gates(b, a, A_log, dt_bias)`, beta kept in fp32.
+    Shapes as those two take them; returns (out [T, HV, DV] in v's dtype, final_state fp32)."""
+    beta, g = deltanet_gates(acc(b), a, A_log, dt_bias)
+    return gated_delta_rule_recurrent(q, k, v, g, beta, initial_state)

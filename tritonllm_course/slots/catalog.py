@@ -57,6 +57,8 @@ _CATALOG = [
      "o_proj / out_proj / down and the residual add after each in one kernel", "21_fusion"),
     ("qk_norm_rope_cache", None, "q/k norm + RoPE + KV cache write",
      "an attention layer's five small kernels between its projection and the attention, in one", "21_fusion"),
+    ("gated_delta_recurrent_gates", None, "DeltaNet gates + recurrent delta rule",
+     "decode: beta and g computed where the recurrence uses them, one kernel for two", "21_fusion"),
     ("flash_attention", None, "FlashAttention (prefill)", "QK^T, mask, softmax, PV with online softmax",
      "22_flash_attention"),
     ("splitk_gemv", None, "split-K GEMV", "narrow decode GEMVs and the LM head split along K", "23_split_k"),

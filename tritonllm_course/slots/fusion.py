@@ -8,11 +8,12 @@ in_proj 8224 x 1024, MLP gate/up 2 x 3584 x 1024. Bytes are what the fused kerne
 import torch
 
 from ..reference.fused import gate_up_swiglu, rms_norm_linear
-from ..reference.fusion_extra import (gate_up_swiglu_merged, linear_residual, qk_norm_rope_cache,
-                                     rms_norm_gate_up_swiglu)
+from ..reference.fusion_extra import (gate_up_swiglu_merged, gated_delta_rule_recurrent_gates, linear_residual,
+                                     qk_norm_rope_cache, rms_norm_gate_up_swiglu)
 from ..reference.rope import rope_cache
 from ..reference.residual import residual_rms_norm
 from . import implement, tensor_bytes
+from .delta_rule import make_inputs as delta_rule_inputs, make_out as delta_rule_out
 
 CHAPTER = "21_fusion"
 PROMPT = 128
@@ -189,4 +190,29 @@ implement(
     # the q, k, v rows read, q written, k and v written into the cache; the weights and table rows
     bytes=lambda inp: (2 * tensor_bytes(inp["q"]) + 3 * tensor_bytes(inp["k"]) + tensor_bytes(inp["v"])
                        + tensor_bytes(inp["q_weight"], inp["k_weight"])),
+)
+
+
+# DeltaNet gates + recurrent delta rule --------------------------------------------------------------------
+def _recurrent_gates_inputs(shape, dtype, device, gen):
+    """The delta rule's inputs (chapter 15's spec) with the gates' raw inputs instead of g and beta:
+    a, b ~ N(0, 1) as views of one projection row per token, A_log and dt_bias as Qwen initialises them."""
+    inputs = delta_rule_inputs(shape, dtype, device, gen)
+    T, HV = inputs["g"].shape
+    ab = _randn((T, 2 * HV + 3), dtype, device, gen)                   # [T, ...]: a token-strided layout
+    del inputs["g"], inputs["beta"]
+    return {**inputs, "a": ab[:, :HV], "b": ab[:, HV:2 * HV],
+            "A_log": torch.log(torch.empty(HV, device=device).uniform_(1, 16, generator=gen)),
+            "dt_bias": torch.randn(HV, device=device, generator=gen)}
+
+
+implement(
+    "gated_delta_recurrent_gates", family="fusion", function="gated_delta_rule_recurrent_gates",
+    reference=gated_delta_rule_recurrent_gates, make_inputs=_recurrent_gates_inputs, make_out=delta_rule_out,
+    shapes={"tiny": [{"T": 1, "H": 2, "HV": 4, "DK": 32, "DV": 24},
+                     {"T": 7, "H": 3, "HV": 3, "DK": 24, "DV": 40, "state": False}],
+            "real": [{"T": 1, "H": 16, "HV": 16, "DK": 128, "DV": 128}]},
+    # q, k, v, a, b read once, the state read and written once, o written
+    bytes=lambda inp: (tensor_bytes(inp["q"], inp["k"], inp["v"], inp["a"], inp["b"], inp["initial_state"])
+                       + tensor_bytes(inp["v"]) + inp["v"].shape[1] * inp["k"].shape[-1] * inp["v"].shape[-1] * 4),
 )
