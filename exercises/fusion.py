@@ -460,18 +460,7 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
     (updated in place). returns (out [T, HV, DV] in v's dtype, final_state fp32). beta and g never
     reach memory.
     """
-    validate.tensor(q, "q", dtype=validate.FLOATS, ndim=3, contiguous=False)
-    T, H, DK = q.shape
-    validate.tensor(k, "k", dtype=q.dtype, shape=(T, H, DK), contiguous=False)
-    validate.tensor(v, "v", dtype=validate.FLOATS, ndim=3, contiguous=False)
-    HV, DV = v.shape[1:]
-    validate.tensor(v, "v", shape=(T, None, None), contiguous=False)
-    for x, name in ((q, "q"), (k, "k"), (v, "v")):
-        if x.stride(2) != 1 or (x.shape[1] > 1 and x.stride(1) != x.shape[2]):
-            raise ValueError(f"{name} must be contiguous within each token (strides (*, {x.shape[2]}, 1)), "
-                             f"got strides {x.stride()}")
-    if HV % H:
-        raise ValueError(f"v has {HV} value heads, not a multiple of the {H} key heads of q and k")
+    T, H, HV, DK, DV = validate.delta_rule_qkv(q, k, v, max_head_dim=256)   # chapter 15's limits
     for x, name in ((a, "a"), (b, "b")):
         validate.tensor(x, name, dtype=validate.FLOATS, shape=(T, HV), contiguous=False)
         if x.stride(1) != 1:
@@ -486,8 +475,6 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
     final_state = validate.output(final_state, "final_state", (HV, DK, DV), torch.float32, device)
     if block_v not in (4, 8, 16, 32, 64):
         raise ValueError(f"block_v must be 4, 8, 16, 32 or 64, got {block_v}")
-    if T == 0:
-        raise ValueError("q has no tokens (T = 0)")
     recurrent_gates_kernel[(HV, triton.cdiv(DV, block_v))](
         q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, T, q.stride(0), k.stride(0),
         v.stride(0), a.stride(0), b.stride(0), H=H, HV=HV, DK=DK, DV=DV,

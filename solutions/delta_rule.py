@@ -219,22 +219,7 @@ def chunk_output_kernel(q_ptr, k_ptr, g_ptr, hs_ptr, vn_ptr, o_ptr, T, sq, sk,
 # --- host wrappers ----------------------------------------------------------------------------------
 def _check(q, k, v, g, beta, initial_state, out, final_state):
     """Validate every argument; returns (T, H, HV, DK, DV, device, out, final_state)."""
-    validate.tensor(q, "q", dtype=validate.FLOATS, ndim=3, contiguous=False)
-    T, H, DK = q.shape
-    validate.tensor(k, "k", dtype=q.dtype, shape=(T, H, DK), contiguous=False)
-    validate.tensor(v, "v", dtype=validate.FLOATS, ndim=3, contiguous=False)
-    HV, DV = v.shape[1:]
-    validate.tensor(v, "v", shape=(T, None, None), contiguous=False)
-    for x, name in ((q, "q"), (k, "k"), (v, "v")):   # tokens may be strided (views of one projection)
-        if x.stride(2) != 1 or (x.shape[1] > 1 and x.stride(1) != x.shape[2]):
-            raise ValueError(f"{name} must be contiguous within each token (strides (*, {x.shape[2]}, 1)), "
-                             f"got strides {x.stride()}; call .contiguous() first")
-    if T == 0:
-        raise ValueError("q has no tokens (T = 0)")
-    if HV % H:
-        raise ValueError(f"v has {HV} value heads, not a multiple of the {H} key heads of q and k")
-    if not (0 < DK <= MAX_HEAD_DIM and 0 < DV <= MAX_HEAD_DIM):
-        raise ValueError(f"head dims must be in 1..{MAX_HEAD_DIM}; got key dim {DK}, value dim {DV}")
+    T, H, HV, DK, DV = validate.delta_rule_qkv(q, k, v, MAX_HEAD_DIM)
     validate.tensor(g, "g (log-decay)", dtype=torch.float32, shape=(T, HV))
     validate.tensor(beta, "beta", dtype=validate.FLOATS, shape=(T, HV))
     if initial_state is not None:

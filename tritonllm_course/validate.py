@@ -120,3 +120,26 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: tor
     device = same_device(q=q, k=k, v=v, pos=pos)
     device_range(pos, 0, S - 1, "position", f"queries attend to the {S} keys given, positions 0 .. {S - 1}")
     return T, H, D, S, KV, device
+
+
+def delta_rule_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, max_head_dim: int):
+    """Inputs of the gated delta rule: q, k [T, H, DK] in one float dtype, v [T, HV, DV] float, HV a
+    multiple of H, head dims up to max_head_dim. Tokens may be strided (views of one projection), each
+    token's [heads, dim] block contiguous. Returns (T, H, HV, DK, DV)."""
+    tensor(q, "q", dtype=FLOATS, ndim=3, contiguous=False)
+    T, H, DK = q.shape
+    tensor(k, "k", dtype=q.dtype, shape=(T, H, DK), contiguous=False)
+    tensor(v, "v", dtype=FLOATS, ndim=3, contiguous=False)
+    HV, DV = v.shape[1:]
+    tensor(v, "v", shape=(T, None, None), contiguous=False)
+    for x, name in ((q, "q"), (k, "k"), (v, "v")):
+        if x.stride(2) != 1 or (x.shape[1] > 1 and x.stride(1) != x.shape[2]):
+            raise ValueError(f"{name} must be contiguous within each token (strides (*, {x.shape[2]}, 1)), "
+                             f"got strides {x.stride()}; call .contiguous() first")
+    if T == 0:
+        raise ValueError("q has no tokens (T = 0)")
+    if HV % H:
+        raise ValueError(f"v has {HV} value heads, not a multiple of the {H} key heads of q and k")
+    if not (0 < DK <= max_head_dim and 0 < DV <= max_head_dim):
+        raise ValueError(f"head dims must be in 1..{max_head_dim}; got key dim {DK}, value dim {DV}")
+    return T, H, HV, DK, DV
