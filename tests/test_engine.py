@@ -405,3 +405,22 @@ def test_prompts_replayed_from_graphs_equal_the_prompts_run_op_by_op():
             assert torch.equal(engine.prefill(prompt), eager_logits), T
         assert engine.generate(prompt, 8, eos_token_id=None) == eager
     assert set(engine._prefill_graphs) == {(3, 0, True), (512, 0, True), (512, 0, False), (488, 512, True)}
+
+
+def test_a_prompt_chunk_that_cannot_be_captured_runs_op_by_op(model, monkeypatch):
+    from tritonllm_course.engine import engine as engine_module
+    _, ref = model
+
+    def refuses(*args, **kwargs):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    monkeypatch.setattr(engine_module, "GraphedStep", refuses)
+    engine = Engine.from_model(ref, max_seq_len=24, default_source="reference", cuda_graph=False)
+    want = engine.generate(PROMPT, 2, eos_token_id=None)
+    engine.use_graph = True
+    # the decode step op by op (on the CPU there is no graph to replay)
+    monkeypatch.setattr(engine, "_graph", lambda sampling: lambda: engine._decode_unchecked(sampling))
+    with pytest.warns(UserWarning, match="capturing one failed"):
+        assert engine.generate(PROMPT, 2, eos_token_id=None) == want
+        assert engine.generate(PROMPT, 2, eos_token_id=None) == want
+    assert not engine.prefill_graph and engine.generate(PROMPT, 2, eos_token_id=None) == want

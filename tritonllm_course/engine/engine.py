@@ -35,6 +35,7 @@ beside the stream (`residual_rmsnorm` with a zero weight) in the launch `attn_re
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
@@ -432,7 +433,12 @@ class Engine:
 
         state = [*self.cache.k.values(), *self.cache.v.values(), *self.cache.conv.values(),
                  *self.cache.state.values()]
-        self._prefill_graphs[key] = GraphedStep(step, state, warmup=1)
+        try:
+            self._prefill_graphs[key] = GraphedStep(step, state, warmup=1)
+        except RuntimeError as e:   # an op that cannot be captured (a swapped-in kernel that syncs, say)
+            warnings.warn(f"prompt chunks run op by op from now on: capturing one failed ({e})")
+            self.prefill_graph = False
+            return None
         if len(self._prefill_graphs) > self.PREFILL_GRAPHS:
             self._prefill_graphs.popitem(last=False)
         return self._prefill_graphs[key]
