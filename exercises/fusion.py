@@ -129,13 +129,29 @@ def gemv_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, N, K, BLOCK_N: tl.constex
 
 
 @triton.jit
+def gated_norm_gemv_residual_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, res_ptr, y_ptr, N, K, sx, sz, eps,
+                                    DV: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """Token t = program_id(1): y[t, n] = res[t, n] + sum_k W[n, k] g[k], where g = the gated RMSNorm of the
+    delta rule's output x [K = heads * DV]: per head x / rms(x) * nw * silu(z). BLOCK_K is a multiple of
+    DV, so every head lies in one tile and its statistic is computed where it is used."""
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    t = tl.program_id(1).to(tl.int64)
+    row_ok = rows < N
+    row_start = w_ptr + rows.to(tl.int64) * K
+    cols = tl.arange(0, BLOCK_K)
+    # BEGIN EXERCISE: per K tile: x and z as fp32; x reshaped [BLOCK_K // DV, DV] to normalise each head by its own rms; times nw[k % DV] and silu(z); fp32 products with the weight tile; after the loop the row sums plus the residual, stored in y's dtype
+    raise NotImplementedError("exercise fusion.py line 143: not implemented yet")
+    # END EXERCISE
+
+
+@triton.jit
 def gemm_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, M, N, K,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """Several tokens: y[M, N] = res[M, N] + x[M, K] @ W[N, K].T, one BLOCK_M x BLOCK_N tile per program."""
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     # BEGIN EXERCISE: the fp32 tile (linear_tile), plus the residual tile loaded as fp32, stored in y's dtype
-    raise NotImplementedError("exercise fusion.py line 138: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 154: not implemented yet")
     # END EXERCISE
 
 
@@ -155,7 +171,7 @@ def qk_norm_rope_cache_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_
     pos = tl.load(pos_ptr + t).to(tl.int64)
     kv = r - H
     # BEGIN EXERCISE: the head's row (q's or k's, strided) and its rotation partners as fp32; RMSNorm with (1 + w) (q_norm's or k_norm's weight); y = n * cos + sign * n[partner] * sin on the rotary dims (sign -1 in the first half), n elsewhere; q: store to q_out[t, r]; k: store to k_cache[pos, kv], copy v[t, kv] to v_cache[pos, kv] (only for 0 <= pos < max_len)
-    raise NotImplementedError("exercise fusion.py line 158: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 174: not implemented yet")
     # END EXERCISE
 
 
@@ -173,7 +189,7 @@ def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias
     state = hv * DK * DV + rk[:, None] * DV + rv[None, :]   # [BK, BV] offsets into [HV, DK, DV]
     smask = mk[:, None] & mv[None, :]
     # BEGIN EXERCISE: the head's A_log and dt_bias once (fp32); S as in chapter 15; per token t: beta and g from b[t, hv] and a[t, hv], then delta_rule_step; store o and finally S
-    raise NotImplementedError("exercise fusion.py line 176: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 192: not implemented yet")
     # END EXERCISE
 
 
@@ -480,3 +496,41 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
         v.stride(0), a.stride(0), b.stride(0), H=H, HV=HV, DK=DK, DV=DV,
         BK=max(16, triton.next_power_of_2(DK)), BV=block_v, HAS_S0=initial_state is not None, num_warps=4)
     return out, final_state
+
+
+def gated_norm_linear_residual(x: torch.Tensor, z: torch.Tensor, norm_weight: torch.Tensor,
+                               weight: torch.Tensor, residual: torch.Tensor, eps: float = 1e-6,
+                               out: torch.Tensor | None = None) -> torch.Tensor:
+    """The DeltaNet output at decode in one kernel: gated RMSNorm (chapter 17), out_proj, residual add.
+
+    x:           [T, heads, DV], the delta rule's output; DV a power of two (128)
+    z:           [T, heads, DV], the output gate (a view of in_proj's output: each token's row contiguous)
+    norm_weight: [DV], the gated norm's plain scale
+    weight:      [N, heads * DV] (out_proj, 1024 x 2048), x's dtype
+    residual:    [T, N], the stream; out: optional [T, N] in residual's dtype (`out=residual`: in place)
+    Made for one token: each token is a row of the grid that reads the whole weight (the engine keeps the
+    separate kernels for prompts).
+    """
+    validate.tensor(x, "x", dtype=validate.FLOATS, ndim=3)
+    T, HV, DV = x.shape
+    if DV & (DV - 1):
+        raise ValueError(f"x's head dim {DV} must be a power of two (the kernel splits a tile into heads)")
+    validate.tensor(z, "z", dtype=x.dtype, shape=(T, HV, DV), contiguous=False)
+    if z.stride(2) != 1 or (HV > 1 and z.stride(1) != DV):
+        raise ValueError(f"z must be contiguous within each token, got strides {z.stride()}")
+    validate.tensor(norm_weight, "norm_weight", dtype=validate.FLOATS, shape=(DV,))
+    K = validate.projection(x.view(T, HV * DV), weight, "weight")                     # [T, heads * DV]
+    N = weight.shape[0]
+    validate.tensor(residual, "residual", dtype=validate.FLOATS, shape=(T, N))
+    if not eps > 0:
+        raise ValueError(f"eps must be positive, got {eps}")
+    device = validate.same_device(x=x, z=z, norm_weight=norm_weight, weight=weight, residual=residual)
+    out = validate.output(out, "out", (T, N), residual.dtype, device)
+    if T == 0:
+        return out
+    cfg = fused_gemv_config(N, K, runtime().interpreted)
+    block_k = max(cfg["BLOCK_K"], DV)                                                 # whole heads per tile
+    gated_norm_gemv_residual_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), T)](
+        x, z, norm_weight, weight, residual, out, N, K, HV * DV, z.stride(0), eps, DV=DV,
+        BLOCK_N=cfg["BLOCK_N"], BLOCK_K=block_k, num_warps=max(1, min(16, cfg["BLOCK_N"] * block_k // 512)))
+    return out

@@ -21,8 +21,9 @@ Optimisation levels (`level`, the steps of each in `ops.py`), the benchmark's ro
   "fused"      RMSNorm folded into the merged projections, the last residual add into the final norm,
                split-K for the narrow decode GEMVs, FlashDecoding / FlashAttention (chapters 21 to 24)
   "fast"       "fused" with the residual adds in the output projections' epilogues, plain GEMVs for
-               them, an attention layer's q/k norms, RoPE and cache write in one kernel, the DeltaNet
-               gates inside the recurrent delta rule (chapter 21): the fewest kernels per token
+               them, an attention layer's q/k norms, RoPE and cache write in one kernel, at decode the
+               DeltaNet gates inside the recurrent delta rule and its gated RMSNorm inside out_proj
+               (chapter 21): the fewest kernels per token
 
 fp16 mode (`residual_dtype`): the residual stream a.x is fp32, as in the reference model (Qwen's stream
 outgrows fp16's 65,504). The residual adds take it as it is; the kernels that write or read it in the
@@ -194,8 +195,12 @@ class Engine:
             op.delta_rule(q=a.dq, k=a.dk, v=a.dv, a=a.dn_a, b=a.dn_b, A_log=layer.small["A_log"],
                           dt_bias=layer.small["dt_bias"], initial_state=state, out=a.do, final_state=state)
         z = a.dn_z.view(T, c.linear_num_value_heads, c.linear_value_head_dim)       # [T, HV, Dv]
-        op.gated_norm(x=a.do, z=z, weight=layer.small["norm"], eps=c.rms_norm_eps, out=a.dnorm)
-        self._out_proj(op.out_proj, a.dnorm.view(T, -1), layer.mixer_out, a)        # [T, HV * Dv] -> [T, hidden]
+        if hasattr(op, "gated_norm"):
+            op.gated_norm(x=a.do, z=z, weight=layer.small["norm"], eps=c.rms_norm_eps, out=a.dnorm)
+            self._out_proj(op.out_proj, a.dnorm.view(T, -1), layer.mixer_out, a)    # [T, HV * Dv] -> [T, hidden]
+        else:               # the fast level's decode: the gated norm inside out_proj
+            self._out_proj(op.out_proj, a.do, layer.mixer_out, a, z=z, norm_weight=layer.small["norm"],
+                           eps=c.rms_norm_eps)
 
     def _embed(self, op, ids, a) -> None:
         """The embedding rows into the stream a.x; in fp16 mode through a.h (the kernel writes the table's
@@ -296,16 +301,17 @@ class Engine:
         else:       # the new stream goes back into a.x in place: each element is read before it is written
             op.final_residual_norm(x=a.mixer, residual=a.x, weight=final_norm, eps=eps, h_out=a.x, out=a.h)
 
-    def _out_proj(self, proj, x, weight, a) -> None:
+    def _out_proj(self, proj, x, weight, a, **extra) -> None:
         """An output projection (o_proj, out_proj, down) [T, K] -> [T, hidden]: into a.mixer, or at the fast
         level added to the stream a.x by the projection's epilogue, in place. In fp16 the fast level adds
-        a zero residual into a.mixer: the add that follows also writes the fp16 copy of the stream."""
+        a zero residual into a.mixer: the add that follows also writes the fp16 copy of the stream.
+        extra: the fused kernel's other inputs (the gated norm's z, weight and eps)."""
         if not self.epilogue:
-            proj(x=x, weight=weight, out=a.mixer)
+            proj(x=x, weight=weight, out=a.mixer, **extra)
         elif self.wide_stream:
-            proj(x=x, weight=weight, residual=a.zero, out=a.mixer)
+            proj(x=x, weight=weight, residual=a.zero, out=a.mixer, **extra)
         else:
-            proj(x=x, weight=weight, residual=a.x, out=a.x)
+            proj(x=x, weight=weight, residual=a.x, out=a.x, **extra)
 
     def _stream_in(self, a) -> torch.Tensor:
         """What a norm-folded projection reads: the stream a.x, or in fp16 mode its fp16 copy a.h (those

@@ -120,8 +120,8 @@ FUSED_STEPS = (
 # The fast level: the fused level with the residual add after each output projection (o_proj, out_proj,
 # down) moved into that projection's epilogue, plain GEMVs for them rather than split-K (at 1024 output
 # rows a GEMV already has 512 programs for the 132 SMs), an attention layer's q/k norms, RoPE and cache
-# write in one kernel, and at decode the DeltaNet gates inside the recurrent delta rule. A decode step of
-# Qwen3.5-0.8B launches 180 kernels.
+# write in one kernel, and at decode the DeltaNet gates inside the recurrent delta rule and its gated
+# RMSNorm inside out_proj. A decode step of Qwen3.5-0.8B launches 162 kernels.
 # In fp16 the residual stream is fp32 and a norm-folded projection reads a scaled fp16 copy of it, which
 # `residual_rmsnorm` writes: there the projections add a zero residual and the add stays in that kernel, as
 # at the fused level.
@@ -136,8 +136,8 @@ FAST_STEPS = (
     Step("conv", "DeltaNet layers", "conv1d_l2norm.prefill", "conv1d_l2norm.decode"),
     Step("gates", "DeltaNet layers", "deltanet_gates", None),
     Step("delta_rule", "DeltaNet layers", "gated_delta_chunked", "gated_delta_recurrent_gates"),
-    Step("gated_norm", "DeltaNet layers", "gated_rmsnorm", "gated_rmsnorm"),
-    Step("out_proj", "DeltaNet layers", "fused_linear_residual", "fused_linear_residual"),
+    Step("gated_norm", "DeltaNet layers", "gated_rmsnorm", None),
+    Step("out_proj", "DeltaNet layers", "fused_linear_residual", "gated_norm_linear_residual"),
     Step("mlp", "every layer", "fused_gate_up_silu.ln2", "fused_gate_up_silu.ln2"),
     Step("down", "every layer", "fused_linear_residual", "fused_linear_residual"),
     Step("final_norm", "model (bf16, fp32)", "ln2", "ln2"),

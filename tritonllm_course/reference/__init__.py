@@ -11,7 +11,8 @@ from .delta_rule import gated_delta_rule_chunked, gated_delta_rule_recurrent
 from .deltanet import deltanet_gates, l2norm, l2norm_qk
 from .embedding import embedding
 from .fused import gate_up_swiglu, rms_norm_linear, vector_add
-from .fusion_extra import gated_delta_rule_recurrent_gates, linear_residual, qk_norm_rope_cache
+from .fusion_extra import (gated_delta_rule_recurrent_gates, gated_norm_linear_residual, linear_residual,
+                           qk_norm_rope_cache)
 from .linear import attention_qkv_proj, deltanet_in_proj, linear, split_query_gate
 from .lm_head import lm_head
 from .mlp import mlp, mlp_gate_up, swiglu
@@ -59,6 +60,7 @@ BY_SLOT = {
     "fused_linear_residual": linear_residual,
     "qk_norm_rope_cache": qk_norm_rope_cache,
     "gated_delta_recurrent_gates": gated_delta_rule_recurrent_gates,
+    "gated_norm_linear_residual": gated_norm_linear_residual,
     "flash_attention": attention,
     "splitk_gemv": linear,
     "flash_decoding": decode_attention,

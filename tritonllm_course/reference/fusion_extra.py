@@ -8,7 +8,7 @@ from .attention_extra import kv_cache_write_static
 from .delta_rule import gated_delta_rule_recurrent
 from .deltanet import deltanet_gates
 from .linear import linear
-from .norms import qk_norm, rms_norm
+from .norms import gated_rms_norm, qk_norm, rms_norm
 from .precision import acc
 from .rope import apply_rope
 from .swiglu_extra import swiglu_merged
@@ -68,3 +68,11 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
     Shapes as those two take them; returns (out [T, HV, DV] in v's dtype, final_state fp32)."""
     beta, g = deltanet_gates(acc(b), a, A_log, dt_bias)
     return gated_delta_rule_recurrent(q, k, v, g, beta, initial_state)
+
+
+def gated_norm_linear_residual(x: torch.Tensor, z: torch.Tensor, norm_weight: torch.Tensor,
+                               weight: torch.Tensor, residual: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """The DeltaNet output: gated RMSNorm of x [T, heads, DV] with z, out_proj, and the residual add:
+    `linear_residual(gated_rms_norm(x, z, norm_weight, eps) [T, heads * DV], weight, residual)`."""
+    T = x.shape[0]
+    return linear_residual(gated_rms_norm(x, z, norm_weight, eps).reshape(T, -1), weight, residual)

@@ -59,6 +59,8 @@ _CATALOG = [
      "an attention layer's five small kernels between its projection and the attention, in one", "21_fusion"),
     ("gated_delta_recurrent_gates", None, "DeltaNet gates + recurrent delta rule",
      "decode: beta and g computed where the recurrence uses them, one kernel for two", "21_fusion"),
+    ("gated_norm_linear_residual", None, "gated RMSNorm + out_proj + residual add",
+     "decode: the DeltaNet output normalised per head inside its projection, the stream updated", "21_fusion"),
     ("flash_attention", None, "FlashAttention (prefill)", "QK^T, mask, softmax, PV with online softmax",
      "22_flash_attention"),
     ("splitk_gemv", None, "split-K GEMV", "narrow decode GEMVs and the LM head split along K", "23_split_k"),

@@ -8,8 +8,9 @@ in_proj 8224 x 1024, MLP gate/up 2 x 3584 x 1024. Bytes are what the fused kerne
 import torch
 
 from ..reference.fused import gate_up_swiglu, rms_norm_linear
-from ..reference.fusion_extra import (gate_up_swiglu_merged, gated_delta_rule_recurrent_gates, linear_residual,
-                                     qk_norm_rope_cache, rms_norm_gate_up_swiglu)
+from ..reference.fusion_extra import (gate_up_swiglu_merged, gated_delta_rule_recurrent_gates,
+                                     gated_norm_linear_residual, linear_residual, qk_norm_rope_cache,
+                                     rms_norm_gate_up_swiglu)
 from ..reference.rope import rope_cache
 from ..reference.residual import residual_rms_norm
 from . import implement, tensor_bytes
@@ -215,4 +216,26 @@ implement(
     # q, k, v, a, b read once, the state read and written once, o written
     bytes=lambda inp: (tensor_bytes(inp["q"], inp["k"], inp["v"], inp["a"], inp["b"], inp["initial_state"])
                        + tensor_bytes(inp["v"]) + inp["v"].shape[1] * inp["k"].shape[-1] * inp["v"].shape[-1] * 4),
+)
+
+
+# gated RMSNorm + out_proj + residual add ------------------------------------------------------------------
+def _gated_out_inputs(shape, dtype, device, gen):
+    T, HV, DV, N = shape["T"], shape["heads"], shape["DV"], shape["N"]
+    xz = _randn((T, 2 * HV * DV + 5), dtype, device, gen)          # z as a view of a wider row per token
+    return {"x": _randn((T, HV, DV), dtype, device, gen), "z": xz[:, :HV * DV].view(T, HV, DV),
+            "norm_weight": 1.0 + _norm_weight(DV, dtype, device, gen),        # a plain scale around 1
+            "weight": _randn((N, HV * DV), dtype, device, gen, 0.02), "residual": _randn((T, N), dtype, device, gen)}
+
+
+implement(
+    "gated_norm_linear_residual", family="fusion", function="gated_norm_linear_residual",
+    reference=gated_norm_linear_residual, make_inputs=_gated_out_inputs,
+    make_out=lambda inp: {"out": torch.empty_like(inp["residual"])},
+    # tiny: one token with heads split over two K tiles, then several tokens (a grid row each)
+    shapes={"tiny": [{"T": 1, "heads": 4, "DV": 32, "N": 131}, {"T": 3, "heads": 3, "DV": 16, "N": 70}],
+            "real": [{"T": 1, "heads": 16, "DV": 128, "N": 1024}]},
+    bytes=lambda inp: (tensor_bytes(inp["x"], inp["z"], inp["norm_weight"], inp["weight"])
+                       + 2 * tensor_bytes(inp["residual"])),
+    flops=lambda inp: 2 * inp["x"].numel() * inp["weight"].shape[0],
 )
