@@ -31,6 +31,10 @@ must cover the whole row: the loop accumulates it over every K tile and applies 
 - Projection + residual add (o_proj, out_proj and down, each followed by a residual add):
   `gemv_residual_kernel` / `gemm_residual_kernel` add the residual stream to the fp32 sums in their
   epilogue and store the new stream in place; the projection's output is never rounded or written.
+- The engine's fast level: `qk_norm_rope_cache_kernel` (q/k norms, RoPE and the KV-cache write, one
+  program per head), `recurrent_gates_kernel` (the DeltaNet gates inside chapter 15's recurrence) and
+  `gated_norm_gemv_residual_kernel` (the gated RMSNorm per head inside out_proj's GEMV, the residual add
+  in its epilogue).
 """
 import functools
 
@@ -52,7 +56,7 @@ def residual_rms_norm_kernel(x_ptr, res_ptr, w_ptr, h_ptr, out_ptr, rows, dim, e
                              BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """h = residual + x (stored in h's dtype); out = h / rms(h) * (1 + w); packed [rows, dim] tensors."""
     # BEGIN EXERCISE: rows r = program_id * BLOCK_M + [0, BLOCK_M) of packed [rows, dim] tensors; load x and residual as fp32, add, store h in h's dtype; then normalise the stored h (rounded back to fp32): h * rsqrt(mean(h^2) + eps) * (1 + w), stored in out's dtype
-    raise NotImplementedError("exercise fusion.py line 55: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 59: not implemented yet")
     # END EXERCISE
 
 
@@ -66,7 +70,7 @@ def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps,
     GATED: y[n] = silu(that sum) * (the same sum over W_up's row n).
     """
     # BEGIN EXERCISE: BLOCK_N rows of W (and of W_up if GATED); over K in BLOCK_K chunks: x as fp32 (HAS_NORM: add x^2 to a running sum, then scale x by 1 + norm_w), fp32 products with the weight tile(s); after the loop: row sums, times rsqrt(sum(x^2) / K + eps) if HAS_NORM, silu(gate) * up if GATED; store
-    raise NotImplementedError("exercise fusion.py line 69: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 73: not implemented yet")
     # END EXERCISE
 
 
@@ -124,7 +128,7 @@ def gemv_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, N, K, BLOCK_N: tl.constex
     """One token: y[n] = res[n] + sum_k W[n, k] x[k] for this program's BLOCK_N rows; y may be res."""
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     # BEGIN EXERCISE: the fp32 row sums (gemv_rows over [0, K)), plus the residual loaded as fp32, stored in y's dtype
-    raise NotImplementedError("exercise fusion.py line 127: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 131: not implemented yet")
     # END EXERCISE
 
 
@@ -140,7 +144,7 @@ def gated_norm_gemv_residual_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, res_ptr, y_ptr,
     row_start = w_ptr + rows.to(tl.int64) * K
     cols = tl.arange(0, BLOCK_K)
     # BEGIN EXERCISE: per K tile: x and z as fp32; x reshaped [BLOCK_K // DV, DV] to normalise each head by its own rms; times nw[k % DV] and silu(z); fp32 products with the weight tile; after the loop the row sums plus the residual, stored in y's dtype
-    raise NotImplementedError("exercise fusion.py line 143: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 147: not implemented yet")
     # END EXERCISE
 
 
@@ -151,7 +155,7 @@ def gemm_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, M, N, K,
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     # BEGIN EXERCISE: the fp32 tile (linear_tile), plus the residual tile loaded as fp32, stored in y's dtype
-    raise NotImplementedError("exercise fusion.py line 154: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 158: not implemented yet")
     # END EXERCISE
 
 
@@ -171,7 +175,7 @@ def qk_norm_rope_cache_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_
     pos = tl.load(pos_ptr + t).to(tl.int64)
     kv = r - H
     # BEGIN EXERCISE: the head's row (q's or k's, strided) and its rotation partners as fp32; RMSNorm with (1 + w) (q_norm's or k_norm's weight); y = n * cos + sign * n[partner] * sin on the rotary dims (sign -1 in the first half), n elsewhere; q: store to q_out[t, r]; k: store to k_cache[pos, kv], copy v[t, kv] to v_cache[pos, kv] (only for 0 <= pos < max_len)
-    raise NotImplementedError("exercise fusion.py line 174: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 178: not implemented yet")
     # END EXERCISE
 
 
@@ -189,7 +193,7 @@ def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias
     state = hv * DK * DV + rk[:, None] * DV + rv[None, :]   # [BK, BV] offsets into [HV, DK, DV]
     smask = mk[:, None] & mv[None, :]
     # BEGIN EXERCISE: the head's A_log and dt_bias once (fp32); S as in chapter 15; per token t: beta and g from b[t, hv] and a[t, hv], then delta_rule_step; store o and finally S
-    raise NotImplementedError("exercise fusion.py line 192: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 196: not implemented yet")
     # END EXERCISE
 
 
@@ -267,8 +271,8 @@ def _project(x, weight, up_weight, norm_weight, eps, out):
     return out
 
 
-def _check_norm(norm_weight: torch.Tensor, K: int, eps: float) -> None:
-    validate.tensor(norm_weight, "norm_weight", dtype=validate.FLOATS, shape=(K,))
+def _check_norm(norm_weight: torch.Tensor, K: int, eps: float, name: str = "norm_weight") -> None:
+    validate.tensor(norm_weight, name, dtype=validate.FLOATS, shape=(K,))
     if not eps > 0:
         raise ValueError(f"eps must be positive, got {eps}")
 
@@ -437,7 +441,7 @@ def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
         if x.stride(2) != 1:
             raise ValueError(f"{name} must be contiguous within each head (stride 1 on the last dim), got "
                              f"strides {x.stride()}")
-    validate.tensor(q_weight, "q_weight", dtype=validate.FLOATS, shape=(D,))
+    _check_norm(q_weight, D, eps, "q_weight")
     validate.tensor(k_weight, "k_weight", dtype=q_weight.dtype, shape=(D,))
     validate.tensor(cos, "cos", dtype=validate.FLOATS, ndim=2)
     validate.tensor(sin, "sin", dtype=cos.dtype, shape=tuple(cos.shape))
@@ -449,8 +453,6 @@ def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
     max_len = k_cache.shape[0]
     validate.tensor(k_cache, "k_cache", shape=(max_len, KV, D))
     validate.tensor(v_cache, "v_cache", dtype=v.dtype, shape=(max_len, KV, D))
-    if not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
     device = validate.same_device(q=q, k=k, v=v, q_weight=q_weight, k_weight=k_weight, cos=cos, sin=sin,
                                   pos=pos, k_cache=k_cache, v_cache=v_cache)
     validate.device_range(pos, 0, min(num_positions, max_len) - 1, "position", "beyond the cache or the cos/sin table")
@@ -518,12 +520,10 @@ def gated_norm_linear_residual(x: torch.Tensor, z: torch.Tensor, norm_weight: to
     validate.tensor(z, "z", dtype=x.dtype, shape=(T, HV, DV), contiguous=False)
     if z.stride(2) != 1 or (HV > 1 and z.stride(1) != DV):
         raise ValueError(f"z must be contiguous within each token, got strides {z.stride()}")
-    validate.tensor(norm_weight, "norm_weight", dtype=validate.FLOATS, shape=(DV,))
+    _check_norm(norm_weight, DV, eps)
     K = validate.projection(x.view(T, HV * DV), weight, "weight")                     # [T, heads * DV]
     N = weight.shape[0]
     validate.tensor(residual, "residual", dtype=validate.FLOATS, shape=(T, N))
-    if not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
     device = validate.same_device(x=x, z=z, norm_weight=norm_weight, weight=weight, residual=residual)
     out = validate.output(out, "out", (T, N), residual.dtype, device)
     if T == 0:

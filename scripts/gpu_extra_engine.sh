@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # GPU benchmark of the whole model (chapters 19 and 26): transformers eager and compiled, the reference model
 # eager and compiled, the Triton engine one kernel per operator, with fusion + split-K and with the fewest
-# kernels (level "fast"), each without and with the CUDA graph; prefill of 128 tokens and decode at contexts 128, 1024 and 4096, random weights of the
-# real shapes. Called by scripts/gpu_check.sh with one
+# kernels (level "fast"), each without and with the CUDA graph; prefill of 128 tokens and decode at
+# contexts 128, 1024 and 4096, random weights of the real shapes. Called by scripts/gpu_check.sh with one
 # argument; writes RESULTS_DIR/engine_<gpu>_<date>/bench.{md,json,png}.
 #   scripts/gpu_extra_engine.sh RESULTS_DIR        (PYTHON=... to choose the interpreter)
 # The run starts no new system after BUDGET_S seconds (default 400) and is stopped 70 s later: what was

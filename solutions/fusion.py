@@ -31,6 +31,10 @@ must cover the whole row: the loop accumulates it over every K tile and applies 
 - Projection + residual add (o_proj, out_proj and down, each followed by a residual add):
   `gemv_residual_kernel` / `gemm_residual_kernel` add the residual stream to the fp32 sums in their
   epilogue and store the new stream in place; the projection's output is never rounded or written.
+- The engine's fast level: `qk_norm_rope_cache_kernel` (q/k norms, RoPE and the KV-cache write, one
+  program per head), `recurrent_gates_kernel` (the DeltaNet gates inside chapter 15's recurrence) and
+  `gated_norm_gemv_residual_kernel` (the gated RMSNorm per head inside out_proj's GEMV, the residual add
+  in its epilogue).
 """
 import functools
 
@@ -373,8 +377,8 @@ def _project(x, weight, up_weight, norm_weight, eps, out):
     return out
 
 
-def _check_norm(norm_weight: torch.Tensor, K: int, eps: float) -> None:
-    validate.tensor(norm_weight, "norm_weight", dtype=validate.FLOATS, shape=(K,))
+def _check_norm(norm_weight: torch.Tensor, K: int, eps: float, name: str = "norm_weight") -> None:
+    validate.tensor(norm_weight, name, dtype=validate.FLOATS, shape=(K,))
     if not eps > 0:
         raise ValueError(f"eps must be positive, got {eps}")
 
@@ -543,7 +547,7 @@ def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
         if x.stride(2) != 1:
             raise ValueError(f"{name} must be contiguous within each head (stride 1 on the last dim), got "
                              f"strides {x.stride()}")
-    validate.tensor(q_weight, "q_weight", dtype=validate.FLOATS, shape=(D,))
+    _check_norm(q_weight, D, eps, "q_weight")
     validate.tensor(k_weight, "k_weight", dtype=q_weight.dtype, shape=(D,))
     validate.tensor(cos, "cos", dtype=validate.FLOATS, ndim=2)
     validate.tensor(sin, "sin", dtype=cos.dtype, shape=tuple(cos.shape))
@@ -555,8 +559,6 @@ def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
     max_len = k_cache.shape[0]
     validate.tensor(k_cache, "k_cache", shape=(max_len, KV, D))
     validate.tensor(v_cache, "v_cache", dtype=v.dtype, shape=(max_len, KV, D))
-    if not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
     device = validate.same_device(q=q, k=k, v=v, q_weight=q_weight, k_weight=k_weight, cos=cos, sin=sin,
                                   pos=pos, k_cache=k_cache, v_cache=v_cache)
     validate.device_range(pos, 0, min(num_positions, max_len) - 1, "position", "beyond the cache or the cos/sin table")
@@ -624,12 +626,10 @@ def gated_norm_linear_residual(x: torch.Tensor, z: torch.Tensor, norm_weight: to
     validate.tensor(z, "z", dtype=x.dtype, shape=(T, HV, DV), contiguous=False)
     if z.stride(2) != 1 or (HV > 1 and z.stride(1) != DV):
         raise ValueError(f"z must be contiguous within each token, got strides {z.stride()}")
-    validate.tensor(norm_weight, "norm_weight", dtype=validate.FLOATS, shape=(DV,))
+    _check_norm(norm_weight, DV, eps)
     K = validate.projection(x.view(T, HV * DV), weight, "weight")                     # [T, heads * DV]
     N = weight.shape[0]
     validate.tensor(residual, "residual", dtype=validate.FLOATS, shape=(T, N))
-    if not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
     device = validate.same_device(x=x, z=z, norm_weight=norm_weight, weight=weight, residual=residual)
     out = validate.output(out, "out", (T, N), residual.dtype, device)
     if T == 0:

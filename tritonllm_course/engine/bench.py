@@ -19,8 +19,9 @@ Systems (the same random weights of Qwen3.5-0.8B's real shapes, bf16, batch 1, g
   Triton + fusion + split-K + CUDA Graph
                                  the same, replayed from a CUDA graph
   Triton, fewest kernels         level "fast": "fused" with the residual adds in the output projections'
-                                 epilogues, plain GEMVs for them, and the attention's q/k norms, RoPE
-                                 and cache write in one kernel (chapter 21)
+                                 epilogues, plain GEMVs for them, the attention's q/k norms, RoPE and
+                                 cache write in one kernel, at decode the DeltaNet gates inside the
+                                 recurrence and its gated RMSNorm inside out_proj (chapter 21)
   Triton, fewest kernels + CUDA Graph
                                  the same, replayed from a CUDA graph
 With a CUDA graph, a prompt length met before also replays its prefill from a graph (captured in the
@@ -61,12 +62,11 @@ ALIASES = {"triton engine": OPERATORS, "triton engine + CUDA graph": OPERATORS +
 # the article's rows first; the slow compiles last (the time budget may skip them)
 RUN_ORDER = (FAST + GRAPH, FUSED + GRAPH, OPERATORS + GRAPH, OPERATORS, FUSED, FAST, "reference eager",
              "transformers eager", "transformers static + compile", "reference compiled")
-LEVEL_OF = {OPERATORS: "operators", OPERATORS + GRAPH: "operators", FUSED: "fused", FUSED + GRAPH: "fused",
-            FAST: "fast", FAST + GRAPH: "fast"}
+LEVEL_OF = {name + graph: level for name, level in ((OPERATORS, "operators"), (FUSED, "fused"), (FAST, "fast"))
+            for graph in ("", GRAPH)}
 NOTES = {
-    OPERATORS + GRAPH: "decode and the prompt replayed from CUDA graphs (the prompt's captured in the set-up)",
-    FUSED + GRAPH: "decode and the prompt replayed from CUDA graphs (the prompt's captured in the set-up)",
-    FAST + GRAPH: "decode and the prompt replayed from CUDA graphs (the prompt's captured in the set-up)",
+    **{name + GRAPH: "decode and the prompt replayed from CUDA graphs (the prompt's captured in the set-up)"
+       for name in (OPERATORS, FUSED, FAST)},
     "transformers static + compile": "decode compiled (reduce-overhead); prefill eager",
     "reference compiled": "decode compiled; prefill eager",
 }

@@ -396,10 +396,10 @@ class Engine:
         ids = self.check_tokens(ids)
         if not ids:
             raise ValueError("no tokens to prefill: give at least one")
-        dev_ids = torch.tensor(ids, dtype=torch.int64, device=self.device)
+        host_ids = torch.tensor(ids, dtype=torch.int64)
         P = self.prefill_chunk
         for first in range(0, len(ids), P):
-            chunk = dev_ids[first:first + P]
+            chunk = host_ids[first:first + P]
             T, last = chunk.shape[0], first + P >= len(ids)
             self.prefill_ids[:T].copy_(chunk)            # the static input a captured chunk reads
             graph = self._prefill_graph(T, self.length, last)
@@ -437,10 +437,8 @@ class Engine:
             with validate.no_device_checks():
                 self._prefill_fn(self.prefill_act.take(T), self.prefill_ids[:T], start, last=last)
 
-        state = [*self.cache.k.values(), *self.cache.v.values(), *self.cache.conv.values(),
-                 *self.cache.state.values()]
         try:
-            self._prefill_graphs[key] = GraphedStep(step, state, warmup=1)
+            self._prefill_graphs[key] = GraphedStep(step, self._cache_tensors(), warmup=1)
         except RuntimeError as e:   # an op that cannot be captured (a swapped-in kernel that syncs, say)
             warnings.warn(f"prompt chunks run op by op from now on: capturing one failed ({e})")
             self.prefill_graph = False
@@ -449,10 +447,15 @@ class Engine:
             self._prefill_graphs.popitem(last=False)
         return self._prefill_graphs[key]
 
+    def _cache_tensors(self) -> list[torch.Tensor]:
+        """What a step updates in place and a graph's warm-up must put back: the KV cache, the conv and
+        recurrent states."""
+        return [*self.cache.k.values(), *self.cache.v.values(), *self.cache.conv.values(),
+                *self.cache.state.values()]
+
     def _graph(self, sampling: Sampling | None) -> GraphedStep:
         if sampling not in self._graphs:   # each graph with its own memory pool: they replay in any order
-            state = [*self.cache.k.values(), *self.cache.v.values(), *self.cache.conv.values(),
-                     *self.cache.state.values(), self.counters.ids, self.counters.steps]
+            state = [*self._cache_tensors(), self.counters.ids, self.counters.steps]
             self._graphs[sampling] = GraphedStep(lambda: self._decode_unchecked(sampling), state)
         return self._graphs[sampling]
 

@@ -1,5 +1,6 @@
 """References of the fusion variants: the chains of reference ops they replace (the stacked gate/up
-weight [W_gate; W_up], the projection + residual add, the attention's q/k norm + RoPE + cache write)."""
+weight [W_gate; W_up], the projection + residual add, the attention's q/k norm + RoPE + cache write, the
+DeltaNet gates + recurrence, the gated RMSNorm + out_proj + residual add)."""
 from __future__ import annotations
 
 import torch
