@@ -197,19 +197,27 @@ def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias
     # END EXERCISE
 
 
-def fused_gemv_config(N: int, K: int, interpreted: bool = False) -> dict:
+def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = False,
+                      gated: bool = False) -> dict:
     """Launch parameters of the fused GEMV for an [N, K] weight (gated: N rows in each of two weights).
 
-    Chapter 05's GEMV measurements carry over, since the weight stream is the same: two rows per program,
-    16 elements per thread per weight tile (two 16-byte loads of bf16), K = 1024 in one step (every load
-    of a program in flight at once), and narrower steps when there are enough programs to fill every SM
-    many times (the 248,320-row LM head). The norm adds a BLOCK_K vector of (1 + w) per program, read
-    from L1/L2 like x. Under the CPU interpreter: 64 x 64 tiles, so small shapes still take several K steps.
+    Without the norm, chapter 05's GEMV measurements carry over, since the weight stream is the same: two
+    rows per program, 16 elements per thread per weight tile (two 16-byte loads of bf16), K = 1024 in one
+    step (every load of a program in flight at once), and narrower steps when there are enough programs to
+    fill every SM many times (the 248,320-row LM head). With the norm, every program also reads (1 + w)
+    beside x and squares x: on two rows that is as many loads as the weight's own. Four rows per program
+    share it, in steps of 256 columns (512 when gated, two weight tiles a step) on 2 warps: measured on an
+    H200 (bf16, L2 cold, `scripts/gemv_sweep.py`), [5120, 1024] 5.88 -> 4.91 us, [8224, 1024]
+    8.38 -> 6.18 us, gated [3584, 1024] 7.23 -> 5.80 us. Under the CPU interpreter: 64 x 64 tiles, so
+    small shapes still take several K steps.
     """
     if interpreted:
         return {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4}
     block_n = 2
     many_programs = triton.cdiv(N, block_n) >= 64 * SMS
+    if norm and not many_programs:
+        return {"BLOCK_N": 4, "BLOCK_K": min(512 if gated else 256, max(16, triton.next_power_of_2(K))),
+                "num_warps": 2}
     block_k = min(512 if many_programs else 2048, max(16, triton.next_power_of_2(K)))
     return {"BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": max(1, block_n * block_k // (16 * 32))}
 
@@ -257,7 +265,7 @@ def _project(x, weight, up_weight, norm_weight, eps, out):
     norm_weight = weight if norm_weight is None else norm_weight
     up_weight = weight if up_weight is None else up_weight
     if M == 1:
-        cfg = fused_gemv_config(N, K, runtime().interpreted)
+        cfg = fused_gemv_config(N, K, runtime().interpreted, norm=has_norm, gated=gated)
         fused_gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
             x2, norm_weight, weight, up_weight, out2, N, K, eps, HAS_NORM=has_norm, GATED=gated,
             BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"])

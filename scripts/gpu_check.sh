@@ -6,6 +6,7 @@
 #     STEP: tests notebooks timing bench extra (default: all). tests and notebooks run side by side
 #     (correctness only); timing, bench and extra run alone, one after the other.
 #   EXTRAS="engine profile" runs only those scripts/gpu_extra_<name>.sh (default: all of them)
+#   EXTRA_TIMEOUT=seconds stops each of them after that long (default: no limit)
 #   PYTHON=... chooses the interpreter (default python3); JOBS=N pytest workers per step (default 4)
 # Works from a plain checkout: the course is put on PYTHONPATH, nothing is installed into the system.
 # Wheels in .whl/ (scripts/fetch_gpu_wheels.sh) are installed into /tmp/site first when nbval is missing.
@@ -79,7 +80,8 @@ if want extra; then
   for extra in scripts/gpu_extra_*.sh; do   # chapters add their own GPU runs here
     name=$(basename "$extra" .sh); name=${name#gpu_extra_}
     [ -n "${EXTRAS:-}" ] && [[ " $EXTRAS " != *" $name "* ]] && continue
-    step "gpu_extra_$name" "$LOGS/extra_$name.log" bash "$extra" "$OUT/results" || status=1
+    step "gpu_extra_$name" "$LOGS/extra_$name.log" timeout "${EXTRA_TIMEOUT:-0}" bash "$extra" "$OUT/results" \
+      || status=1
   done
 fi
 (cd "$OUT" && { [ -d results ] && tar czf results.tgz results && rm -rf results; } ; tar czf logs.tgz logs && rm -rf logs)

@@ -105,9 +105,14 @@ def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted
     H200's 227 KB; fp32 (the model-swap checks run in fp32) drops to 32- or 16-key steps. Under the CPU
     interpreter a program costs about the same whatever its size: there, 32 rows and 16 keys, so small
     tests still cross several blocks.
+    Long prompts in bf16/fp16, once 128-row blocks alone make a full wave (Qwen3.5: T >= 2112), take
+    128 x 64 tiles on 8 warps (196 KB of tiles, past the budget but within the H200's 227 KB): chapter 22's
+    tile table measured 147 us at T = 4096 against 293 us for 64 x 64 (H200, 2026-11-30).
     """
     if interpreted:
         return {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
+    if element_size == 2 and D <= 256 and KV * triton.cdiv(T * G, 128) >= SMS:
+        return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
     block_m = next((bm for bm in (64, 32) if KV * triton.cdiv(T * G, bm) >= SMS // 2), 16)
     block_d, block_n, stages = triton.next_power_of_2(D), 64, 2
     while element_size * block_d * (block_m + 2 * stages * block_n) > SMEM_BUDGET and block_n > 16:

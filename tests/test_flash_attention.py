@@ -35,7 +35,7 @@ def _config(bm, bn):
     return {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": 4, "num_stages": 1}
 
 
-@pytest.mark.parametrize("bm,bn", [(16, 16), (64, 16), (16, 64), (64, 64)])
+@pytest.mark.parametrize("bm,bn", [(16, 16), (64, 16), (16, 64), (64, 64), (128, 64)])
 def test_every_tile_configuration_matches_the_reference(fa, bm, bn):
     # 23 new tokens after 41 cached ones: with 16-key blocks p_lo + 1 = 48 ends a block exactly, so a
     # row block whose oldest row is there has bulk blocks and a diagonal that starts on a boundary
@@ -44,6 +44,16 @@ def test_every_tile_configuration_matches_the_reference(fa, bm, bn):
     pos = torch.arange(S - T, S, dtype=torch.int32, device=DEV)
     ref = R.attention(q.double(), k.double(), v.double(), pos, SCALE)
     assert _rel(fa.flash_attention(q, k, v, pos, SCALE, config=_config(bm, bn)), ref) < 1e-5
+
+
+def test_gpu_tiles_by_prompt_length(fa):
+    """The GPU's choice (computed here, run above at the same sizes): 128-row tiles for long bf16 prompts
+    once they make a full wave of programs, never in fp32 (a [128, 256] fp32 tile pair would not fit)."""
+    long_bf16 = fa.flash_config(4096, 4, 2, 256, 2)
+    assert (long_bf16["BLOCK_M"], long_bf16["BLOCK_N"]) == (128, 64)
+    assert fa.flash_config(2048, 4, 2, 256, 2)["BLOCK_M"] == 64            # 128 programs: under a wave
+    assert fa.flash_config(4096, 4, 2, 256, 4)["BLOCK_M"] == 64
+    assert fa.flash_config(128, 4, 2, 256, 2)["BLOCK_M"] == 16
 
 
 def test_any_positions_not_only_a_staircase(fa):

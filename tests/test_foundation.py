@@ -249,3 +249,22 @@ def test_colab_links_come_from_the_one_constant(capsys):
     assert cli.main(["colab-links", "--repo-url", "https://github.com/o/r"]) == 0
     assert "00_setup.ipynb: https://colab.research.google.com/github/o/r/blob/main/notebooks/00_setup.ipynb" \
         in capsys.readouterr().out
+
+
+def test_scripts_parse_and_the_sweep_plots(tmp_path):
+    """The GPU scripts run only on a GPU machine: here at least every one parses, and the GEMV sweep's
+    plot (which runs anywhere) draws a result file."""
+    import json
+    import runpy
+    root = Path(__file__).resolve().parents[1]
+    for sh in sorted((root / "scripts").glob("*.sh")):
+        assert subprocess.run(["bash", "-n", str(sh)]).returncode == 0, sh.name
+    for py in sorted((root / "scripts").glob("*.py")):
+        compile(py.read_text(), str(py), "exec")
+    row = {"BLOCK_N": 2, "BLOCK_K": 1024, "num_warps": 4, "us": 4.5, "GBps": 2330.0}
+    case = {"kind": "gemv", "N": 5120, "K": 1024, "bytes": 10485760, "hand": row, "hand_row": row,
+            "best": [row], "all": [row, {"BLOCK_N": 1, "BLOCK_K": 256, "num_warps": 1, "error": "x"}]}
+    path = tmp_path / "gemv_sweep.json"
+    path.write_text(json.dumps({"gpu": "test GPU", "date": "2026-11-30", "cases": [case, case]}))
+    runpy.run_path(str(root / "scripts" / "gemv_sweep.py"))["plot"](str(path))
+    assert (tmp_path / "gemv_sweep.png").stat().st_size > 10_000

@@ -94,20 +94,25 @@ def test_leading_dims_are_kept(lead):
 
 
 def test_gpu_gemv_configs():
-    """The GPU's 2-row programs (run by the interpreter on a CPU), for K inside one step and K over a
-    2048-wide step plus a tail: the statistic accumulated across steps."""
+    """The GPU's programs (run by the interpreter on a CPU): 2 rows, or 4 where the norm is fused, for K
+    inside one step and K over several steps plus a tail: the statistic accumulated across steps."""
     for N, K in [(5120, 1024), (8224, 1024), (248320, 1024)]:
         cfg = FUSION.fused_gemv_config(N, K)
         assert cfg["BLOCK_N"] * cfg["BLOCK_K"] == 16 * 32 * cfg["num_warps"]    # 16 elements a thread
+        normed = FUSION.fused_gemv_config(N, K, norm=True)
+        # the norm's own loads shared by 4 rows, except where the LM head's many programs keep 2
+        assert normed["BLOCK_N"] == (2 if N == 248320 else 4) and normed["BLOCK_K"] <= K
     for n, k in [(9, 70), (7, 3000)]:
         x, nw, w, u = randn(1, k), _norm_weight(k), _weights(n, k), _weights(n, k, seed=3)
-        cfg = FUSION.fused_gemv_config(1024, k)
-        y = torch.full((1, n), float("nan"), device=RT.device)
-        FUSION.fused_gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
-            x, nw, w, u, y, n, k, 1e-6, HAS_NORM=True, GATED=True, BLOCK_N=cfg["BLOCK_N"],
-            BLOCK_K=cfg["BLOCK_K"])
         normed = R.rms_norm(x.double(), nw.double())
-        assert rel(y, R.swiglu(normed @ w.double().T, normed @ u.double().T)) < 1e-6
+        for norm_config, gated in [(False, True), (True, False), (True, True)]:
+            cfg = FUSION.fused_gemv_config(1024, k, norm=norm_config, gated=gated)
+            y = torch.full((1, n), float("nan"), device=RT.device)
+            FUSION.fused_gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
+                x, nw, w, u, y, n, k, 1e-6, HAS_NORM=True, GATED=gated, BLOCK_N=cfg["BLOCK_N"],
+                BLOCK_K=cfg["BLOCK_K"])
+            want = R.swiglu(normed @ w.double().T, normed @ u.double().T) if gated else normed @ w.double().T
+            assert rel(y, want) < 1e-6, (n, k, cfg, gated)
 
 
 @pytest.mark.parametrize("M,N,gated", [(3, 5000, False), (130, 100, False), (300, 130, False),

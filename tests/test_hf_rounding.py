@@ -81,7 +81,6 @@ def test_delta_rule_matches_transformers_bit_for_bit():
     qn, kn = R.l2norm_qk(q.float(), k.float())
     o, s = R.gated_delta_rule_chunked(qn, kn, v, g, beta, state, match_hf_rounding=True)
     assert torch.equal(o, ho[0]) and torch.equal(s, hs[0])
-    assert not torch.equal(R.gated_delta_rule_chunked(qn, kn, v, g, beta, state)[1], s)   # fp32 order
     ro, rs = hf.torch_recurrent_gated_delta_rule(q[None, :3], k[None, :3], v[None, :3], g=g[None, :3],
                                                  beta=beta[None, :3], initial_state=hs, output_final_state=True,
                                                  use_qk_l2norm_in_kernel=True)

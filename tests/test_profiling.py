@@ -40,7 +40,27 @@ def test_bytes_per_token_item_by_item():
     slots = P.slot_bytes(QWEN35_0_8B, 100)
     assert slots["qkv_proj"] == b["attn_in_proj"] + b["dn_in_proj"]
     assert slots["ln2"] == b["ln2"] + b["final_norm"]
-    assert sum(slots.values()) == sum(b.values())
+    assert sum(slots.values()) == sum(b.values()) and P.FOLDED not in slots
+
+
+@pytest.mark.parametrize("level", ["fused", "fast"])
+def test_fused_slots_count_the_bytes_of_the_steps_they_replace(level):
+    from tritonllm_course.engine.ops import LEVELS
+    b, slots = P.step_bytes(QWEN35_0_8B, 100), P.slot_bytes(QWEN35_0_8B, 100, steps=LEVELS[level])
+    assert sum(slots.values()) == sum(b.values())                               # every byte somewhere
+    assert slots["fused_rmsnorm_linear"] == b["attn_in_proj"] + b["dn_in_proj"]
+    assert slots["fused_gate_up_silu.ln2"] == b["ln2"] + b["gate_up"]
+    assert slots["logits_head"] == b["lm_head"]
+    folded = b["ln1"] + (b["gates"] + b["gated_norm"] if level == "fast" else 0)
+    assert slots[P.FOLDED] == folded < 100_000                                  # norm weights, gate params
+    if level == "fast":
+        assert slots["qk_norm_rope_cache"] == b["q_norm"] + b["k_norm"] + b["kv_write"]
+        assert slots["fused_linear_residual"] == b["o_proj"] + b["down"]
+        assert slots["gated_norm_linear_residual"] == b["out_proj"]
+        assert slots["ln2"] == b["final_norm"] and "residual_rmsnorm" not in slots
+    else:
+        assert slots["splitk_gemv"] == b["o_proj"] + b["out_proj"] + b["down"]
+        assert slots["residual_rmsnorm"] == b["final_norm"]
 
 
 def test_byte_model_follows_the_dtype_and_checks_context():

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .config import Qwen35Config
-from .engine.ops import STEPS
+from .engine.ops import LEVELS, STEPS
 from .regions import call_closure
 
 OTHER = "other (not a course kernel)"
@@ -86,13 +86,31 @@ def step_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> dict
     }
 
 
-def slot_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> dict[str, int]:
-    """`step_bytes` summed per kernel slot of the decode path (e.g. `qkv_proj` = both in-projections)."""
+# a fused step of the fused and fast levels moves the bytes of the one-kernel-per-operator steps it replaces
+FUSED_STEP_PARTS = {"qk_prologue": ("q_norm", "k_norm", "kv_write"), "mlp": ("ln2", "gate_up"),
+                    "final_residual_norm": ("final_norm",)}
+FOLDED = "(folded into other kernels)"
+
+
+def slot_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16, steps=STEPS) -> dict[str, int]:
+    """`step_bytes` summed per kernel slot of a decode path: `steps` is a level's step table
+    (`engine.ops.LEVELS`), e.g. at the operators level `qkv_proj` = both in-projections.
+
+    A fused step counts the bytes of the steps it replaces (`FUSED_STEP_PARTS`); a step a kernel takes in
+    without a row of its own (ln1's weight in the in-projections; at the fast level the gates and the gated
+    norm's weight) goes under `FOLDED`, a few KB a token, so that the values always sum to the token's bytes.
+    """
     per_step = step_bytes(config, context, dtype)
     out: dict[str, int] = {}
-    for s in STEPS:
-        if s.decode and s.name in per_step:
-            out[s.decode] = out.get(s.decode, 0) + per_step[s.name]
+    counted: set[str] = set()
+    for s in steps:
+        parts = FUSED_STEP_PARTS.get(s.name, (s.name,))
+        if s.decode and set(parts) <= per_step.keys() and not counted.intersection(parts):
+            out[s.decode] = out.get(s.decode, 0) + sum(per_step[p] for p in parts)
+            counted.update(parts)
+    folded = sum(b for name, b in per_step.items() if name not in counted)
+    if folded:
+        out[FOLDED] = folded
     return out
 
 
@@ -369,8 +387,7 @@ def decode_breakdown(engine, steps: int = 8, prompt_len: int = 64,
 
     Wall time per token is measured in a separate run without the profiler (the profiler slows the host);
     kernel times come from torch.profiler's CUDA trace, which records the kernels of graph replays too.
-    Bytes per slot follow the one-kernel-per-operator steps (`engine.ops.STEPS`): a slot they do not
-    name (a fused kernel) shows its time but no bytes.
+    Bytes per slot follow the engine's level (`slot_bytes` with its step table).
     """
     if engine.device.type != "cuda":
         raise RuntimeError("decode_breakdown profiles kernels on a GPU: this engine is on "
@@ -385,7 +402,7 @@ def decode_breakdown(engine, steps: int = 8, prompt_len: int = 64,
     calls = traced_calls(engine, prompt_len)
     per_slot = slot_kernels(engine)
     context = prompt_len + 2 + (steps + 1) / 2 + steps     # the profiled run follows the timed one
-    nbytes = slot_bytes(engine.config, round(context), engine.dtype)
+    nbytes = slot_bytes(engine.config, round(context), engine.dtype, LEVELS[engine.level])
     use_graph = engine.use_graph
     runs = {}
     try:
