@@ -268,3 +268,12 @@ def test_scripts_parse_and_the_sweep_plots(tmp_path):
     path.write_text(json.dumps({"gpu": "test GPU", "date": "2026-11-30", "cases": [case, case]}))
     runpy.run_path(str(root / "scripts" / "gemv_sweep.py"))["plot"](str(path))
     assert (tmp_path / "gemv_sweep.png").stat().st_size > 10_000
+
+
+def test_the_persistent_gemv_probe_computes_the_gemv(rt):
+    """The probe's kernel is timed on a GPU only; its arithmetic is checked here, under the interpreter."""
+    import runpy
+    if rt.mode == "gpu":
+        pytest.skip("checked on the GPU by the probe itself (check_rel_err in its JSON)")
+    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "gemv_persistent_probe.py"))
+    assert probe["check"]() < 1e-6
