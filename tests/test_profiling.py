@@ -99,6 +99,24 @@ def test_slot_kernels(tiny_engine):
     assert P.slot_kernels(mixed)["ln1"] == set()
 
 
+def test_prefill_calls_and_kernels(tiny_engine):
+    calls = P.traced_prefill_calls(tiny_engine, prompt_len=5)
+    steps = [s.prefill for s in tiny_engine.ops.steps if s.prefill]
+    # every layer's prefill slots, then the head: each prefill slot of the table appears, nothing else
+    assert set(calls) <= set(steps) and calls[0] == "embedding_lookup" and "logits_head" in calls
+    # at prefill the merged in-projection runs one GEMM per piece (q, gate, k, v / qkv, z, b, a)
+    pieces = sum(len(layer.mixer_in.pieces) for layer in tiny_engine.weights.layers)
+    assert Counter(calls)["qkv_proj.prefill"] == pieces == 4 * TINY.num_hidden_layers
+    assert tiny_engine.length == 0                                      # reset afterwards
+    kernels = P.slot_kernels(tiny_engine, "prefill")
+    assert "gemm_kernel" in kernels["qkv_proj.prefill"] and "gemv_kernel" in kernels["logits_head"]
+    assert "gated_delta_recurrent" not in kernels
+    with pytest.raises(ValueError, match="path"):
+        P.slot_kernels(tiny_engine, "decoding")
+    with pytest.raises(ValueError, match="prompt_len"):
+        P.traced_prefill_calls(tiny_engine, prompt_len=0)
+
+
 def test_attribute_follows_the_call_order():
     calls = ["ln1", "qkv_proj", "ln2", "logits_head", "argmax_sample"]
     per_slot = {"ln1": {"norm"}, "ln2": {"norm"}, "qkv_proj": {"gemv"}, "logits_head": {"gemv"},
@@ -118,6 +136,11 @@ def test_decode_breakdown_needs_a_gpu(tiny_engine, rt):
         pytest.skip("on a GPU the CPU engine is not what is profiled")
     with pytest.raises(RuntimeError, match="GPU"):
         P.decode_breakdown(tiny_engine)
+    with pytest.raises(RuntimeError, match="GPU"):
+        P.prefill_breakdown(tiny_engine)
+    result = {}          # the GPU script reports a failed prefill profile and goes on
+    lines = P._prefill_report(tiny_engine, "operators", result)
+    assert "failed (RuntimeError" in lines[0] and "prefill_profiles" not in result
 
 
 @pytest.mark.gpu
@@ -133,3 +156,10 @@ def test_decode_breakdown_on_the_gpu():
         assert slots["logits_head"]["calls"] == 1 and slots["qkv_proj"]["calls"] == 24, str(run)
         assert slots["logits_head"]["GB/s"] > 0
     assert prof.runs["CUDA graph"].wall_us < prof.runs["launched op by op"].wall_us
+    pre = P.prefill_breakdown(engine, prompt_len=40, runs=2)
+    assert set(pre) == {"launched op by op", "CUDA graph"}
+    for run in pre.values():
+        slots = {r["slot"]: r for r in run.slots}
+        assert slots["logits_head"]["calls"] == 1 and run.per == "prompt" and "us per prompt" in str(run)
+        assert 0 < run.kernel_us <= 1.02 * run.wall_us, str(run)
+    assert pre["CUDA graph"].wall_us < pre["launched op by op"].wall_us

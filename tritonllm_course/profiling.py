@@ -9,6 +9,7 @@ bytes it must move (chapter 20).
 - `decode_breakdown` (GPU only): torch.profiler over a few decode steps, launched op by op and replayed
   from the CUDA graph; every kernel of the trace attributed to the slot that launched it; GPU time per
   token, per kernel and per slot, against the wall time per token and against the bytes of each slot.
+- `traced_prefill_calls` / `prefill_breakdown` (GPU only): the same for a prompt, per prompt.
 """
 from __future__ import annotations
 
@@ -154,7 +155,7 @@ def _ready_for_decode(engine, prompt_len: int, tokens: int) -> None:
         raise ValueError(f"a {prompt_len}-token prompt and {tokens} decode steps need a cache of "
                          f"{prompt_len + tokens} tokens; the engine holds {engine.max_seq_len} (max_seq_len)")
     engine.reset()
-    engine.prefill([(7 * i + 3) % engine.config.vocab_size for i in range(prompt_len)])
+    engine.prefill(_prompt(engine, prompt_len))
 
 
 def traced_calls(engine, prompt_len: int = 4) -> list[str]:
@@ -167,6 +168,26 @@ def traced_calls(engine, prompt_len: int = 4) -> list[str]:
             engine.decode()
     finally:
         engine.use_graph = graph
+    return list(calls)
+
+
+def _prompt(engine, prompt_len: int) -> list[int]:
+    return [(7 * i + 3) % engine.config.vocab_size for i in range(prompt_len)]
+
+
+def traced_prefill_calls(engine, prompt_len: int = 128) -> list[str]:
+    """The slots a `prompt_len`-token prompt calls, in order, op by op (no timing, runs on the CPU).
+    Resets the engine."""
+    if not 1 <= prompt_len <= engine.max_seq_len:
+        raise ValueError(f"prompt_len must be 1 to {engine.max_seq_len} (max_seq_len), got {prompt_len}")
+    graph, engine.use_graph = engine.use_graph, False     # a graph replay runs no Python: nothing to trace
+    try:
+        engine.reset()
+        with engine.tracing() as calls:
+            engine.prefill(_prompt(engine, prompt_len))
+    finally:
+        engine.use_graph = graph
+        engine.reset()
     return list(calls)
 
 
@@ -202,11 +223,14 @@ def kernels_of(fn) -> set[str]:
     return names
 
 
-def slot_kernels(engine) -> dict[str, set[str]]:
-    """{slot of the decode path: names of the Triton kernels its op can launch} (empty for PyTorch ops)."""
-    decode_slots = {s.decode for s in engine.ops.steps if s.decode}
+def slot_kernels(engine, path: str = "decode") -> dict[str, set[str]]:
+    """{slot of the decode (or "prefill") path: names of the Triton kernels its op can launch} (empty for
+    PyTorch ops)."""
+    if path not in ("decode", "prefill"):
+        raise ValueError(f"path must be 'decode' or 'prefill', got {path!r}")
+    path_slots = {getattr(s, path) for s in engine.ops.steps if getattr(s, path)}
     return {name: (set() if op.source == "reference" else kernels_of(op.fn))
-            for name, op in engine.ops.ops.items() if name in decode_slots}
+            for name, op in engine.ops.ops.items() if name in path_slots}
 
 
 def attribute(kernel_names: list[str], calls: list[str], per_slot: dict[str, set[str]], tokens: int) -> list[str]:
@@ -240,10 +264,11 @@ def attribute(kernel_names: list[str], calls: list[str], per_slot: dict[str, set
 class Breakdown:
     """One mode's profile: GPU time per token of every kernel and every slot, and the wall time per token."""
     mode: str                                   # "launched op by op" or "CUDA graph"
-    tokens: int                                 # decode steps profiled
-    wall_us: float                              # per token, measured without the profiler
+    tokens: int                                 # decode steps (or prompts) profiled
+    wall_us: float                              # per token (prompt), measured without the profiler
     kernels: list[dict] = field(default_factory=list)   # name, slot, calls, us (per token), mean_us, share
     slots: list[dict] = field(default_factory=list)     # slot, calls, us, share, bytes, GB/s, % of ceiling
+    per: str = "token"                          # what one of `tokens` is: "token" (decode) or "prompt"
 
     @property
     def kernel_us(self) -> float:
@@ -256,10 +281,11 @@ class Breakdown:
 
     def __str__(self) -> str:
         gap = self.wall_us - self.kernel_us
-        lines = [f"{self.mode}: {self.wall_us:.1f} us per token (wall), {self.kernel_us:.1f} us of kernels "
-                 f"({self.launches:.0f} per token), {gap:.1f} us with the GPU idle "
+        per = self.per
+        lines = [f"{self.mode}: {self.wall_us:.1f} us per {per} (wall), {self.kernel_us:.1f} us of kernels "
+                 f"({self.launches:.0f} per {per}), {gap:.1f} us with the GPU idle "
                  f"({100 * gap / self.wall_us:.0f}%)",
-                 f"  {'slot':<24} {'calls':>5} {'us/token':>9} {'share':>6} {'MB':>8} {'GB/s':>6} {'% ceil':>6}"]
+                 f"  {'slot':<24} {'calls':>5} {'us/' + per:>9} {'share':>6} {'MB':>8} {'GB/s':>6} {'% ceil':>6}"]
         for r in self.slots:
             mb = f"{r['bytes'] / 1e6:8.2f}" if r["bytes"] is not None else f"{'-':>8}"
             bw = f"{r['GB/s']:6.0f} {r['% of ceiling']:6.1f}" if r["GB/s"] else f"{'-':>6} {'-':>6}"
@@ -268,7 +294,7 @@ class Breakdown:
 
     def kernel_table(self, top: int = 15) -> str:
         """The kernels by GPU time per token, as the profiler names them."""
-        lines = [f"  {'kernel':<34} {'slot':<22} {'calls':>5} {'us/token':>9} {'mean us':>8} {'share':>6}"]
+        lines = [f"  {'kernel':<34} {'slot':<22} {'calls':>5} {'us/' + self.per:>9} {'mean us':>8} {'share':>6}"]
         for r in self.kernels[:top]:
             lines.append(f"  {r['name'][:34]:<34} {r['slot'][:22]:<22} {r['calls']:5.0f} {r['us']:9.2f} "
                          f"{r['mean_us']:8.2f} {100 * r['share']:5.1f}%")
@@ -301,9 +327,6 @@ def _tables(names: list[str], durations: list[float], owners: list[str], tokens:
 
 def _profile_mode(engine, graph: bool, tokens: int, prompt_len: int, calls: list[str],
                   per_slot: dict[str, set[str]], nbytes: dict[str, int], gbps: float) -> Breakdown:
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-
     engine.use_graph = graph
     _ready_for_decode(engine, prompt_len, 2 + 2 * tokens)
     for _ in range(2):                          # compile, autotune and capture before anything is timed
@@ -314,19 +337,29 @@ def _profile_mode(engine, graph: bool, tokens: int, prompt_len: int, calls: list
         engine.decode()
         int(engine.counters.ids[0])
     wall_us = (time.perf_counter() - t0) * 1e6 / tokens
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(tokens):
-            engine.decode()
-            int(engine.counters.ids[0])
-        torch.cuda.synchronize()
-    # device-side work only: kernels, copies, memsets (not record_function ranges mirrored onto the GPU)
-    events = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA
-                     and not getattr(e, "is_user_annotation", False)), key=lambda e: e.time_range.start)
-    names = [e.name for e in events]
-    durations = [e.time_range.elapsed_us() for e in events]
+    names, durations = _device_trace(lambda: _decode_and_read(engine), tokens)
     kernels, slots = _tables(names, durations, attribute(names, calls, per_slot, tokens), tokens, nbytes, gbps)
     mode = "CUDA graph" if graph else "launched op by op"
     return Breakdown(mode, tokens, wall_us, kernels, slots)
+
+
+def _decode_and_read(engine) -> None:
+    engine.decode()
+    int(engine.counters.ids[0])
+
+
+def _device_trace(run, times: int) -> tuple[list[str], list[float]]:
+    """torch.profiler over `times` calls of `run`: the names and durations (us) of the device-side work,
+    kernels, copies and memsets, in stream order (not record_function ranges mirrored onto the GPU)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(times):
+            run()
+        torch.cuda.synchronize()
+    events = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA
+                     and not getattr(e, "is_user_annotation", False)), key=lambda e: e.time_range.start)
+    return [e.name for e in events], [e.time_range.elapsed_us() for e in events]
 
 
 @dataclass
@@ -415,10 +448,79 @@ def decode_breakdown(engine, steps: int = 8, prompt_len: int = 64,
     return DecodeProfile(context, gbps, nbytes, Counter(calls), runs)
 
 
+def prefill_breakdown(engine, prompt_len: int = 128, runs: int = 3,
+                      modes: tuple[str, ...] = ("eager", "graph")) -> dict[str, Breakdown]:
+    """Profile `runs` prompts of `prompt_len` tokens on the GPU (each: the cache reset, the prompt, the
+    first token read by the host), launched op by op ("eager") and replayed from the prompt chunks' CUDA
+    graphs ("graph"); {mode name: Breakdown per prompt}. Resets the engine.
+
+    The cache reset's memsets are part of every prompt and show as `OTHER`. No bytes per slot: a prompt's
+    traffic depends on its length and tiles (the weights once, plus activations).
+    """
+    if engine.device.type != "cuda":
+        raise RuntimeError("prefill_breakdown profiles kernels on a GPU: this engine is on "
+                           f"{engine.device.type}; on the CPU use traced_prefill_calls")
+    unknown = set(modes) - {"eager", "graph"}
+    if unknown or not modes:
+        raise ValueError(f"modes must be among ('eager', 'graph'), got {modes}")
+    if runs < 1:
+        raise ValueError(f"runs must be >= 1, got {runs}")
+    calls = traced_prefill_calls(engine, prompt_len)
+    per_slot = slot_kernels(engine, "prefill")
+    ids = _prompt(engine, prompt_len)
+
+    def one_prompt():
+        engine.reset()
+        engine.prefill(ids)
+        int(engine.counters.ids[0])
+
+    use_graph, out = engine.use_graph, {}
+    try:
+        for mode in modes:
+            engine.use_graph = mode == "graph"
+            for _ in range(2):                  # compile, autotune and capture (at a chunk's second use)
+                one_prompt()
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(runs):
+                one_prompt()
+            wall_us = (time.perf_counter() - t0) * 1e6 / runs
+            names, durations = _device_trace(one_prompt, runs)
+            kernels, slots = _tables(names, durations, attribute(names, calls, per_slot, runs), runs, {}, 1.0)
+            name = "CUDA graph" if mode == "graph" else "launched op by op"
+            out[name] = Breakdown(name, runs, wall_us, kernels, slots, per="prompt")
+    finally:
+        engine.use_graph = use_graph
+        engine.reset()
+    return out
+
+
 # --- the GPU script: scripts/gpu_extra_profile.sh ------------------------------------------------------------
+def _runs_json(runs: dict[str, Breakdown]) -> dict:
+    return {m: {"wall_us": b.wall_us, "kernel_us": b.kernel_us, "launches": b.launches, "kernels": b.kernels,
+                "slots": b.slots} for m, b in runs.items()}
+
+
+def _prefill_report(engine, level: str, result: dict) -> list[str]:
+    """Profile a 128-token prompt at this level into result["prefill_profiles"]; the markdown lines. A
+    failure is reported, not raised: the decode profiles are still written."""
+    title = f"## {level}, prefill of a 128-token prompt"
+    try:
+        pre = prefill_breakdown(engine, prompt_len=128)
+    except Exception as e:
+        print(f"{level} prefill profile failed: {type(e).__name__}: {e}")
+        return [f"{title}: failed ({type(e).__name__}: {e})\n"]
+    result.setdefault("prefill_profiles", []).append({"level": level, "prompt_len": 128, "runs": _runs_json(pre)})
+    print(f"{level} prefill 128: " + "; ".join(
+        f"{m} {b.wall_us:.0f} us wall, {b.kernel_us:.0f} us kernels" for m, b in pre.items()))
+    return [f"{title}\n", "```", "\n\n".join(str(b) for b in pre.values()), "",
+            pre["CUDA graph"].kernel_table(25), "```\n"]
+
+
 def main(argv=None) -> int:
     """Profile the engine's decode step on the GPU, op by op and from the CUDA graph: every optimisation
-    level at 128 cached tokens, the fast one at 4,096 too; writes profile_<gpu>_<date>.{json,md,png}."""
+    level at 128 cached tokens, the fast one at 4,096 too; and each level's prefill of a 128-token prompt;
+    writes profile_<gpu>_<date>.{json,md,png}."""
     import json
 
     from .benchmark import gpu_script, results_stem
@@ -441,14 +543,15 @@ def main(argv=None) -> int:
         result["profiles"].append({
             "level": level, "context": context, "floor_us": prof.floor_us, "gbps": prof.gbps,
             "calls": dict(prof.calls),
-            "runs": {m: {"wall_us": b.wall_us, "kernel_us": b.kernel_us, "launches": b.launches,
-                         "kernels": b.kernels, "slots": b.slots} for m, b in prof.runs.items()}})
+            "runs": _runs_json(prof.runs)})
         text += [f"## {level}, {context} cached tokens\n", "```", str(prof), "",
                  prof.runs["CUDA graph"].kernel_table(25), "```\n"]
         if figure is None:
             figure = prof.plot()
         print(f"{level} @ {context}: " + "; ".join(
             f"{m} {b.wall_us:.0f} us wall, {b.kernel_us:.0f} us kernels" for m, b in prof.runs.items()))
+        if context == 128:                      # the bench's prompt, at the same level
+            text += _prefill_report(engine, level, result)
         del engine
         torch.cuda.empty_cache()
     stem.with_suffix(".json").write_text(json.dumps(result, indent=1, default=float))
