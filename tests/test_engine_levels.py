@@ -173,8 +173,8 @@ def test_bad_levels_and_slots_are_named(model):
     ref, _ = model
     with pytest.raises(ValueError, match="level must be one of"):
         Engine.from_model(ref, max_seq_len=8, level="fastest")
-    with pytest.raises(KeyError, match="level 'fused' has no slot \\['ln1'\\]"):
-        Engine.from_model(ref, max_seq_len=8, level="fused", default_source="reference", sources={"ln1": "solutions"})
+    with pytest.raises(KeyError, match="level 'fused' has no slot \\['ln2'\\]"):
+        Engine.from_model(ref, max_seq_len=8, level="fused", default_source="reference", sources={"ln2": "solutions"})
 
 
 def test_bench_systems_levels_and_kernel_column(tmp_path):

@@ -18,8 +18,9 @@ for token:
 
 Optimisation levels (`level`, the steps of each in `ops.py`), the benchmark's rows with `cuda_graph`:
   "operators"  one kernel per operator (chapter 19)
-  "fused"      RMSNorm folded into the merged projections, the last residual add into the final norm,
-               split-K for the narrow decode GEMVs, FlashDecoding / FlashAttention (chapters 21 to 24)
+  "fused"      RMSNorm folded into the merged projections (ln1 at decode only), the last residual add
+               into the final norm, split-K for the narrow decode GEMVs, FlashDecoding /
+               FlashAttention (chapters 21 to 24)
   "fast"       "fused" with the residual adds in the output projections' epilogues, plain GEMVs for
                them, an attention layer's q/k norms, RoPE and cache write in one kernel, at decode the
                DeltaNet gates inside the recurrent delta rule and its gated RMSNorm inside out_proj
@@ -27,11 +28,11 @@ Optimisation levels (`level`, the steps of each in `ops.py`), the benchmark's ro
 
 fp16 mode (`residual_dtype`): the residual stream a.x is fp32, as in the reference model (Qwen's stream
 outgrows fp16's 65,504). The residual adds take it as it is; the kernels that write or read it in the
-model dtype are adapted here: the embedding goes through a.h and is cast; at the operators level a norm
-writes fp32 scratch, cast to a.h; at the fused level the norm-folded projections read a.h, an fp16 copy
-of the stream scaled to unit RMS (RMSNorm ignores its input's scale), which the residual adds write
-beside the stream (`residual_rmsnorm` with a zero weight) in the launch `attn_residual` /
-`mlp_residual` would take.
+model dtype are adapted here: the embedding goes through a.h and is cast; a norm of its own (every level's
+prefill ln1, the operators level's norms) writes fp32 scratch, cast to a.h; at the fused level the
+norm-folded projections read a.h, an fp16 copy of the stream scaled to unit RMS (RMSNorm ignores its
+input's scale), which the residual adds write beside the stream (`residual_rmsnorm` with a zero weight)
+in the launch `attn_residual` / `mlp_residual` would take.
 """
 from __future__ import annotations
 
@@ -349,15 +350,17 @@ class Engine:
 
     def _prefill_chunk_fused(self, a, ids: torch.Tensor, start: int, last: bool) -> None:
         """`_prefill_chunk` at the fused level."""
-        op, w, eps, T = self.ops.prefill, self.weights, self.config.rms_norm_eps, ids.shape[0]
+        op, w, T = self.ops.prefill, self.weights, ids.shape[0]
         pos = self.positions[start:start + T]                                      # [T] int32
+        wide = getattr(a, "h_wide", None)
         self._embed(op, ids, a)
         for i, layer in enumerate(w.layers):
             group = "attn" if layer.kind == "full_attention" else "dn"
             proj = op.attn_in_proj if group == "attn" else op.dn_in_proj
-            for name in layer.mixer_in.pieces:     # one GEMM per piece, each normalising its x tiles itself
-                proj(x=self._stream_in(a), norm_weight=layer.ln1, weight=layer.mixer_in.piece(name), eps=eps,
-                     out=getattr(a, f"{group}_{name}"))
+            # ln1 as its own kernel at prefill (ops.py says why): one normalised x for the four GEMMs
+            self._norm(op.ln1, a.x, layer.ln1, a.h, wide)
+            for name in layer.mixer_in.pieces:                                    # one GEMM per piece
+                proj(x=a.h, weight=layer.mixer_in.piece(name), out=getattr(a, f"{group}_{name}"))
             if group == "attn":
                 self._attention(op, a, i, layer, T, pos, start)
             else:

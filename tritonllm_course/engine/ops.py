@@ -10,12 +10,13 @@ or any callable with the kernel wrapper's signature (to try a variant, or to see
 Prefill and decode use different kernels where the shapes call for it (GEMM / GEMV, chunked / recurrent
 delta rule, causal / cached attention, conv over a prompt / one conv step).
 
-Two optimisation levels, two step sequences (`LEVELS`; the CUDA graph is the engine's separate option):
+Three optimisation levels, three step sequences (`LEVELS`; the CUDA graph is the engine's separate option):
   operators  one kernel per operator of the model (`STEPS`, chapter 19)
-  fused      chapters 21 to 24 (`FUSED_STEPS`): ln1 folded into the merged input projection, ln2 into
-             the gate/up projection and its SwiGLU, the last residual add into the final norm; split-K
-             for the narrow decode GEMVs (o_proj / out_proj, down); FlashDecoding at decode and
+  fused      chapters 21 to 24 (`FUSED_STEPS`): ln1 folded into the merged input projection (at decode),
+             ln2 into the gate/up projection and its SwiGLU, the last residual add into the final norm;
+             split-K for the narrow decode GEMVs (o_proj / out_proj, down); FlashDecoding at decode and
              FlashAttention at prefill
+  fast       the fewest kernels (`FAST_STEPS`): see the comment above it
 """
 from __future__ import annotations
 
@@ -83,15 +84,21 @@ OUTPUTS = {
     "residual_rmsnorm": ("h_out", "out"),
 }
 
-# The fused level. Per layer, 3 slot calls fewer than `STEPS` (ln1, ln2 and the SwiGLU folded into the
-# projections); at decode split-K and FlashDecoding launch two kernels each (the pieces, then their merge)
+# The fused level. Per layer at decode, 3 slot calls fewer than `STEPS` (ln1, ln2 and the SwiGLU folded
+# into the projections); there split-K and FlashDecoding launch two kernels each (the pieces, then their merge)
 # for the one they replace, so a decode step launches 1 kernel fewer per DeltaNet layer, as many per
 # attention layer, and 1 fewer for the model's last residual add and final norm, now one kernel
 # (Qwen3.5-0.8B: 317 kernels per token instead of 336). What split-K and FlashDecoding buy is time per
 # kernel: all 132 SMs busy on the narrow GEMVs and on long caches.
+# At prefill ln1 stays its own kernel at every level: a prompt's in-projection runs as one GEMM per piece
+# of the merged weight (four: its outputs must be contiguous for the kernels after it), which then share
+# one normalised x; and the norm-folded GEMM is slow at M = 128 (H200, 2026-11-30: 21.5 us for 5120 x 1024
+# against 7.9 us for chapter 05's GEMM plus 1.8 us for the norm), likely because it scales each x tile
+# between its load and `tl.dot`.
 FUSED_STEPS = (
     Step("embed", "model", "embedding_lookup", "embedding_lookup"),
-    Step("attn_in_proj", "attention layers", "fused_rmsnorm_linear", "fused_rmsnorm_linear"),
+    Step("ln1", "every layer", "ln1", None),
+    Step("attn_in_proj", "attention layers", "qkv_proj.prefill", "fused_rmsnorm_linear"),
     Step("q_norm", "attention layers", "qk_norm", "qk_norm"),
     Step("k_norm", "attention layers", "qk_norm", "qk_norm"),
     Step("q_rope", "attention layers", "q_rope", "q_rope"),
@@ -100,7 +107,7 @@ FUSED_STEPS = (
     Step("attention", "attention layers", "flash_attention", "flash_decoding"),
     Step("output_gate", "attention layers", "attn_output_gate", "attn_output_gate"),
     Step("o_proj", "attention layers", "attn_out_proj.prefill", "splitk_gemv"),
-    Step("dn_in_proj", "DeltaNet layers", "fused_rmsnorm_linear", "fused_rmsnorm_linear"),
+    Step("dn_in_proj", "DeltaNet layers", "qkv_proj.prefill", "fused_rmsnorm_linear"),
     Step("conv", "DeltaNet layers", "conv1d_l2norm.prefill", "conv1d_l2norm.decode"),
     Step("gates", "DeltaNet layers", "deltanet_gates", "deltanet_gates"),
     Step("delta_rule", "DeltaNet layers", "gated_delta_chunked", "gated_delta_recurrent"),
@@ -127,12 +134,13 @@ FUSED_STEPS = (
 # at the fused level.
 FAST_STEPS = (
     Step("embed", "model", "embedding_lookup", "embedding_lookup"),
-    Step("attn_in_proj", "attention layers", "fused_rmsnorm_linear", "fused_rmsnorm_linear"),
+    Step("ln1", "every layer", "ln1", None),
+    Step("attn_in_proj", "attention layers", "qkv_proj.prefill", "fused_rmsnorm_linear"),
     Step("qk_prologue", "attention layers", "qk_norm_rope_cache", "qk_norm_rope_cache"),
     Step("attention", "attention layers", "flash_attention", "flash_decoding"),
     Step("output_gate", "attention layers", "attn_output_gate", "attn_output_gate"),
     Step("o_proj", "attention layers", "fused_linear_residual", "fused_linear_residual"),
-    Step("dn_in_proj", "DeltaNet layers", "fused_rmsnorm_linear", "fused_rmsnorm_linear"),
+    Step("dn_in_proj", "DeltaNet layers", "qkv_proj.prefill", "fused_rmsnorm_linear"),
     Step("conv", "DeltaNet layers", "conv1d_l2norm.prefill", "conv1d_l2norm.decode"),
     Step("gates", "DeltaNet layers", "deltanet_gates", None),
     Step("delta_rule", "DeltaNet layers", "gated_delta_chunked", "gated_delta_recurrent_gates"),
