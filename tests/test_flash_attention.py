@@ -46,6 +46,17 @@ def test_every_tile_configuration_matches_the_reference(fa, bm, bn):
     assert _rel(fa.flash_attention(q, k, v, pos, SCALE, config=_config(bm, bn)), ref) < 1e-5
 
 
+def test_128_row_tiles_over_several_row_blocks(fa):
+    """The long-prompt tile (128 GQA rows x 64 keys) with several row blocks per KV head, after cached
+    tokens: 70 new tokens x 3 query heads per KV head = 210 rows, 2 blocks (a token's heads cut between
+    them), the second partial."""
+    T, S = 70, 101
+    q, k, v = _qkv(T, S)
+    pos = torch.arange(S - T, S, dtype=torch.int32, device=DEV)
+    ref = R.attention(q.double(), k.double(), v.double(), pos, SCALE)
+    assert _rel(fa.flash_attention(q, k, v, pos, SCALE, config=_config(128, 64)), ref) < 1e-5
+
+
 def test_gpu_tiles_by_prompt_length(fa):
     """The GPU's choice (computed here, run above at the same sizes): 128-row tiles for long bf16 prompts
     once they make a full wave of programs, never in fp32 (a [128, 256] fp32 tile pair would not fit)."""
