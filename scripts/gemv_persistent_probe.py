@@ -1,13 +1,15 @@
 """Can a persistent, software-pipelined GEMV beat chapter 05's one-program-per-row-block GEMV at decode?
 
     python scripts/gemv_persistent_probe.py OUTDIR     (on a GPU; PROBE_S=seconds bounds it, default 240)
+    (scripts/gpu_extra_gemv.sh runs it with the config sweep)
 
 Chapter 05's GEMV launches one program per 2 rows: 2,560 to 4,112 programs for the layer projections,
 about 1.2 to 2 waves of the GPU, each program one round trip to memory. Here a fixed grid (P programs per
 SM) walks the row blocks, whole rows in one tile (BLOCK_K >= K), x loaded once per program; the walk is a
 flat loop that Triton can software-pipeline (`tl.range(..., num_stages=STAGES)`): the next blocks'
 weights are in flight while this block is reduced. Timed as the course times (a CUDA graph over enough
-weights to pass L2) beside chapter 05's GEMV on the same inputs. Writes gemv_persistent_probe.json.
+weights to pass L2) beside chapter 05's GEMV on the same inputs. Writes
+OUTDIR/gemv_persistent_<gpu>_<date>.json.
 The tests run the kernel under the CPU interpreter (`check` below).
 """
 import json
@@ -66,8 +68,9 @@ def main(out):
     import tritonllm_course
     tritonllm_course.setup(quiet=True)
     from tritonllm_course import kernels
-    from tritonllm_course.benchmark import time_calls
+    from tritonllm_course.benchmark import results_stem, time_calls
     lin = kernels.load("linear", "solutions").module
+    path = results_stem(out, "gemv_persistent")[0].with_suffix(".json")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     budget, t0 = float(os.environ.get("PROBE_S", "240")), time.time()
     res = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "sms": sms,
@@ -105,7 +108,7 @@ def main(out):
         res["cases"].append({"N": N, "K": K, "chapter05_us": hand, "chapter05_GBps": N * K * 2 / hand / 1e3,
                              "best": best[:6], "all": rows})
         print(f"{N} x {K}: chapter 05 {hand:.2f} us; best persistent {best[0] if best else None}", flush=True)
-        json.dump(res, open(os.path.join(out, "gemv_persistent_probe.json"), "w"), indent=1)
+        path.write_text(json.dumps(res, indent=1))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 
 Rows per program 1-16, columns per step 256-2048, 8-64 elements per thread (which sets num_warps); each
 config timed as the course times (`benchmark.time_calls`: a CUDA graph over enough weights to pass L2).
-Writes gemv_sweep.json (every config; the hand-picked one of chapters 05 and 21 and the best) and a PNG.
+Writes OUTDIR/gemv_sweep_<gpu>_<date>.json (every config; the hand-picked one of chapters 05 and 21 and
+the best) and a PNG beside it.
 This sweep chose `fused_gemv_config`'s four-row programs for the norm-folded projections.
 """
 import json, os, sys, time
@@ -54,7 +55,8 @@ def main(out):
     import tritonllm_course
     tritonllm_course.setup(quiet=True)
     from tritonllm_course import kernels
-    from tritonllm_course.benchmark import time_calls
+    from tritonllm_course.benchmark import results_stem, time_calls
+    path = str(results_stem(out, "gemv_sweep")[0].with_suffix(".json"))
     lin, fus = kernels.load("linear", "solutions").module, kernels.load("fusion", "solutions").module
     budget = float(os.environ.get("SWEEP_S", "300"))
     t_start = time.time()
@@ -85,8 +87,8 @@ def main(out):
                 "best": ok[:8], "all": rows}
         results["cases"].append(case)
         print(kind, N, K, "hand", hand_row, "\n  best", ok[:4], flush=True)
-        json.dump(results, open(os.path.join(out, "gemv_sweep.json"), "w"), indent=1)
-    plot(os.path.join(out, "gemv_sweep.json"))
+        json.dump(results, open(path, "w"), indent=1)
+    plot(path)
 
 
 def plot(path):
