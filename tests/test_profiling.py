@@ -163,3 +163,10 @@ def test_decode_breakdown_on_the_gpu():
         assert slots["logits_head"]["calls"] == 1 and run.per == "prompt" and "us per prompt" in str(run)
         assert 0 < run.kernel_us <= 1.02 * run.wall_us, str(run)
     assert pre["CUDA graph"].wall_us < pre["launched op by op"].wall_us
+
+
+def test_the_gpu_script_without_a_gpu_says_why_and_fails(tmp_path, capsys, rt):
+    if rt.on_gpu:
+        pytest.skip("this machine has a GPU")
+    assert P.main(["--out", str(tmp_path)]) == 1
+    assert "needs a GPU: nothing measured" in capsys.readouterr().out and not list(tmp_path.iterdir())

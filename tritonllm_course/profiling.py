@@ -529,7 +529,7 @@ def main(argv=None) -> int:
 
     started = gpu_script(main.__doc__, argv)
     if started is None:
-        return 0
+        return 1
     args, _ = started
     stem, date = results_stem(args.out, "profile")
     result = {"gpu": torch.cuda.get_device_name(), "date": date, "dtype": "bfloat16",
