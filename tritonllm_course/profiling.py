@@ -413,6 +413,17 @@ class DecodeProfile:
         return fig
 
 
+def _check_profile(engine, name: str, cpu_hint: str, modes, count_name: str, count: int) -> None:
+    if engine.device.type != "cuda":
+        raise RuntimeError(f"{name} profiles kernels on a GPU: this engine is on {engine.device.type}; "
+                           f"on the CPU use {cpu_hint}")
+    unknown = set(modes) - {"eager", "graph"}
+    if unknown or not modes:
+        raise ValueError(f"modes must be among ('eager', 'graph'), got {modes}")
+    if count < 1:
+        raise ValueError(f"{count_name} must be >= 1, got {count}")
+
+
 def decode_breakdown(engine, steps: int = 8, prompt_len: int = 64,
                      modes: tuple[str, ...] = ("eager", "graph")) -> DecodeProfile:
     """Profile `steps` greedy decode steps of `engine` on the GPU after a `prompt_len`-token prompt, in each
@@ -422,14 +433,7 @@ def decode_breakdown(engine, steps: int = 8, prompt_len: int = 64,
     kernel times come from torch.profiler's CUDA trace, which records the kernels of graph replays too.
     Bytes per slot follow the engine's level (`slot_bytes` with its step table).
     """
-    if engine.device.type != "cuda":
-        raise RuntimeError("decode_breakdown profiles kernels on a GPU: this engine is on "
-                           f"{engine.device.type}; on the CPU use traced_calls and step_bytes")
-    unknown = set(modes) - {"eager", "graph"}
-    if unknown or not modes:
-        raise ValueError(f"modes must be among ('eager', 'graph'), got {modes}")
-    if steps < 1:
-        raise ValueError(f"steps must be >= 1, got {steps}")
+    _check_profile(engine, "decode_breakdown", "traced_calls and step_bytes", modes, "steps", steps)
     from .benchmark import ceiling_gbps
     gbps = ceiling_gbps()
     calls = traced_calls(engine, prompt_len)
@@ -457,14 +461,7 @@ def prefill_breakdown(engine, prompt_len: int = 128, runs: int = 3,
     The cache reset's memsets are part of every prompt and show as `OTHER`. No bytes per slot: a prompt's
     traffic depends on its length and tiles (the weights once, plus activations).
     """
-    if engine.device.type != "cuda":
-        raise RuntimeError("prefill_breakdown profiles kernels on a GPU: this engine is on "
-                           f"{engine.device.type}; on the CPU use traced_prefill_calls")
-    unknown = set(modes) - {"eager", "graph"}
-    if unknown or not modes:
-        raise ValueError(f"modes must be among ('eager', 'graph'), got {modes}")
-    if runs < 1:
-        raise ValueError(f"runs must be >= 1, got {runs}")
+    _check_profile(engine, "prefill_breakdown", "traced_prefill_calls", modes, "runs", runs)
     calls = traced_prefill_calls(engine, prompt_len)
     per_slot = slot_kernels(engine, "prefill")
     ids = _prompt(engine, prompt_len)
