@@ -595,8 +595,7 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
     T, H, HV, DK, DV = validate.delta_rule_qkv(q, k, v, max_head_dim=256)   # chapter 15's limits
     for x, name in ((a, "a"), (b, "b")):
         validate.tensor(x, name, dtype=validate.FLOATS, shape=(T, HV), contiguous=False)
-        if x.stride(1) != 1:
-            raise ValueError(f"{name} must be contiguous within each token, got strides {x.stride()}")
+        validate.token_rows(x, name)
     validate.tensor(A_log, "A_log", dtype=validate.FLOATS, shape=(HV,))
     validate.tensor(dt_bias, "dt_bias", dtype=validate.FLOATS, shape=(HV,))
     if initial_state is not None:
@@ -632,8 +631,7 @@ def gated_norm_linear_residual(x: torch.Tensor, z: torch.Tensor, norm_weight: to
     if DV & (DV - 1):
         raise ValueError(f"x's head dim {DV} must be a power of two (the kernel splits a tile into heads)")
     validate.tensor(z, "z", dtype=x.dtype, shape=(T, HV, DV), contiguous=False)
-    if z.stride(2) != 1 or (HV > 1 and z.stride(1) != DV):
-        raise ValueError(f"z must be contiguous within each token, got strides {z.stride()}")
+    validate.token_rows(z, "z")
     _check_norm(norm_weight, DV, eps)
     K = validate.projection(x.view(T, HV * DV), weight, "weight")                     # [T, heads * DV]
     N = weight.shape[0]

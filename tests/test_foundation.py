@@ -240,6 +240,17 @@ def test_device_range_names_the_value_and_cpu_tensors_are_always_checked():
     validate.device_range(torch.tensor([0, 7]), 0, 7, "position")
 
 
+def test_token_rows_accepts_column_slices_only():
+    from tritonllm_course import validate
+    merged = torch.zeros(5, 40)
+    validate.token_rows(merged[:, 8:24].view(5, 2, 8), "q")                 # a column slice, as heads
+    validate.token_rows(merged[:, 3:4], "b")                                 # one column: no inner stride
+    validate.token_rows(torch.zeros(5, 1, 8)[:, :, :8], "k")
+    for bad in (merged[:, ::2], torch.zeros(5, 8, 2).transpose(1, 2), merged[:, :16].view(5, 8, 2)[:, :, :1]):
+        with pytest.raises(ValueError, match="x must be contiguous within each token"):
+            validate.token_rows(bad, "x")
+
+
 def test_colab_links_come_from_the_one_constant(capsys):
     from tritonllm_course.colab import colab_url
     assert colab_url("01_triton_basics.ipynb", "https://github.com/o/r.git") == \

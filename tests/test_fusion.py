@@ -202,6 +202,14 @@ def test_bad_input_is_named():
         FUSION.residual_rms_norm(x, x, nw, h_out=torch.empty(2, 64, dtype=torch.float16, device=RT.device))
     with pytest.raises(ValueError, match="contiguous"):
         FUSION.residual_rms_norm(randn(64, 2).t(), x, nw)
+    # the decode kernels that read views of the in-projection's output: token rows, each contiguous
+    q, v = randn(1, 2, 16), randn(1, 4, 16)
+    ab, A_log = randn(1, 8), randn(4)
+    with pytest.raises(ValueError, match="a must be contiguous within each token"):
+        FUSION.gated_delta_rule_recurrent_gates(q, q, v, ab[:, ::2], ab[:, :4], A_log, A_log)
+    with pytest.raises(ValueError, match="z must be contiguous within each token"):
+        FUSION.gated_norm_linear_residual(v, randn(1, 16, 4).transpose(1, 2), _norm_weight(16),
+                                          _weights(8, 64), randn(1, 8))
 
 
 # GPU ------------------------------------------------------------------------------------------------

@@ -122,6 +122,18 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: tor
     return T, H, D, S, KV, device
 
 
+def token_rows(x: torch.Tensor, name: str) -> None:
+    """x [T, ...]: each token's block x[t] contiguous, tokens at any stride (a column slice of one
+    projection's output is). The last dim must have stride 1; an inner dim of more than one element,
+    the product of the sizes after it."""
+    inner = 1
+    for dim in range(x.dim() - 1, 0, -1):
+        if x.stride(dim) != inner and (dim == x.dim() - 1 or x.shape[dim] > 1):
+            raise ValueError(f"{name} must be contiguous within each token (shape {list(x.shape)}), got strides "
+                             f"{x.stride()}; call .contiguous() first")
+        inner *= x.shape[dim]
+
+
 def delta_rule_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, max_head_dim: int):
     """Inputs of the gated delta rule: q, k [T, H, DK] in one float dtype, v [T, HV, DV] float, HV a
     multiple of H, head dims up to max_head_dim. Tokens may be strided (views of one projection), each
@@ -133,9 +145,7 @@ def delta_rule_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, max_head_d
     HV, DV = v.shape[1:]
     tensor(v, "v", shape=(T, None, None), contiguous=False)
     for x, name in ((q, "q"), (k, "k"), (v, "v")):
-        if x.stride(2) != 1 or (x.shape[1] > 1 and x.stride(1) != x.shape[2]):
-            raise ValueError(f"{name} must be contiguous within each token (strides (*, {x.shape[2]}, 1)), "
-                             f"got strides {x.stride()}; call .contiguous() first")
+        token_rows(x, name)
     if T == 0:
         raise ValueError("q has no tokens (T = 0)")
     if HV % H:
