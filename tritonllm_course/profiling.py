@@ -329,23 +329,29 @@ def _profile_mode(engine, graph: bool, tokens: int, prompt_len: int, calls: list
                   per_slot: dict[str, set[str]], nbytes: dict[str, int], gbps: float) -> Breakdown:
     engine.use_graph = graph
     _ready_for_decode(engine, prompt_len, 2 + 2 * tokens)
-    for _ in range(2):                          # compile, autotune and capture before anything is timed
-        engine.decode()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(tokens):                     # as the engine streams: one host read of the token each
-        engine.decode()
-        int(engine.counters.ids[0])
-    wall_us = (time.perf_counter() - t0) * 1e6 / tokens
-    names, durations = _device_trace(lambda: _decode_and_read(engine), tokens)
-    kernels, slots = _tables(names, durations, attribute(names, calls, per_slot, tokens), tokens, nbytes, gbps)
-    mode = "CUDA graph" if graph else "launched op by op"
-    return Breakdown(mode, tokens, wall_us, kernels, slots)
+    return _breakdown(lambda: _decode_and_read(engine), tokens, graph, calls, per_slot, nbytes, gbps)
 
 
 def _decode_and_read(engine) -> None:
+    """One decode step as the engine streams: the token read by the host."""
     engine.decode()
     int(engine.counters.ids[0])
+
+
+def _breakdown(run, times: int, graph: bool, calls: list[str], per_slot: dict[str, set[str]],
+               nbytes: dict[str, int], gbps: float, per: str = "token") -> Breakdown:
+    """`run` twice untimed (compile, autotune, capture), `times` times on the wall clock, then `times`
+    times under the profiler, each of its kernels attributed to a slot: one call of `run` is one `per`."""
+    for _ in range(2):
+        run()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(times):
+        run()
+    wall_us = (time.perf_counter() - t0) * 1e6 / times
+    names, durations = _device_trace(run, times)
+    kernels, slots = _tables(names, durations, attribute(names, calls, per_slot, times), times, nbytes, gbps)
+    return Breakdown("CUDA graph" if graph else "launched op by op", times, wall_us, kernels, slots, per=per)
 
 
 def _device_trace(run, times: int) -> tuple[list[str], list[float]]:
@@ -474,18 +480,9 @@ def prefill_breakdown(engine, prompt_len: int = 128, runs: int = 3,
     use_graph, out = engine.use_graph, {}
     try:
         for mode in modes:
-            engine.use_graph = mode == "graph"
-            for _ in range(2):                  # compile, autotune and capture (at a chunk's second use)
-                one_prompt()
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(runs):
-                one_prompt()
-            wall_us = (time.perf_counter() - t0) * 1e6 / runs
-            names, durations = _device_trace(one_prompt, runs)
-            kernels, slots = _tables(names, durations, attribute(names, calls, per_slot, runs), runs, {}, 1.0)
-            name = "CUDA graph" if mode == "graph" else "launched op by op"
-            out[name] = Breakdown(name, runs, wall_us, kernels, slots, per="prompt")
+            engine.use_graph = mode == "graph"      # a chunk is captured at its second use: in the warm-up
+            b = _breakdown(one_prompt, runs, engine.use_graph, calls, per_slot, {}, 1.0, per="prompt")
+            out[b.mode] = b
     finally:
         engine.use_graph = use_graph
         engine.reset()

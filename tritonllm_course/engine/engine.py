@@ -409,8 +409,7 @@ class Engine:
             if graph is not None:
                 graph()
             else:
-                with validate.no_device_checks():   # ids and lengths were checked above, once
-                    self._prefill_fn(self.prefill_act.take(T), self.prefill_ids[:T], self.length, last=last)
+                self._prefill_unchecked(T, self.length, last)
             self.length += T
         ctr = self.counters
         ctr.set(self.length, seed % 2**31)
@@ -436,12 +435,9 @@ class Engine:
         if self._prefill_seen[key] < 2:
             return None
 
-        def step():
-            with validate.no_device_checks():
-                self._prefill_fn(self.prefill_act.take(T), self.prefill_ids[:T], start, last=last)
-
         try:
-            self._prefill_graphs[key] = GraphedStep(step, self._cache_tensors(), warmup=1)
+            self._prefill_graphs[key] = GraphedStep(lambda: self._prefill_unchecked(T, start, last),
+                                                    self._cache_tensors(), warmup=1)
         except RuntimeError as e:   # an op that cannot be captured (a swapped-in kernel that syncs, say)
             warnings.warn(f"prompt chunks run op by op from now on: capturing one failed ({e})")
             self.prefill_graph = False
@@ -449,6 +445,12 @@ class Engine:
         if len(self._prefill_graphs) > self.PREFILL_GRAPHS:
             self._prefill_graphs.popitem(last=False)
         return self._prefill_graphs[key]
+
+    def _prefill_unchecked(self, T: int, start: int, last: bool) -> None:
+        """The chunk of T ids in `prefill_ids` at `start`, without the kernels' host-side range checks: the
+        ids and lengths were checked once, in `prefill`."""
+        with validate.no_device_checks():
+            self._prefill_fn(self.prefill_act.take(T), self.prefill_ids[:T], start, last=last)
 
     def _cache_tensors(self) -> list[torch.Tensor]:
         """What a step updates in place and a graph's warm-up must put back: the KV cache, the conv and
