@@ -4,8 +4,9 @@ Gates, per (token, value head):
     beta = sigmoid(b)                                   the write strength, in (0, 1)
     g    = -exp(A_log) * softplus(a + dt_bias)          the log-decay (<= 0), fp32: exp(g) scales the state
 One program handles BLOCK consecutive elements of the flat [T * HV] arrays; the head of element i is
-i % HV (A_log and dt_bias are per head). T * HV is 16 at decode and 2,048 at a 128-token prefill: this
-kernel is launch-bound at any real size, so it is written for one launch and nothing else.
+i % HV (A_log and dt_bias are per head), its token i // HV (b and a may be column slices of a wider
+projection output: read at their token strides). T * HV is 16 at decode and 2,048 at a 128-token
+prefill: this kernel is launch-bound at any real size, so it is written for one launch and nothing else.
 
 L2 norm, per (token, key head) row of 128:
     q <- q / sqrt(sum(q^2) + eps) * D^-0.5,   k <- k / sqrt(sum(k^2) + eps)
@@ -27,10 +28,11 @@ from tritonllm_course.triton_helpers import l2_normalize_rows, sigmoid, softplus
 
 
 @triton.jit
-def deltanet_gates_kernel(b_ptr, a_ptr, A_log_ptr, dt_bias_ptr, beta_ptr, g_ptr, n, HV,
+def deltanet_gates_kernel(b_ptr, a_ptr, A_log_ptr, dt_bias_ptr, beta_ptr, g_ptr, n, HV, sb, sa,
                           BLOCK: tl.constexpr):
-    # BEGIN EXERCISE: flat indices i < n = T * HV and their head i % HV; load b, a, A_log[head], dt_bias[head] as fp32; store beta = sigmoid(b) (beta's dtype) and g = -exp(A_log) * softplus(a + dt_bias) (fp32)
-    raise NotImplementedError("exercise deltanet_gates.py line 33: not implemented yet")
+    """Flat outputs [T * HV]; b and a are read at token stride sb and sa (views into a wider projection)."""
+    # BEGIN EXERCISE: flat indices i < n = T * HV, their token i // HV and head i % HV; load b[token, head], a[token, head] (token strides sb, sa), A_log[head], dt_bias[head] as fp32; store beta = sigmoid(b) (beta's dtype) and g = -exp(A_log) * softplus(a + dt_bias) (fp32) at i
+    raise NotImplementedError("exercise deltanet_gates.py line 35: not implemented yet")
     # END EXERCISE
 
 
@@ -38,7 +40,7 @@ def deltanet_gates_kernel(b_ptr, a_ptr, A_log_ptr, dt_bias_ptr, beta_ptr, g_ptr,
 def l2norm_block(src_ptr, stride_t, stride_h, dst_ptr, r, d, rows, H, D, scale, eps):
     """Rows r [BLOCK_R] (row = token * H + head) of a [T, H, D] view: L2-normalise, scale, store contiguous."""
     # BEGIN EXERCISE: token r // H and head r % H give the source offsets; load [BLOCK_R, BLOCK_D] as fp32 (mask rows >= rows, d >= D); divide each row by sqrt(sum of squares + eps) (l2_normalize_rows), times scale; store at r * D + d
-    raise NotImplementedError("exercise deltanet_gates.py line 41: not implemented yet")
+    raise NotImplementedError("exercise deltanet_gates.py line 43: not implemented yet")
     # END EXERCISE
 
 
@@ -58,14 +60,18 @@ def deltanet_gates(b: torch.Tensor, a: torch.Tensor, A_log: torch.Tensor, dt_bia
                    beta: torch.Tensor | None = None, g: torch.Tensor | None = None):
     """beta = sigmoid(b) and g = -exp(A_log) * softplus(a + dt_bias) for every (token, value head).
 
-    b, a:    [T, HV] float, contiguous (in_proj_b and in_proj_a outputs), one dtype
+    b, a:    [T, HV] float, one dtype (in_proj_b and in_proj_a outputs); each head's values contiguous,
+             any token stride (column slices of the merged in-projection's output are fine)
     A_log:   [HV] float (fp32 in the checkpoint); dt_bias: [HV] float; both read as fp32
     beta:    [T, HV] in b's dtype;  g: [T, HV] fp32 (a chunk sums 64 of them: keep them exact)
     returns (beta, g).
     """
-    validate.tensor(b, "b", dtype=validate.FLOATS, ndim=2)
-    validate.tensor(a, "a", dtype=b.dtype, shape=tuple(b.shape))
+    validate.tensor(b, "b", dtype=validate.FLOATS, ndim=2, contiguous=False)
+    validate.tensor(a, "a", dtype=b.dtype, shape=tuple(b.shape), contiguous=False)
     T, HV = b.shape
+    for name, t in (("b", b), ("a", a)):
+        if t.stride(1) != 1 and HV > 1:
+            raise ValueError(f"{name} must have contiguous heads (stride 1 along dim 1), got strides {t.stride()}")
     validate.tensor(A_log, "A_log", dtype=validate.FLOATS, shape=(HV,))
     validate.tensor(dt_bias, "dt_bias", dtype=validate.FLOATS, shape=(HV,))
     device = validate.same_device(b=b, a=a, A_log=A_log, dt_bias=dt_bias)
@@ -75,8 +81,8 @@ def deltanet_gates(b: torch.Tensor, a: torch.Tensor, A_log: torch.Tensor, dt_bia
     if n == 0:
         return beta, g
     block = min(1024, triton.next_power_of_2(n))
-    deltanet_gates_kernel[(triton.cdiv(n, block),)](b, a, A_log, dt_bias, beta, g, n, HV, BLOCK=block,
-                                                     num_warps=4)
+    deltanet_gates_kernel[(triton.cdiv(n, block),)](b, a, A_log, dt_bias, beta, g, n, HV, b.stride(0),
+                                                     a.stride(0), BLOCK=block, num_warps=4)
     return beta, g
 
 

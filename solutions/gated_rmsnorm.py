@@ -20,15 +20,19 @@ from tritonllm_course.triton_helpers import silu
 
 
 @triton.jit
-def gated_rms_norm_kernel(x_ptr, z_ptr, w_ptr, out_ptr, rows, D, eps,
+def gated_rms_norm_kernel(x_ptr, z_ptr, w_ptr, out_ptr, rows, D, eps, HEADS, sz,
                           BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
-    # BEGIN SOLUTION: a [BLOCK_R, BLOCK_D] tile of rows (mask rows >= rows and d >= D); x, z, w as fp32; y = x * rsqrt(mean(x^2) + eps) * w * silu(z); store in out's dtype
+    """x, out: [rows, D] contiguous; z: row r at (r // HEADS) * sz + (r % HEADS) * D (a token's HEADS rows
+    contiguous, tokens sz apart: a column slice of the merged in-projection's output)."""
+    # BEGIN SOLUTION: a [BLOCK_R, BLOCK_D] tile of rows (mask rows >= rows and d >= D); x, z (at its token stride), w as fp32; y = x * rsqrt(mean(x^2) + eps) * w * silu(z); store in out's dtype
     r = tl.program_id(0) * BLOCK_R + tl.arange(0, BLOCK_R)                      # [BLOCK_R] rows
     d = tl.arange(0, BLOCK_D)                                                   # [BLOCK_D]
     mask = (r < rows)[:, None] & (d < D)[None, :]
-    offsets = r.to(tl.int64)[:, None] * D + d[None, :]
+    r64 = r.to(tl.int64)
+    offsets = r64[:, None] * D + d[None, :]
+    z_rows = (r64 // HEADS) * sz + (r64 % HEADS) * D                             # [BLOCK_R]
     x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
-    z = tl.load(z_ptr + offsets, mask=mask, other=0.0).to(tl.float32)
+    z = tl.load(z_ptr + z_rows[:, None] + d[None, :], mask=mask, other=0.0).to(tl.float32)
     w = tl.load(w_ptr + d, mask=d < D, other=0.0).to(tl.float32)
     inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)                         # [BLOCK_R]
     y = x * inv_rms[:, None] * w[None, :] * silu(z)
@@ -41,14 +45,17 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
     """DeltaNet output norm: out = x / rms(x) * weight * silu(z) over the last dim.
 
     x:      [..., D] float, contiguous (the delta rule's output, [T, HV, 128] in the model)
-    z:      x's shape and dtype, contiguous (the output gate from in_proj_z)
+    z:      x's shape and dtype (the output gate from in_proj_z); contiguous within a token (z[0]),
+            any token stride: a column slice of the merged in-projection's output, viewed [T, HV, 128]
     weight: [D] float, a plain scale (any float dtype: fp32 in the checkpoint), read as fp32
     out:    x's shape and dtype. Statistics and products in fp32, one rounding at the end.
     """
     validate.tensor(x, "x", dtype=validate.FLOATS)
     if x.dim() == 0:
         raise ValueError("x must have at least one dim (the one normalised)")
-    validate.tensor(z, "z", dtype=x.dtype, shape=tuple(x.shape))
+    validate.tensor(z, "z", dtype=x.dtype, shape=tuple(x.shape), contiguous=False)
+    if not (z.is_contiguous() or (z.dim() >= 2 and z[0].is_contiguous())):
+        raise ValueError(f"z must be contiguous within a token (z[0]), any token stride; got strides {z.stride()}")
     D = x.shape[-1]
     validate.tensor(weight, "weight", dtype=validate.FLOATS, shape=(D,))
     if not eps > 0:
@@ -61,6 +68,8 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
     block_d = triton.next_power_of_2(D)
     block_r = min(triton.next_power_of_2(rows), max(1, 1024 // block_d))    # 8 rows of 128 per program
     num_warps = min(8, max(1, block_r * block_d // 256))                    # 8 elements per thread
-    gated_rms_norm_kernel[(triton.cdiv(rows, block_r),)](x, z, weight, out, rows, D, eps,
+    # a token's rows (z[0]) and the token stride; a contiguous z is one "token" of all its rows
+    heads, sz = (rows, 0) if z.is_contiguous() else (z[0].numel() // D, z.stride(0))
+    gated_rms_norm_kernel[(triton.cdiv(rows, block_r),)](x, z, weight, out, rows, D, eps, heads, sz,
                                                          BLOCK_R=block_r, BLOCK_D=block_d, num_warps=num_warps)
     return out

@@ -36,6 +36,21 @@ def test_gates_match_transformers_layer_parameters(dtype, tol):
     assert rel(beta, beta_hf) < tol and rel(g, g_hf) < 1e-6
 
 
+def test_gates_read_column_slices_of_the_merged_projection():
+    """b and a as the engine's prefill passes them: column slices of one [T, width] projection output,
+    odd widths and offsets; the outputs are contiguous and equal those of contiguous copies."""
+    T, HV = 11, 5
+    merged = randn(T, 3 * HV + 7, scale=3.0)                           # [.. | b | a | ..] per token
+    b, a = merged[:, 4:4 + HV], merged[:, 4 + HV + 2:4 + 2 * HV + 2]
+    assert not b.is_contiguous() and b.stride() == (3 * HV + 7, 1)
+    A_log, dt_bias = randn(HV, seed=2), randn(HV, seed=3)
+    beta, g = gates(b, a, A_log, dt_bias)
+    beta_ref, g_ref = hf_gates(b, a, A_log, dt_bias)
+    assert beta.is_contiguous() and rel(beta, beta_ref) < 1e-6 and rel(g, g_ref) < 1e-6
+    with pytest.raises(ValueError, match="b must have contiguous heads"):
+        gates(merged[:, :2 * HV:2], a, A_log, dt_bias)
+
+
 def test_softplus_is_safe_for_large_inputs_in_fp16():
     """exp(a) overflows fp16 from a = 11.1 and fp32 from a = 88.7: the kernel must stay finite and exact."""
     a = torch.tensor([[-80.0, -20.0, 0.0, 11.5, 25.0, 90.0, 1000.0]], device=RT.device)

@@ -31,6 +31,22 @@ def test_matches_transformers_module(dtype, tol):
     assert rel(y, norm(x.reshape(-1, 32), z.reshape(-1, 32)).reshape(5, 4, 32)) < tol
 
 
+def test_z_as_a_column_slice_of_the_merged_projection():
+    """z as the engine's prefill passes it: columns of one [T, width] projection output viewed
+    [T, HV, D], at an odd offset, and a 2D [T, D] slice: both match the fp64 reference."""
+    T, HV, D = 7, 3, 32
+    merged = randn(T, HV * D + 45)
+    z = merged[:, 13:13 + HV * D].view(T, HV, D)                        # strides (HV * D + 45, D, 1)
+    x, w = randn(T, HV, D, seed=1), 1 + randn(D, scale=0.1, seed=2)
+    assert not z.is_contiguous()
+    assert rel(gated_rms_norm(x, z, w), R.gated_rms_norm(x.double(), z.double(), w.double())) < 1e-6
+    with pytest.raises(ValueError, match="z must be contiguous within a token"):
+        gated_rms_norm(x, randn(T, D, HV).transpose(1, 2), w)
+    z2 = merged[:, 5:5 + D]                                               # 2D: [T, D] rows, strided
+    x2 = randn(T, D, seed=3)
+    assert rel(gated_rms_norm(x2, z2, w), R.gated_rms_norm(x2.double(), z2.double(), w.double())) < 1e-6
+
+
 def test_zero_centred_weight_fails_the_check():
     """The DeltaNet norm multiplies by w itself (init 1), not by 1 + w like the other norms of Qwen3.5."""
     slot = get("gated_rmsnorm")

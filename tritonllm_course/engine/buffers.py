@@ -18,21 +18,26 @@ import torch
 from ..config import Qwen35Config
 
 
+WHOLE_AT_PREFILL = ("dn",)   # projection groups whose prompt output is one merged buffer (see Activations)
+
+
 class Activations:
     """The intermediate tensors of one forward over up to `rows` tokens, each [rows, ...].
 
-    The merged projections' outputs: with rows = 1 (decode) one buffer per group, whose pieces are
-    contiguous column slices; with more rows (prefill) one buffer per piece, because a column slice of
-    a [T, N] matrix is strided and the next kernels want contiguous inputs.
+    The merged projections' outputs: one buffer per group [rows, total width], written by one GEMM,
+    whose pieces are column views (contiguous when rows = 1), for the groups in `whole_groups` and for
+    every group at decode; otherwise one buffer per piece, one GEMM each, because a column slice of a
+    [T, N] matrix is strided and not every kernel after it takes strided rows. The DeltaNet's do (its
+    conv, gates and gated norm read their pieces at a token stride): `WHOLE_AT_PREFILL`.
     stream_dtype: the residual stream x's (fp32 in fp16 mode, with the fp32 scratch h_wide); default dtype.
     """
 
     def __init__(self, config: Qwen35Config, rows: int, dtype, device, merged_widths: dict[str, dict[str, int]],
-                 stream_dtype=None):
+                 stream_dtype=None, whole_groups=()):
         c = config
         self.rows = rows
         self.tensors: dict[str, torch.Tensor] = {}
-        self.merged: dict[str, torch.Tensor] = {}     # decode only: group -> [1, total width]
+        self.merged: dict[str, torch.Tensor] = {}     # group -> [rows, total width], its pieces views into it
 
         def add(name, *shape, dt=dtype):
             self.tensors[name] = torch.empty(rows, *shape, dtype=dt, device=device)
@@ -48,12 +53,12 @@ class Activations:
         add("gate_up", 2 * c.intermediate_size)
         add("act", c.intermediate_size)
         for group, widths in merged_widths.items():
-            if rows == 1:
-                buf = torch.empty(1, sum(widths.values()), dtype=dtype, device=device)
+            if rows == 1 or group in whole_groups:
+                buf = torch.empty(rows, sum(widths.values()), dtype=dtype, device=device)
                 self.merged[group] = buf
                 start = 0
                 for piece, width in widths.items():
-                    self.tensors[f"{group}.{piece}"] = buf[:, start:start + width]     # contiguous: one row
+                    self.tensors[f"{group}.{piece}"] = buf[:, start:start + width]     # [rows, width] view
                     start += width
             else:
                 for piece, width in widths.items():
@@ -74,13 +79,15 @@ class Activations:
             add("dnorm", c.linear_num_value_heads, c.linear_value_head_dim)
 
     def take(self, T: int) -> SimpleNamespace:
-        """Views of the first T rows of every tensor; names with a dot become `group_piece`."""
+        """Views of the first T rows of every tensor; names with a dot become `group_piece`, a merged
+        group's whole buffer is `group_merged`."""
         if not 0 < T <= self.rows:
             raise ValueError(f"{T} rows asked of activations sized for {self.rows}")
-        return SimpleNamespace(**{n.replace(".", "_"): t[:T] for n, t in self.tensors.items()})
+        return SimpleNamespace(**{n.replace(".", "_"): t[:T] for n, t in self.tensors.items()},
+                               **{f"{g}_merged": b[:T] for g, b in self.merged.items()})
 
     def nbytes(self) -> int:
-        views = {n for n in self.tensors if "." in n and self.merged}
+        views = {n for n in self.tensors if n.split(".")[0] in self.merged and "." in n}
         return (sum(t.numel() * t.element_size() for n, t in self.tensors.items() if n not in views)
                 + sum(t.numel() * t.element_size() for t in self.merged.values()))
 

@@ -49,7 +49,7 @@ from .. import validate
 from ..config import Qwen35Config
 from ..model.cache import Qwen35Cache
 from ..weights import check_weights, load_weights, random_weights
-from .buffers import Activations, Counters
+from .buffers import WHOLE_AT_PREFILL, Activations, Counters
 from .graph import GraphedStep
 from .merged import merge_weights
 from .ops import OpTable
@@ -104,7 +104,8 @@ class Engine:
         self.prefill_chunk = min(prefill_chunk, max_seq_len)
         self.wide_stream = self.residual_dtype != self.dtype
         self.decode_act = Activations(c, 1, self.dtype, self.device, widths, self.residual_dtype)
-        self.prefill_act = Activations(c, self.prefill_chunk, self.dtype, self.device, widths, self.residual_dtype)
+        self.prefill_act = Activations(c, self.prefill_chunk, self.dtype, self.device, widths, self.residual_dtype,
+                                       whole_groups=WHOLE_AT_PREFILL)
         self.unit_norm = torch.zeros(c.hidden_size, dtype=self.dtype, device=self.device)   # 1 + 0: scale only
         self._decode_views = self.decode_act.take(1)
         self.counters = Counters(c.vocab_size, self.dtype, self.device)
@@ -269,10 +270,7 @@ class Engine:
         self._embed(op, ids, a)
         for i, layer in enumerate(w.layers):
             self._norm(op.ln1, a.x, layer.ln1, a.h, wide)
-            group = "attn" if layer.kind == "full_attention" else "dn"
-            proj = op.attn_in_proj if group == "attn" else op.dn_in_proj
-            for name in layer.mixer_in.pieces:                                    # one GEMM per piece
-                proj(x=a.h, weight=layer.mixer_in.piece(name), out=getattr(a, f"{group}_{name}"))
+            group = self._prefill_in_proj(op, a, layer)
             if group == "attn":
                 self._attention(op, a, i, layer, T, pos, start)
             else:
@@ -281,6 +279,19 @@ class Engine:
         if last:
             self._norm(op.final_norm, a.x[T - 1:], w.norm, self.final, None if wide is None else wide[T - 1:])
             op.lm_head(x=self.final, weight=w.lm_head, out=self.counters.logits)
+
+    def _prefill_in_proj(self, op, a, layer) -> str:
+        """A prompt's merged in-projection of a.h: one GEMM into the group's whole buffer where its pieces
+        are read as column views (the DeltaNet's), else one GEMM per piece. Returns the group."""
+        group = "attn" if layer.kind == "full_attention" else "dn"
+        proj = op.attn_in_proj if group == "attn" else op.dn_in_proj
+        whole = getattr(a, f"{group}_merged", None)
+        if whole is not None:
+            proj(x=a.h, weight=layer.mixer_in.weight, out=whole)                  # [T, total width]
+        else:
+            for name in layer.mixer_in.pieces:                                    # one GEMM per piece
+                proj(x=a.h, weight=layer.mixer_in.piece(name), out=getattr(a, f"{group}_{name}"))
+        return group
 
     # the fused level ---------------------------------------------------------------------------------
     def _fused_mlp(self, op, a, layer, final_norm: torch.Tensor | None) -> None:
@@ -355,12 +366,9 @@ class Engine:
         wide = getattr(a, "h_wide", None)
         self._embed(op, ids, a)
         for i, layer in enumerate(w.layers):
-            group = "attn" if layer.kind == "full_attention" else "dn"
-            proj = op.attn_in_proj if group == "attn" else op.dn_in_proj
-            # ln1 as its own kernel at prefill (ops.py says why): one normalised x for the four GEMMs
+            # ln1 as its own kernel at prefill (ops.py says why): one normalised x for the GEMMs
             self._norm(op.ln1, a.x, layer.ln1, a.h, wide)
-            for name in layer.mixer_in.pieces:                                    # one GEMM per piece
-                proj(x=a.h, weight=layer.mixer_in.piece(name), out=getattr(a, f"{group}_{name}"))
+            group = self._prefill_in_proj(op, a, layer)
             if group == "attn":
                 self._attention(op, a, i, layer, T, pos, start)
             else:
