@@ -69,9 +69,8 @@ def deltanet_gates(b: torch.Tensor, a: torch.Tensor, A_log: torch.Tensor, dt_bia
     validate.tensor(b, "b", dtype=validate.FLOATS, ndim=2, contiguous=False)
     validate.tensor(a, "a", dtype=b.dtype, shape=tuple(b.shape), contiguous=False)
     T, HV = b.shape
-    for name, t in (("b", b), ("a", a)):
-        if t.stride(1) != 1 and HV > 1:
-            raise ValueError(f"{name} must have contiguous heads (stride 1 along dim 1), got strides {t.stride()}")
+    validate.token_rows(b, "b")
+    validate.token_rows(a, "a")
     validate.tensor(A_log, "A_log", dtype=validate.FLOATS, shape=(HV,))
     validate.tensor(dt_bias, "dt_bias", dtype=validate.FLOATS, shape=(HV,))
     device = validate.same_device(b=b, a=a, A_log=A_log, dt_bias=dt_bias)

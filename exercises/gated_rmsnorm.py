@@ -42,9 +42,9 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
     validate.tensor(x, "x", dtype=validate.FLOATS)
     if x.dim() == 0:
         raise ValueError("x must have at least one dim (the one normalised)")
-    validate.tensor(z, "z", dtype=x.dtype, shape=tuple(x.shape), contiguous=False)
-    if not (z.is_contiguous() or (z.dim() >= 2 and z[0].is_contiguous())):
-        raise ValueError(f"z must be contiguous within a token (z[0]), any token stride; got strides {z.stride()}")
+    validate.tensor(z, "z", dtype=x.dtype, shape=tuple(x.shape), contiguous=z.dim() < 2)
+    if not z.is_contiguous():
+        validate.token_rows(z, "z")         # tokens at any stride (z[0], a token's rows, contiguous)
     D = x.shape[-1]
     validate.tensor(weight, "weight", dtype=validate.FLOATS, shape=(D,))
     if not eps > 0:

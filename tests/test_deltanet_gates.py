@@ -47,7 +47,7 @@ def test_gates_read_column_slices_of_the_merged_projection():
     beta, g = gates(b, a, A_log, dt_bias)
     beta_ref, g_ref = hf_gates(b, a, A_log, dt_bias)
     assert beta.is_contiguous() and rel(beta, beta_ref) < 1e-6 and rel(g, g_ref) < 1e-6
-    with pytest.raises(ValueError, match="b must have contiguous heads"):
+    with pytest.raises(ValueError, match="b must be contiguous within each token"):
         gates(merged[:, :2 * HV:2], a, A_log, dt_bias)
 
 

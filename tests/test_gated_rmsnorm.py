@@ -40,7 +40,7 @@ def test_z_as_a_column_slice_of_the_merged_projection():
     x, w = randn(T, HV, D, seed=1), 1 + randn(D, scale=0.1, seed=2)
     assert not z.is_contiguous()
     assert rel(gated_rms_norm(x, z, w), R.gated_rms_norm(x.double(), z.double(), w.double())) < 1e-6
-    with pytest.raises(ValueError, match="z must be contiguous within a token"):
+    with pytest.raises(ValueError, match="z must be contiguous within each token"):
         gated_rms_norm(x, randn(T, D, HV).transpose(1, 2), w)
     z2 = merged[:, 5:5 + D]                                               # 2D: [T, D] rows, strided
     x2 = randn(T, D, seed=3)
