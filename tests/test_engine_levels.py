@@ -173,8 +173,9 @@ def test_bad_levels_and_slots_are_named(model):
     ref, _ = model
     with pytest.raises(ValueError, match="level must be one of"):
         Engine.from_model(ref, max_seq_len=8, level="fastest")
-    with pytest.raises(KeyError, match="level 'fused' has no slot \\['ln2'\\]"):
-        Engine.from_model(ref, max_seq_len=8, level="fused", default_source="reference", sources={"ln2": "solutions"})
+    with pytest.raises(KeyError, match="level 'fused' has no slot \\['swish_mult.merged'\\]"):
+        Engine.from_model(ref, max_seq_len=8, level="fused", default_source="reference",
+                          sources={"swish_mult.merged": "solutions"})
 
 
 def test_bench_systems_levels_and_kernel_column(tmp_path):
@@ -191,7 +192,8 @@ def test_bench_systems_levels_and_kernel_column(tmp_path):
     result["levels"] = bench.levels_markdown()
     md = bench.markdown(result)
     assert "| o_proj | `attn_out_proj.prefill` / `attn_out_proj` | `attn_out_proj.prefill` / `splitk_gemv` |" in md
-    assert "| ln2 | `ln2` / `ln2` | - |" in md and "| mlp | - | `fused_gate_up_silu.ln2` /" in md
+    assert "| ln2 | `ln2` / `ln2` | `ln2` / - |" in md
+    assert "| mlp | - | `fused_gate_up_silu.merged` / `fused_gate_up_silu.ln2` |" in md
 
 
 # --- GPU: real shapes -----------------------------------------------------------------------------------------

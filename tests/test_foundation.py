@@ -288,3 +288,14 @@ def test_the_persistent_gemv_probe_computes_the_gemv(rt):
         pytest.skip("checked on the GPU by the probe itself (check_rel_err in its JSON)")
     probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "gemv_persistent_probe.py"))
     assert probe["check"]() < 1e-6
+
+
+def test_the_prefill_probes_split_k_gemm_is_right_and_deterministic(rt):
+    """The split-K GEMM + residual of scripts/prefill_probe.py (timed on a GPU only): under the interpreter,
+    odd shapes, in place, two calls bit-identical (the per-tile counters reset themselves)."""
+    import runpy
+    if rt.mode == "gpu":
+        pytest.skip("checked on the GPU by the probe itself (check in its JSON)")
+    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "prefill_probe.py"))
+    err, same = probe["check"]()
+    assert err < 1e-6 and same

@@ -70,8 +70,12 @@ class Activations:
             add("gated", c.num_attention_heads * c.head_dim)
         if c.linear_layers:
             f32 = torch.float32
-            add("dq", c.linear_num_key_heads, c.linear_key_head_dim, dt=f32)   # L2-normed: the rule reads fp32
-            add("dk", c.linear_num_key_heads, c.linear_key_head_dim, dt=f32)
+            # the L2-normed q and k: fp32 for the recurrent rule (decode), which reads them as they are; the
+            # chunked rule (prompts) feeds them to the tensor cores in v's dtype, so there the conv rounds them
+            # once as it writes them (the same rounding as a cast after it, one kernel launch fewer per layer)
+            qk = f32 if rows == 1 else dtype
+            add("dq", c.linear_num_key_heads, c.linear_key_head_dim, dt=qk)
+            add("dk", c.linear_num_key_heads, c.linear_key_head_dim, dt=qk)
             add("dv", c.linear_num_value_heads, c.linear_value_head_dim)
             add("beta", c.linear_num_value_heads)
             add("g", c.linear_num_value_heads, dt=f32)

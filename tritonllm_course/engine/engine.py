@@ -295,15 +295,19 @@ class Engine:
 
     # the fused level ---------------------------------------------------------------------------------
     def _fused_mlp(self, op, a, layer, final_norm: torch.Tensor | None) -> None:
-        """The residual add after the mixer, ln2 + gate/up + SwiGLU in one kernel, down, and the residual
-        add on a.x; with `final_norm` (the last layer) that add is fused with the model's final norm into a.h.
+        """The residual add after the mixer, ln2 + gate/up + SwiGLU in one kernel (at a prompt: ln2, then
+        gate/up + SwiGLU), down, and the residual add on a.x; with `final_norm` (the last layer) that add is fused with the model's final norm into a.h.
         At the fast level the output projections made the adds (bf16, fp32): only the final norm is left."""
         eps = self.config.rms_norm_eps
         added = self.epilogue and not self.wide_stream
         if not added:
             self._fused_residual(op, getattr(op, "attn_residual", None), a)
-        op.mlp(x=self._stream_in(a), norm_weight=layer.ln2, gate_up_weight=layer.gate_up.weight, eps=eps,
-               out=a.act)
+        if hasattr(op, "ln2"):  # a prompt: ln2 its own kernel (ops.py says why), in place in fp16 mode
+            op.ln2(x=self._stream_in(a), weight=layer.ln2, eps=eps, out=a.h)
+            op.mlp(x=a.h, gate_up_weight=layer.gate_up.weight, out=a.act)
+        else:
+            op.mlp(x=self._stream_in(a), norm_weight=layer.ln2, gate_up_weight=layer.gate_up.weight, eps=eps,
+                   out=a.act)
         self._out_proj(op.down, a.act, layer.down, a)
         if final_norm is None:
             if not added:

@@ -90,11 +90,12 @@ OUTPUTS = {
 # attention layer, and 1 fewer for the model's last residual add and final norm, now one kernel
 # (Qwen3.5-0.8B: 317 kernels per token instead of 336). What split-K and FlashDecoding buy is time per
 # kernel: all 132 SMs busy on the narrow GEMVs and on long caches.
-# At prefill ln1 stays its own kernel at every level: an attention layer's in-projection runs as one GEMM
-# per piece of the merged weight (q, gate, k, v: the kernels after it want contiguous inputs), which then
-# share one normalised x; and the norm-folded GEMM is slow at M = 128 (H200, 2026-11-30: 21.5 us for
-# 5120 x 1024 against 7.9 us for chapter 05's GEMM plus 1.8 us for the norm), likely because it scales
-# each x tile between its load and `tl.dot`. (A DeltaNet layer's is one GEMM: `buffers.WHOLE_AT_PREFILL`.)
+# At prefill ln1 and ln2 stay kernels of their own at every level: an attention layer's in-projection runs
+# as one GEMM per piece of the merged weight (q, gate, k, v: the kernels after it want contiguous inputs),
+# which then share one normalised x; and the norm-folded GEMMs are slow at M = 128 (H200, 2026-11-30:
+# 21.5 us for 5120 x 1024 against 7.9 us for chapter 05's GEMM plus 1.8 us for the norm; ln2 + gate/up +
+# SwiGLU 17.5 us against 9.6 us for gate/up + SwiGLU), likely because they scale each x tile between its
+# load and `tl.dot`. (A DeltaNet layer's in-projection is one GEMM: `buffers.WHOLE_AT_PREFILL`.)
 FUSED_STEPS = (
     Step("embed", "model", "embedding_lookup", "embedding_lookup"),
     Step("ln1", "every layer", "ln1", None),
@@ -114,7 +115,8 @@ FUSED_STEPS = (
     Step("gated_norm", "DeltaNet layers", "gated_rmsnorm", "gated_rmsnorm"),
     Step("out_proj", "DeltaNet layers", "attn_out_proj.prefill", "splitk_gemv"),
     Step("attn_residual", "every layer", "attn_residual", "attn_residual"),
-    Step("mlp", "every layer", "fused_gate_up_silu.ln2", "fused_gate_up_silu.ln2"),
+    Step("ln2", "every layer", "ln2", None),
+    Step("mlp", "every layer", "fused_gate_up_silu.merged", "fused_gate_up_silu.ln2"),
     Step("down", "every layer", "mlp_down_proj.prefill", "splitk_gemv"),
     Step("mlp_residual", "every layer but the last", "mlp_residual", "mlp_residual"),
     Step("final_residual_norm", "model", "residual_rmsnorm", "residual_rmsnorm"),
@@ -146,7 +148,8 @@ FAST_STEPS = (
     Step("delta_rule", "DeltaNet layers", "gated_delta_chunked", "gated_delta_recurrent_gates"),
     Step("gated_norm", "DeltaNet layers", "gated_rmsnorm", None),
     Step("out_proj", "DeltaNet layers", "fused_linear_residual", "gated_norm_linear_residual"),
-    Step("mlp", "every layer", "fused_gate_up_silu.ln2", "fused_gate_up_silu.ln2"),
+    Step("ln2", "every layer", "ln2", None),
+    Step("mlp", "every layer", "fused_gate_up_silu.merged", "fused_gate_up_silu.ln2"),
     Step("down", "every layer", "fused_linear_residual", "fused_linear_residual"),
     Step("final_norm", "model (bf16, fp32)", "ln2", "ln2"),
     Step("final_residual_norm", "every layer (fp16)", "residual_rmsnorm", "residual_rmsnorm"),
