@@ -225,9 +225,14 @@ def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = Fa
 def fused_gemm_config(M: int, N: int, K: int, gated: bool, dtype: torch.dtype, device: torch.device) -> dict:
     """Launch parameters of the fused GEMM (tensor-core tiles, every side >= 16).
 
-    Ungated, chapter 05's GEMM tiles. Gated, each program holds two accumulators and streams two weight
-    tiles: 64-column tiles and, at prompt lengths near 128, 64-row tiles, so the 3584 outputs x 128 tokens
-    make 112 programs for the 132 SMs. Pipeline stages are limited by this GPU's shared memory.
+    Ungated, chapter 05's GEMM tiles, but for N < 4096 (the 1024-row output projections with the residual
+    add at M = 128): 64 x 16 tiles in steps of 256, 128 programs, measured on an H200 (bf16,
+    `scripts/prefill_probe.py`) 10.7 us against 11.4 us for chapter 05's 64 x 32 x 128 at K = 3584 and
+    7.5 against 7.9 us at K = 2048 (cuBLAS + add: 9.5 and 8.0 us; a split-K version with a fixed-order
+    reduction in the same launch, best of 2-8 pieces: 9.7 and 7.7 us). Gated, each program holds two
+    accumulators and streams two weight tiles: 64-column tiles and, at prompt lengths near 128, 64-row
+    tiles, so the 3584 outputs x 128 tokens make 112 programs for the 132 SMs (the best of seven tilings
+    measured, 9.6 us). Pipeline stages are limited by this GPU's shared memory.
     """
     if device.type != "cuda":   # the interpreter: few, large tiles
         return {"BLOCK_M": min(64, max(16, triton.next_power_of_2(M))), "BLOCK_N": 64, "BLOCK_K": 64,
@@ -240,8 +245,8 @@ def fused_gemm_config(M: int, N: int, K: int, gated: bool, dtype: torch.dtype, d
         cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
     elif N >= 4096:
         cfg = {"BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 8, "num_stages": 4}
-    else:
-        cfg = {"BLOCK_M": min(64, block_m), "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 5}
+    else:   # the 1024-row out-projections + residual: thinner tiles, longer K steps (see the docstring)
+        cfg = {"BLOCK_M": min(64, block_m), "BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3}
     weight_tiles = 2 if gated else 1
     stage_bytes = (cfg["BLOCK_M"] + weight_tiles * cfg["BLOCK_N"]) * cfg["BLOCK_K"] * dtype.itemsize
     cfg["num_stages"] = max(1, min(cfg["num_stages"], _max_shared_memory(device.index or 0) // stage_bytes))

@@ -299,16 +299,27 @@ def chunk_output(q, k, g, starts, v_new, out, chunk_size):
     return out
 
 
+def chunk_size_for(T: int) -> int:
+    """The chunk size for a T-token prompt, measured on an H200 (bf16, Qwen3.5's 16 heads of 128 x 128, the
+    three kernels together, `scripts/prefill_probe.py`): T = 128: 18.2 / 19.0 / 27.1 us for chunks of
+    16 / 32 / 64 tokens; T = 512: 42.3 / 34.7 / 36.7 us; T = 4096: 301 / 245 / 259 us. Small chunks make
+    more programs for the parallel kernels and a cheaper UT transform; the scan, the one sequential loop,
+    takes T / C steps, which is what makes 16 lose on long prompts."""
+    return 16 if T <= 128 else 32
+
+
 def gated_delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
                              beta: torch.Tensor, initial_state: torch.Tensor | None = None,
                              out: torch.Tensor | None = None, final_state: torch.Tensor | None = None,
-                             chunk_size: int = 64, block_v: int = 16):
+                             chunk_size: int | None = None, block_v: int = 16):
     """The delta rule in chunks of `chunk_size` tokens (prefill); same arguments and results as
     `gated_delta_rule_recurrent`. Three launches: the UT transform per chunk (`chunk_prepare`), the
     state scan per (value head, `block_v` value columns) (`chunk_scan`), the output per (chunk, value
-    head, 64 value columns) (`chunk_output`). Workspaces are in v's dtype, the state in fp32."""
+    head, 64 value columns) (`chunk_output`). Workspaces are in v's dtype, the state in fp32.
+    chunk_size: 16, 32 or 64; None picks by T (`chunk_size_for`)."""
     T, H, HV, DK, DV, device, out, final_state = _check(q, k, v, g, beta, initial_state, out,
                                                         final_state)
+    chunk_size = chunk_size_for(T) if chunk_size is None else chunk_size
     if chunk_size not in CHUNK_SIZES:
         raise ValueError(f"chunk_size must be one of {CHUNK_SIZES}, got {chunk_size}")
     if block_v not in (16, 32, 64):

@@ -144,3 +144,19 @@ def test_short_and_odd_prompts_at_real_shapes(T, qk_dtype):
     torch.cuda.synchronize()
     assert _err(o, ref_o) < 1e-2 and _err(state, ref_s) < 1e-2
 
+
+
+@pytest.mark.parametrize("T", [19, 131])
+def test_the_default_chunk_size_follows_the_prompt_length(T):
+    """chunk_size=None takes chunk_size_for(T) (16 up to 128 tokens, 32 beyond: the H200's measurements)
+    and gives what that chunk size gives, bit for bit; other sizes differ only by rounding."""
+    assert [mod.chunk_size_for(n) for n in (1, 128, 129, 4096)] == [16, 16, 32, 32]
+    q, k, v, g, beta, s0 = _raw(T, 2, 4, 32, seed=T)
+    q, k = R.l2norm_qk(q, k)
+    picked = mod.chunk_size_for(T)
+    o_default, s_default = chunked(q, k, v, g, beta, s0)
+    o_picked, s_picked = chunked(q, k, v, g, beta, s0, chunk_size=picked)
+    assert torch.equal(o_default, o_picked) and torch.equal(s_default, s_picked)
+    other = 64 if picked != 64 else 16
+    o_other, _ = chunked(q, k, v, g, beta, s0, chunk_size=other)
+    assert _err(o_default, o_other) < 1e-4

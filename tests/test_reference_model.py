@@ -69,7 +69,15 @@ def test_cache_reset_and_overflow(pair, prompt):
     first = model(prompt[:20], cache)
     with pytest.raises(ValueError, match="exceed the cache of 20 tokens"):
         model(prompt[:1], cache)
+    tensors = [t for group in (cache.k, cache.v, cache.conv, cache.state) for t in group.values()]
+    assert any(t.abs().sum() > 0 for t in tensors)
+    # every tensor a view of one of the two flat buffers, no two overlapping: reset zeroes just those two
+    assert {t.untyped_storage().data_ptr() for t in tensors} == {f.untyped_storage().data_ptr() for f in cache.storage}
+    spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in tensors)
+    assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
+    assert sum(t.numel() for t in tensors) == sum(f.numel() for f in cache.storage)
     cache.reset()
+    assert all(not t.any() for t in tensors)
     assert cache.length == 0 and torch.equal(model(prompt[:20], cache), first)
     with pytest.raises(ValueError, match="max_position_embeddings"):
         Qwen35Cache.allocate(TINY, TINY.max_position_embeddings + 1)
