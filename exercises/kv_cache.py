@@ -26,11 +26,12 @@ COPY_BLOCK = 2048   # elements per program of the read: 16 per thread at 4 warps
 
 
 @triton.jit
-def kv_cache_write_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, max_len,
+def kv_cache_write_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, max_len, sk, sv,
                           ROW: tl.constexpr, BLOCK: tl.constexpr):
-    """Copy token t's k and v rows ([ROW] = kv_heads * head_dim each) into cache row pos[t]."""
-    # BEGIN EXERCISE: token t = program id; its position from pos_ptr (device memory); copy k[t] and v[t] (ROW elements each) to cache row pos; never store outside 0 <= pos < max_len
-    raise NotImplementedError("exercise kv_cache.py line 33: not implemented yet")
+    """Copy token t's k and v rows ([ROW] = kv_heads * head_dim each, contiguous; token t's starts at
+    t * sk, t * sv) into cache row pos[t]."""
+    # BEGIN EXERCISE: token t = program id; its position from pos_ptr (device memory); copy k[t] and v[t] (ROW elements each, from t * sk and t * sv) to cache row pos; never store outside 0 <= pos < max_len
+    raise NotImplementedError("exercise kv_cache.py line 34: not implemented yet")
     # END EXERCISE
 
 
@@ -42,7 +43,7 @@ def kv_cache_read_kernel(k_cache_ptr, v_cache_ptr, k_out_ptr, v_out_ptr, length_
     Axis 0 walks the flat [rows * ROW] output in BLOCK pieces, axis 1 picks K (0) or V (1).
     """
     # BEGIN EXERCISE: this program's flat offsets; length from device memory; pick K or V by program_id(1); load where the row < length, store everywhere (0 past length)
-    raise NotImplementedError("exercise kv_cache.py line 45: not implemented yet")
+    raise NotImplementedError("exercise kv_cache.py line 46: not implemented yet")
     # END EXERCISE
 
 
@@ -55,16 +56,19 @@ def kv_cache_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_ca
                    pos: torch.Tensor):
     """Operator 18: store the new keys and values at their positions, in place.
 
-    k, v:             [T, kv_heads, head_dim] (decode T = 1, prefill T = prompt length)
+    k, v:             [T, kv_heads, head_dim] (decode T = 1, prefill T = prompt length); each token's
+                      rows contiguous, tokens at any stride (v may be a column slice of the projection)
     k_cache, v_cache: [max_len, kv_heads, head_dim], same dtype as k and v, updated in place
     pos:              [T] int32/int64 positions in device memory (distinct)
     returns (k_cache, v_cache).
     """
     _check_cache(k_cache, v_cache)
     max_len, kv_heads, head_dim = k_cache.shape
-    validate.tensor(k, "k", dtype=k_cache.dtype, shape=(None, kv_heads, head_dim))
+    validate.tensor(k, "k", dtype=k_cache.dtype, shape=(None, kv_heads, head_dim), contiguous=False)
     T = k.shape[0]
-    validate.tensor(v, "v", dtype=k_cache.dtype, shape=(T, kv_heads, head_dim))
+    validate.tensor(v, "v", dtype=k_cache.dtype, shape=(T, kv_heads, head_dim), contiguous=False)
+    validate.token_rows(k, "k")
+    validate.token_rows(v, "v")
     validate.tensor(pos, "pos", dtype=validate.INTS, shape=(T,))
     validate.same_device(k=k, v=v, k_cache=k_cache, v_cache=v_cache, pos=pos)
     validate.device_range(pos, 0, max_len - 1, "position",
@@ -72,7 +76,7 @@ def kv_cache_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_ca
     if T == 0:
         return k_cache, v_cache
     row = kv_heads * head_dim
-    kv_cache_write_kernel[(T,)](k, v, k_cache, v_cache, pos, max_len, ROW=row,
+    kv_cache_write_kernel[(T,)](k, v, k_cache, v_cache, pos, max_len, k.stride(0), v.stride(0), ROW=row,
                                 BLOCK=triton.next_power_of_2(row), num_warps=4)
     return k_cache, v_cache
 

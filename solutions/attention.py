@@ -253,13 +253,15 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, T, S, H, KV, D, scal
 
 # --- the output gate ------------------------------------------------------------------------------
 @triton.jit
-def output_gate_kernel(o_ptr, gate_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    """out = o * sigmoid(gate), elementwise over n elements, fp32 inside."""
-    # BEGIN SOLUTION: this program's block of offsets; load o and gate as fp32; store o * sigmoid(gate)
+def output_gate_kernel(o_ptr, gate_ptr, out_ptr, n, row, s_gate, BLOCK: tl.constexpr):
+    """out = o * sigmoid(gate), elementwise over n elements, fp32 inside. o and out are packed; gate has
+    `row` elements per token, contiguous, token t's starting at t * s_gate."""
+    # BEGIN SOLUTION: this program's block of offsets; load o, and gate at (offs // row) * s_gate + offs % row, as fp32; store o * sigmoid(gate)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < n
     o = tl.load(o_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-    gate = tl.load(gate_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+    token = offs // row
+    gate = tl.load(gate_ptr + token * s_gate + (offs - token * row), mask=ok, other=0.0).to(tl.float32)
     tl.store(out_ptr + offs, (o * sigmoid(gate)).to(out_ptr.dtype.element_ty), mask=ok)
     # END SOLUTION
 
@@ -444,14 +446,19 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tens
 def output_gate(o: torch.Tensor, gate: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """o * sigmoid(gate), elementwise, before o_proj (fp32 inside, one rounding).
 
-    o: [T, heads * head_dim] attention output (heads flattened); gate: the same shape, from q_proj
+    o: [T, heads * head_dim] attention output (heads flattened); gate: the same shape, from q_proj:
+       each token's row contiguous, tokens at any stride (a column slice of the merged projection)
     out: the same shape, in o's dtype.
     """
     validate.tensor(o, "o", dtype=validate.FLOATS)
-    validate.tensor(gate, "gate", dtype=o.dtype, shape=tuple(o.shape))
+    validate.tensor(gate, "gate", dtype=o.dtype, shape=tuple(o.shape), contiguous=o.dim() < 2)
+    validate.token_rows(gate, "gate")
     device = validate.same_device(o=o, gate=gate)
     out = validate.output(out, "out", tuple(o.shape), o.dtype, device)
     n = o.numel()
     if n:
-        output_gate_kernel[(triton.cdiv(n, GATE_BLOCK),)](o, gate, out, n, BLOCK=GATE_BLOCK, num_warps=4)
+        row = n // o.shape[0] if o.dim() > 1 else n          # elements per token
+        s_gate = gate.stride(0) if o.dim() > 1 else n
+        output_gate_kernel[(triton.cdiv(n, GATE_BLOCK),)](o, gate, out, n, row, s_gate, BLOCK=GATE_BLOCK,
+                                                          num_warps=4)
     return out

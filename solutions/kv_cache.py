@@ -26,20 +26,20 @@ COPY_BLOCK = 2048   # elements per program of the read: 16 per thread at 4 warps
 
 
 @triton.jit
-def kv_cache_write_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, max_len,
+def kv_cache_write_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, max_len, sk, sv,
                           ROW: tl.constexpr, BLOCK: tl.constexpr):
-    """Copy token t's k and v rows ([ROW] = kv_heads * head_dim each) into cache row pos[t]."""
-    # BEGIN SOLUTION: token t = program id; its position from pos_ptr (device memory); copy k[t] and v[t] (ROW elements each) to cache row pos; never store outside 0 <= pos < max_len
+    """Copy token t's k and v rows ([ROW] = kv_heads * head_dim each, contiguous; token t's starts at
+    t * sk, t * sv) into cache row pos[t]."""
+    # BEGIN SOLUTION: token t = program id; its position from pos_ptr (device memory); copy k[t] and v[t] (ROW elements each, from t * sk and t * sv) to cache row pos; never store outside 0 <= pos < max_len
     t = tl.program_id(0)
     pos = tl.load(pos_ptr + t).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     # an out-of-range position writes nothing: the host checks it where it can, and a captured graph
     # must never scribble over the neighbouring buffer
     mask = (cols < ROW) & (pos >= 0) & (pos < max_len)
-    src = t.to(tl.int64) * ROW + cols
     dst = pos * ROW + cols
-    tl.store(k_cache_ptr + dst, tl.load(k_ptr + src, mask=mask), mask=mask)
-    tl.store(v_cache_ptr + dst, tl.load(v_ptr + src, mask=mask), mask=mask)
+    tl.store(k_cache_ptr + dst, tl.load(k_ptr + t.to(tl.int64) * sk + cols, mask=mask), mask=mask)
+    tl.store(v_cache_ptr + dst, tl.load(v_ptr + t.to(tl.int64) * sv + cols, mask=mask), mask=mask)
     # END SOLUTION
 
 
@@ -73,16 +73,19 @@ def kv_cache_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_ca
                    pos: torch.Tensor):
     """Operator 18: store the new keys and values at their positions, in place.
 
-    k, v:             [T, kv_heads, head_dim] (decode T = 1, prefill T = prompt length)
+    k, v:             [T, kv_heads, head_dim] (decode T = 1, prefill T = prompt length); each token's
+                      rows contiguous, tokens at any stride (v may be a column slice of the projection)
     k_cache, v_cache: [max_len, kv_heads, head_dim], same dtype as k and v, updated in place
     pos:              [T] int32/int64 positions in device memory (distinct)
     returns (k_cache, v_cache).
     """
     _check_cache(k_cache, v_cache)
     max_len, kv_heads, head_dim = k_cache.shape
-    validate.tensor(k, "k", dtype=k_cache.dtype, shape=(None, kv_heads, head_dim))
+    validate.tensor(k, "k", dtype=k_cache.dtype, shape=(None, kv_heads, head_dim), contiguous=False)
     T = k.shape[0]
-    validate.tensor(v, "v", dtype=k_cache.dtype, shape=(T, kv_heads, head_dim))
+    validate.tensor(v, "v", dtype=k_cache.dtype, shape=(T, kv_heads, head_dim), contiguous=False)
+    validate.token_rows(k, "k")
+    validate.token_rows(v, "v")
     validate.tensor(pos, "pos", dtype=validate.INTS, shape=(T,))
     validate.same_device(k=k, v=v, k_cache=k_cache, v_cache=v_cache, pos=pos)
     validate.device_range(pos, 0, max_len - 1, "position",
@@ -90,7 +93,7 @@ def kv_cache_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_ca
     if T == 0:
         return k_cache, v_cache
     row = kv_heads * head_dim
-    kv_cache_write_kernel[(T,)](k, v, k_cache, v_cache, pos, max_len, ROW=row,
+    kv_cache_write_kernel[(T,)](k, v, k_cache, v_cache, pos, max_len, k.stride(0), v.stride(0), ROW=row,
                                 BLOCK=triton.next_power_of_2(row), num_warps=4)
     return k_cache, v_cache
 

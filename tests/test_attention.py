@@ -103,6 +103,17 @@ def test_output_gate_matches_the_model_formula(attn):
     assert _rel(attn.output_gate(o, gate), o * torch.sigmoid(gate)) < 1e-6
 
 
+def test_output_gate_reads_the_gate_at_its_token_stride(attn):
+    """The engine's gate is a column slice of the merged in-projection: tokens 4 * 70 + 9 values apart."""
+    merged = torch.randn(5, 4 * 70 + 9, device=DEV) * 4
+    o, gate = torch.randn(5, 2, 70, device=DEV), merged[:, 9:9 + 140].view(5, 2, 70)     # [T, heads, dim]
+    out = torch.full_like(o, float("nan"))
+    attn.output_gate(o, gate, out=out)
+    assert _rel(out, o * torch.sigmoid(gate)) < 1e-6
+    with pytest.raises(ValueError, match="gate must be contiguous within each token"):
+        attn.output_gate(o, merged[:, :280:2].view(5, 2, 70))
+
+
 def test_bad_input_is_named(attn):
     q, k, v = _qkv(4, 6)
     with pytest.raises(ValueError, match="4 query heads are not a multiple of 3 KV heads"):

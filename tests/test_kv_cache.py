@@ -47,7 +47,7 @@ def test_overflow_is_rejected_and_nothing_is_written(kv):
     with pytest.raises(ValueError, match="position -1 is outside"):
         kv.kv_cache_write(k, k, kc, vc, torch.tensor([-1, 0, 1], device=DEV))
     # inside a CUDA graph the host cannot look: the kernel's own mask must keep the write in bounds
-    kv.kv_cache_write_kernel[(3,)](k, k, kc, vc, torch.tensor([6, 7, 8], device=DEV), 8,
+    kv.kv_cache_write_kernel[(3,)](k, k, kc, vc, torch.tensor([6, 7, 8], device=DEV), 8, KV * D, KV * D,
                                    ROW=KV * D, BLOCK=64)
     assert torch.equal(kc[6:], k[:2]) and kc[:6].abs().sum() == 0
     with pytest.raises(ValueError, match="cannot read 9 rows from a cache of 8 rows"):
@@ -116,3 +116,23 @@ def test_decode_steps_replayed_from_a_cuda_graph(kv, rt):
     torch.cuda.synchronize()
     assert torch.equal(kc[:steps], ks[:, 0]) and torch.equal(vc[:steps], -ks[:, 0])
     assert torch.equal(k_out[:steps], ks[:, 0]) and k_out[steps:].abs().sum() == 0
+
+
+def test_rows_of_a_wider_projection_are_written_from_their_token_stride(kv):
+    """k and v as column slices of one [T, width] projection output (the engine's merged in-projection):
+    each token's rows contiguous, tokens `width` apart; a layout that is not per-token contiguous is refused."""
+    T, width = 5, 3 * KV * D + 7
+    merged = torch.randn(T, width, device=DEV)
+    k = merged[:, 7:7 + KV * D].view(T, KV, D)                    # [T, KV, D] at token stride `width`
+    v = merged[:, 7 + KV * D:7 + 2 * KV * D].view(T, KV, D)
+    pos = torch.tensor([4, 0, 2, 7, 5], device=DEV)
+    kc, vc = _cache(8)
+    rk, rv = _cache(8)
+    for cache in (kc, vc, rk, rv):
+        cache.fill_(float("nan"))                                  # rows never written stay NaN in both
+    kv.kv_cache_write(k, v, kc, vc, pos)
+    R.kv_cache_write(k.contiguous(), v.contiguous(), rk, rv, pos)
+    assert torch.equal(kc.nan_to_num(-1.0), rk.nan_to_num(-1.0))
+    assert torch.equal(vc.nan_to_num(-1.0), rv.nan_to_num(-1.0))
+    with pytest.raises(ValueError, match="v must be contiguous within each token"):
+        kv.kv_cache_write(k, torch.randn(T, D, KV, device=DEV).transpose(1, 2), kc, vc, pos)   # [T, KV, D], heads interleaved

@@ -18,22 +18,19 @@ import torch
 from ..config import Qwen35Config
 
 
-WHOLE_AT_PREFILL = ("dn",)   # projection groups whose prompt output is one merged buffer (see Activations)
-
 
 class Activations:
     """The intermediate tensors of one forward over up to `rows` tokens, each [rows, ...].
 
-    The merged projections' outputs: one buffer per group [rows, total width], written by one GEMM,
-    whose pieces are column views (contiguous when rows = 1), for the groups in `whole_groups` and for
-    every group at decode; otherwise one buffer per piece, one GEMM each, because a column slice of a
-    [T, N] matrix is strided and not every kernel after it takes strided rows. The DeltaNet's do (its
-    conv, gates and gated norm read their pieces at a token stride): `WHOLE_AT_PREFILL`.
+    The merged projections' outputs: one buffer per group [rows, total width], written by one GEMM (one
+    GEMV at decode), whose pieces are column views: contiguous when rows = 1, else each token's piece
+    contiguous and the tokens `total width` apart, which every kernel that reads a piece takes (the
+    attention's q/k norms, cache write and output gate; the DeltaNet's conv, gates and gated norm).
     stream_dtype: the residual stream x's (fp32 in fp16 mode, with the fp32 scratch h_wide); default dtype.
     """
 
     def __init__(self, config: Qwen35Config, rows: int, dtype, device, merged_widths: dict[str, dict[str, int]],
-                 stream_dtype=None, whole_groups=()):
+                 stream_dtype=None):
         c = config
         self.rows = rows
         self.tensors: dict[str, torch.Tensor] = {}
@@ -53,16 +50,12 @@ class Activations:
         add("gate_up", 2 * c.intermediate_size)
         add("act", c.intermediate_size)
         for group, widths in merged_widths.items():
-            if rows == 1 or group in whole_groups:
-                buf = torch.empty(rows, sum(widths.values()), dtype=dtype, device=device)
-                self.merged[group] = buf
-                start = 0
-                for piece, width in widths.items():
-                    self.tensors[f"{group}.{piece}"] = buf[:, start:start + width]     # [rows, width] view
-                    start += width
-            else:
-                for piece, width in widths.items():
-                    add(f"{group}.{piece}", width)
+            buf = torch.empty(rows, sum(widths.values()), dtype=dtype, device=device)
+            self.merged[group] = buf
+            start = 0
+            for piece, width in widths.items():
+                self.tensors[f"{group}.{piece}"] = buf[:, start:start + width]         # [rows, width] view
+                start += width
         if c.attention_layers:
             add("q", c.num_attention_heads, c.head_dim)                 # normed, then rotated in place
             add("k", c.num_key_value_heads, c.head_dim)

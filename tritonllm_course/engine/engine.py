@@ -49,7 +49,7 @@ from .. import validate
 from ..config import Qwen35Config
 from ..model.cache import Qwen35Cache
 from ..weights import check_weights, load_weights, random_weights
-from .buffers import WHOLE_AT_PREFILL, Activations, Counters
+from .buffers import Activations, Counters
 from .graph import GraphedStep
 from .merged import merge_weights
 from .ops import OpTable
@@ -104,8 +104,7 @@ class Engine:
         self.prefill_chunk = min(prefill_chunk, max_seq_len)
         self.wide_stream = self.residual_dtype != self.dtype
         self.decode_act = Activations(c, 1, self.dtype, self.device, widths, self.residual_dtype)
-        self.prefill_act = Activations(c, self.prefill_chunk, self.dtype, self.device, widths, self.residual_dtype,
-                                       whole_groups=WHOLE_AT_PREFILL)
+        self.prefill_act = Activations(c, self.prefill_chunk, self.dtype, self.device, widths, self.residual_dtype)
         self.unit_norm = torch.zeros(c.hidden_size, dtype=self.dtype, device=self.device)   # 1 + 0: scale only
         self._decode_views = self.decode_act.take(1)
         self.counters = Counters(c.vocab_size, self.dtype, self.device)
@@ -281,16 +280,11 @@ class Engine:
             op.lm_head(x=self.final, weight=w.lm_head, out=self.counters.logits)
 
     def _prefill_in_proj(self, op, a, layer) -> str:
-        """A prompt's merged in-projection of a.h: one GEMM into the group's whole buffer where its pieces
-        are read as column views (the DeltaNet's), else one GEMM per piece. Returns the group."""
+        """A prompt's merged in-projection of a.h: one GEMM into the group's whole buffer, whose pieces the
+        kernels after it read as column views. Returns the group."""
         group = "attn" if layer.kind == "full_attention" else "dn"
         proj = op.attn_in_proj if group == "attn" else op.dn_in_proj
-        whole = getattr(a, f"{group}_merged", None)
-        if whole is not None:
-            proj(x=a.h, weight=layer.mixer_in.weight, out=whole)                  # [T, total width]
-        else:
-            for name in layer.mixer_in.pieces:                                    # one GEMM per piece
-                proj(x=a.h, weight=layer.mixer_in.piece(name), out=getattr(a, f"{group}_{name}"))
+        proj(x=a.h, weight=layer.mixer_in.weight, out=getattr(a, f"{group}_merged"))   # [T, total width]
         return group
 
     # the fused level ---------------------------------------------------------------------------------

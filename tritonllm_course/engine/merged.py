@@ -10,8 +10,9 @@ their rows they are one read instead of four:
 - DeltaNet: in_proj_qkv [6144] + in_proj_z [2048] + in_proj_b [16] + in_proj_a [16] -> [8224, 1024].
 - MLP: gate_proj [3584] + up_proj [3584] -> [7168, 1024] (the SwiGLU reads the two halves).
 
-Prefill (many tokens) multiplies by each piece separately: a row slice of the merged matrix is itself a
-contiguous matrix, and each output lands in its own contiguous buffer, as the next kernels want.
+Prefill (many tokens) multiplies by the merged matrix too, one GEMM per group: the output [T, 5120] or
+[T, 8224] holds the pieces side by side, and the kernels after it read each piece as a column view,
+each token's piece contiguous and the tokens a whole row apart.
 """
 from __future__ import annotations
 
@@ -34,15 +35,6 @@ class Merged:
             pieces[name] = (start, start + w.shape[0])
             start += w.shape[0]
         return cls(torch.cat(list(parts.values())).contiguous(), pieces)
-
-    def piece(self, name: str) -> torch.Tensor:
-        """The rows of one piece: a contiguous [rows, in_features] view of the merged matrix."""
-        a, b = self.pieces[name]
-        return self.weight[a:b]
-
-    def split(self, out: torch.Tensor) -> dict[str, torch.Tensor]:
-        """A merged output [T, sum of rows] cut into its pieces (views; contiguous when T = 1)."""
-        return {name: out[:, a:b] for name, (a, b) in self.pieces.items()}
 
 
 @dataclass

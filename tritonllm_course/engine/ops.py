@@ -90,12 +90,10 @@ OUTPUTS = {
 # attention layer, and 1 fewer for the model's last residual add and final norm, now one kernel
 # (Qwen3.5-0.8B: 317 kernels per token instead of 336). What split-K and FlashDecoding buy is time per
 # kernel: all 132 SMs busy on the narrow GEMVs and on long caches.
-# At prefill ln1 and ln2 stay kernels of their own at every level: an attention layer's in-projection runs
-# as one GEMM per piece of the merged weight (q, gate, k, v: the kernels after it want contiguous inputs),
-# which then share one normalised x; and the norm-folded GEMMs are slow at M = 128 (H200, 2026-11-30:
-# 21.5 us for 5120 x 1024 against 7.9 us for chapter 05's GEMM plus 1.8 us for the norm; ln2 + gate/up +
-# SwiGLU 17.5 us against 9.6 us for gate/up + SwiGLU), likely because they scale each x tile between its
-# load and `tl.dot`. (A DeltaNet layer's in-projection is one GEMM: `buffers.WHOLE_AT_PREFILL`.)
+# At prefill ln1 and ln2 stay kernels of their own at every level: the norm-folded GEMMs are slow at
+# M = 128 (H200, 2026-11-30: 21.5 us for 5120 x 1024 against 7.9 us for chapter 05's GEMM plus 1.8 us for
+# the norm; ln2 + gate/up + SwiGLU 17.5 us against 9.6 us for gate/up + SwiGLU), likely because they
+# scale each x tile between its load and `tl.dot`.
 FUSED_STEPS = (
     Step("embed", "model", "embedding_lookup", "embedding_lookup"),
     Step("ln1", "every layer", "ln1", None),
