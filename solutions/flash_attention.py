@@ -26,7 +26,7 @@ import triton.language as tl
 
 from tritonllm_course import validate
 from tritonllm_course.runtime import runtime
-from tritonllm_course.triton_helpers import online_softmax_update
+from tritonllm_course.triton_helpers import online_softmax_update, sigmoid
 
 LOG2E = math.log2(math.e)
 SMS = 132                     # streaming multiprocessors of an H200: the grid is sized against them
@@ -54,14 +54,16 @@ def _attend(q, k_head, v_head, row_stride, pos, n0, n_end, d, d_ok, m, l, acc, s
 
 
 @triton.jit
-def flash_attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, T, S, H, KV, D, scale_log2e,
-                           G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_D: tl.constexpr):
+def flash_attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, gate_ptr, T, S, H, KV, D, scale_log2e,
+                           s_gate, G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                           BLOCK_D: tl.constexpr, HAS_GATE: tl.constexpr):
     """Causal attention of BLOCK_M (token, head) rows of one KV head over their keys, in one pass.
 
     1-D grid of KV heads x row blocks: program p has KV head p % KV and row block (last first) p // KV.
+    HAS_GATE: the output multiplied by sigmoid(gate) (Qwen's output gate, fused); token t's gate row
+    [heads * head_dim] starts at t * s_gate.
     """
-    # BEGIN SOLUTION: KV head and row block (latest first); rows -> (token, head); load the q tile and the rows' positions; p_hi = newest position (at most S-1), p_lo = oldest; bulk loop over the whole blocks before p_lo + 1 without the mask, diagonal loop up to p_hi with it; store acc / l to out[t, head]
+    # BEGIN SOLUTION: KV head and row block (latest first); rows -> (token, head); load the q tile and the rows' positions; p_hi = newest position (at most S-1), p_lo = oldest; bulk loop over the whole blocks before p_lo + 1 without the mask, diagonal loop up to p_hi with it; out = acc / l (the gate and the store to out[t, head] follow)
     pid = tl.program_id(0)
     g = pid % KV
     block = tl.num_programs(0) // KV - 1 - pid // KV
@@ -89,9 +91,13 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, T, S, H, KV, D
         m, l, acc = _attend(q, k_head, v_head, KV * D, pos, n0, p_hi + 1, d, d_ok, m, l, acc, scale_log2e,
                             CAUSAL=True, BLOCK_N=BLOCK_N)
     out = acc / l[:, None]
-    tl.store(out_ptr + q_rows[:, None] + d[None, :], out.to(out_ptr.dtype.element_ty),
-             mask=r_ok[:, None] & d_ok[None, :])
     # END SOLUTION
+    tile_ok = r_ok[:, None] & d_ok[None, :]
+    if HAS_GATE:    # the output gate on the tile in registers: one kernel and one rounding fewer
+        gate_rows = t.to(tl.int64) * s_gate + head * D                                  # [BLOCK_M]
+        out = out * sigmoid(tl.load(gate_ptr + gate_rows[:, None] + d[None, :], mask=tile_ok, other=0.0)
+                            .to(tl.float32))
+    tl.store(out_ptr + q_rows[:, None] + d[None, :], out.to(out_ptr.dtype.element_ty), mask=tile_ok)
 
 
 def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted: bool = False) -> dict:
@@ -133,24 +139,38 @@ def _check_config(config: dict) -> dict:
 
 
 def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor, scale: float,
-                    out: torch.Tensor | None = None, config: dict | None = None) -> torch.Tensor:
+                    out: torch.Tensor | None = None, config: dict | None = None,
+                    gate: torch.Tensor | None = None) -> torch.Tensor:
     """Causal attention in one pass (FlashAttention): q at positions pos over the keys/values 0 .. S-1.
 
     q: [T, heads, head_dim]; k, v: [S, kv_heads, head_dim], same dtype (the new tokens included)
     pos: [T] int positions, each in [0, S); out: [T, heads, head_dim] in q's dtype.
     config: tile sizes {BLOCK_M, BLOCK_N, num_warps, num_stages} instead of `flash_config`'s.
+    gate: optional [T, heads, head_dim] in q's dtype, each token's rows contiguous at any token stride (a
+          column slice of the merged projection): out = attention * sigmoid(gate), Qwen's output gate.
     """
     T, H, D, S, KV, device = validate.causal_attention(q, k, v, pos)
     if D > MAX_HEAD_DIM:
         raise ValueError(f"head_dim {D} is larger than {MAX_HEAD_DIM}: the kernel keeps a whole head in one tile")
+    s_gate = _check_gate(gate, (T, H, D), q.dtype, device)
     out = validate.output(out, "out", (T, H, D), q.dtype, device)
     G = H // KV
     cfg = _check_config(dict(config)) if config else flash_config(T, G, KV, D, q.element_size(),
                                                                   runtime().interpreted)
     if out.numel():
         grid = (KV * triton.cdiv(T * G, cfg["BLOCK_M"]),)
-        flash_attention_kernel[grid](q, k, v, pos, out, T, S, H, KV, D, scale * LOG2E, G=G,
-                                     BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-                                     BLOCK_D=triton.next_power_of_2(D), num_warps=cfg["num_warps"],
-                                     num_stages=cfg["num_stages"])
+        flash_attention_kernel[grid](q, k, v, pos, out, q if gate is None else gate, T, S, H, KV, D,
+                                     scale * LOG2E, s_gate, G=G, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
+                                     BLOCK_D=triton.next_power_of_2(D), HAS_GATE=gate is not None,
+                                     num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return out
+
+
+def _check_gate(gate: torch.Tensor | None, shape: tuple, dtype: torch.dtype, device: torch.device) -> int:
+    """The output gate's input: `shape`, `dtype`, on `device`, each token's rows contiguous. Returns its
+    token stride (0 without a gate)."""
+    if gate is None:
+        return 0
+    validate.tensor(gate, "gate", dtype=dtype, shape=shape, device=device.type, contiguous=False)
+    validate.token_rows(gate, "gate")
+    return gate.stride(0)

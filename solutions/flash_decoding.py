@@ -28,7 +28,7 @@ import triton.language as tl
 
 from tritonllm_course import validate
 from tritonllm_course.runtime import runtime
-from tritonllm_course.triton_helpers import online_softmax_update
+from tritonllm_course.triton_helpers import online_softmax_update, sigmoid
 
 LOG2E = math.log2(math.e)
 SMS = 132                   # an H200's SMs: the split count when no GPU is there to ask
@@ -88,10 +88,12 @@ def flash_decoding_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, length_ptr, acc
 
 
 @triton.jit
-def flash_decoding_merge_kernel(acc_ptr, m_ptr, l_ptr, length_ptr, out_ptr, max_len, num_splits, D,
-                                BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr):
-    """Program (head, d block): out[head, d] from the partials of the splits in use (BLOCK_S >= splits)."""
-    # BEGIN SOLUTION: the splits in use = cdiv(length, chunk) (same length and _chunk_rows as the split kernel); load their m and l (others: -inf and 0, never read); M = max m; w = exp2(m - M), 0 for unused splits; out = sum w * acc / sum w * l
+def flash_decoding_merge_kernel(acc_ptr, m_ptr, l_ptr, length_ptr, out_ptr, gate_ptr, max_len, num_splits, D,
+                                BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
+                                HAS_GATE: tl.constexpr):
+    """Program (head, d block): out[head, d] from the partials of the splits in use (BLOCK_S >= splits).
+    HAS_GATE: times sigmoid(gate[head, d]) (Qwen's output gate, fused)."""
+    # BEGIN SOLUTION: the splits in use = cdiv(length, chunk) (same length and _chunk_rows as the split kernel); load their m and l (others: -inf and 0, never read); M = max m; w = exp2(m - M), 0 for unused splits; out = sum w * acc / sum w * l (the gate and the store follow)
     head = tl.program_id(0)
     d = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     d_ok = d < D
@@ -106,8 +108,10 @@ def flash_decoding_merge_kernel(acc_ptr, m_ptr, l_ptr, length_ptr, out_ptr, max_
     acc = tl.load(acc_ptr + part.to(tl.int64)[:, None] * D + d[None, :], mask=s_ok[:, None] & d_ok[None, :],
                   other=0.0)                                                            # [BLOCK_S, BLOCK_D]
     out = tl.sum(w[:, None] * acc, axis=0) / tl.sum(w * l, axis=0)
-    tl.store(out_ptr + head * D + d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
     # END SOLUTION
+    if HAS_GATE:    # the output gate before the one rounding: one kernel fewer per attention layer
+        out = out * sigmoid(tl.load(gate_ptr + head * D + d, mask=d_ok, other=0.0).to(tl.float32))
+    tl.store(out_ptr + head * D + d, out.to(out_ptr.dtype.element_ty), mask=d_ok)
 
 
 def decoding_config(max_len: int, KV: int, D: int, element_size: int, device: torch.device,
@@ -130,7 +134,7 @@ def decoding_config(max_len: int, KV: int, D: int, element_size: int, device: to
 
 def flash_decoding(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, length, scale: float,
                    out: torch.Tensor | None = None, num_splits: int | None = None,
-                   partials: torch.Tensor | None = None) -> torch.Tensor:
+                   partials: torch.Tensor | None = None, gate: torch.Tensor | None = None) -> torch.Tensor:
     """One decode token over the first `length` rows of the static KV cache, split along the cache.
 
     q:                [heads, head_dim], the new token (its k and v already written to the cache)
@@ -142,6 +146,8 @@ def flash_decoding(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     partials:         fp32 scratch of heads * num_splits * (head_dim + 2) elements (allocated if None):
                       the unnormalised outputs [heads, splits, head_dim], then the maxima and the sums
                       [heads, splits] each
+    gate:             optional [heads, head_dim] in q's dtype, contiguous: out = attention * sigmoid(gate),
+                      Qwen's output gate, applied by the merge
     """
     validate.tensor(q, "q", dtype=validate.FLOATS, ndim=2)
     H, D = q.shape
@@ -164,6 +170,8 @@ def flash_decoding(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     if partials is None:
         partials = torch.empty(H * splits * (D + 2), dtype=torch.float32, device=device)
     validate.tensor(partials, "partials", dtype=torch.float32, shape=(H * splits * (D + 2),), device=device.type)
+    if gate is not None:
+        validate.tensor(gate, "gate", dtype=q.dtype, shape=(H, D), device=device.type)
     out = validate.output(out, "out", (H, D), q.dtype, device)
     acc = partials[:H * splits * D]                                  # [H * splits * D]: [H, splits, D]
     m = partials[H * splits * D:H * splits * (D + 1)]                # [H * splits]
@@ -175,6 +183,7 @@ def flash_decoding(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
         num_warps=4, num_stages=cfg["num_stages"])
     merge_d = min(MERGE_BLOCK_D, block_d)
     flash_decoding_merge_kernel[(H, triton.cdiv(D, merge_d))](
-        acc, m, l, length, out, max_len, splits, D, BLOCK_N=cfg["BLOCK_N"],
-        BLOCK_S=max(2, triton.next_power_of_2(splits)), BLOCK_D=merge_d, num_warps=4)
+        acc, m, l, length, out, q if gate is None else gate, max_len, splits, D, BLOCK_N=cfg["BLOCK_N"],
+        BLOCK_S=max(2, triton.next_power_of_2(splits)), BLOCK_D=merge_d, HAS_GATE=gate is not None,
+        num_warps=4)
     return out

@@ -148,6 +148,24 @@ def test_the_check_catches_a_missing_rescale_and_an_off_by_one_mask(rt):
     assert not strict.passed and strict.max_error > 0.05, strict
 
 
+def test_the_output_gate_is_applied_from_a_strided_gate(fa):
+    """The fast level's prompt: the gate read from the merged projection's output (a column slice), the
+    output gated in the kernel; against attention then the output gate, one rounding fewer."""
+    T, S = 23, 64
+    q, k, v = _qkv(T, S, seed=5)
+    merged = torch.randn(T, 3 * H * D + 5, device=DEV) * 2
+    gate = merged[:, 5 + H * D:5 + 2 * H * D].view(T, H, D)                        # [T, H, D], token stride 3HD+5
+    pos = torch.arange(S - T, S, device=DEV)
+    out = torch.full_like(q, float("nan"))
+    fa.flash_attention(q, k, v, pos, SCALE, out=out, gate=gate)
+    want = R.output_gate(R.attention(q.double(), k.double(), v.double(), pos, SCALE), gate.double())
+    assert _rel(out, want) < 1e-5
+    with pytest.raises(ValueError, match="gate must be contiguous within each token"):
+        fa.flash_attention(q, k, v, pos, SCALE, gate=merged[:, :2 * H * D:2].view(T, H, D))
+    with pytest.raises(ValueError, match=r"gate has shape \[23, 6, 16\]"):
+        fa.flash_attention(q, k, v, pos, SCALE, gate=gate[..., :16])
+
+
 def test_bad_input_is_named(fa):
     q, k, v = _qkv(4, 6)
     pos = torch.arange(2, 6, device=DEV)

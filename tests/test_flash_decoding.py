@@ -97,6 +97,18 @@ def test_equals_chapter_08_decode_attention(fd):
                 attn.decode_attention(q, k, v, length, 1 / math.sqrt(32))) < 1e-5
 
 
+@pytest.mark.parametrize("splits", [1, 3])
+def test_the_merge_applies_the_output_gate(fd, splits):
+    """The fast level's decode: out = attention * sigmoid(gate), the gate applied by the merge."""
+    q, k, v = _cache(40, 29, seed=4)
+    gate = torch.randn(H, D, device=DEV) * 2
+    out = fd.flash_decoding(q, k, v, 29, SCALE, num_splits=splits, gate=gate)
+    want = R.output_gate(R.decode_attention(q.double(), k.double(), v.double(), 29, SCALE), gate.double())
+    assert ((out.double() - want).norm() / want.norm()).item() < 1e-5
+    with pytest.raises(ValueError, match=r"gate has shape \[6, 12\]"):
+        fd.flash_decoding(q, k, v, 29, SCALE, gate=gate[:, :12])
+
+
 def test_bad_input_is_named(fd):
     q, k, v = _cache(8, 8)
     with pytest.raises(ValueError, match=r"length 9 is outside \[1, 8\]"):

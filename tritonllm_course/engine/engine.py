@@ -167,13 +167,19 @@ class Engine:
             op.k_rope(x=a.k, cos=self.cos, sin=self.sin, pos=pos)
             op.kv_write(k=a.k, v=v, k_cache=k_cache, v_cache=v_cache, pos=pos)
         scale = c.head_dim ** -0.5
+        heads = (c.num_attention_heads, c.head_dim)
+        # the fast level's attention kernels apply the output gate and write the gated output themselves
+        fused_gate = not hasattr(op, "output_gate")
+        o = a.gated.view(T, *heads) if fused_gate else a.o                     # [T, heads, head_dim]
+        gate = a.attn_gate.view(T, *heads)                    # [T, heads, head_dim], a column view
         if start is None:   # one token over the cache; the length is read from device memory
-            heads = (c.num_attention_heads, c.head_dim)
-            op.attention(q=a.q.view(heads), k_cache=k_cache, v_cache=v_cache, length=self.counters.length,
-                         scale=scale, out=a.o.view(heads))                # [heads, head_dim]
+            op.attention(q=a.q[0], k_cache=k_cache, v_cache=v_cache, length=self.counters.length,
+                         scale=scale, out=o[0], **({"gate": gate[0]} if fused_gate else {}))
         else:               # the chunk's tokens over everything cached up to them
-            op.attention(q=a.q, k=k_cache[:start + T], v=v_cache[:start + T], pos=pos, scale=scale, out=a.o)
-        op.output_gate(o=a.o.view(T, -1), gate=a.attn_gate, out=a.gated)   # [T, heads * head_dim]
+            op.attention(q=a.q, k=k_cache[:start + T], v=v_cache[:start + T], pos=pos, scale=scale, out=o,
+                         **({"gate": gate} if fused_gate else {}))
+        if not fused_gate:
+            op.output_gate(o=a.o.view(T, -1), gate=a.attn_gate, out=a.gated)   # [T, heads * head_dim]
         self._out_proj(op.o_proj, a.gated, layer.mixer_out, a)
 
     def _deltanet(self, op, a, i, layer, T: int, decode: bool) -> None:

@@ -127,8 +127,9 @@ FUSED_STEPS = (
 # The fast level: the fused level with the residual add after each output projection (o_proj, out_proj,
 # down) moved into that projection's epilogue, plain GEMVs for them rather than split-K (at 1024 output
 # rows a GEMV already has 512 programs for the 132 SMs), an attention layer's q/k norms, RoPE and cache
-# write in one kernel, and at decode the DeltaNet gates inside the recurrent delta rule and its gated
-# RMSNorm inside out_proj. A decode step of Qwen3.5-0.8B launches 162 kernels.
+# write in one kernel, its output gate inside the attention (FlashAttention's epilogue, FlashDecoding's
+# merge), and at decode the DeltaNet gates inside the recurrent delta rule and its gated RMSNorm inside
+# out_proj. A decode step of Qwen3.5-0.8B launches 156 kernels.
 # In fp16 the residual stream is fp32 and a norm-folded projection reads a scaled fp16 copy of it, which
 # `residual_rmsnorm` writes: there the projections add a zero residual and the add stays in that kernel, as
 # at the fused level.
@@ -137,8 +138,7 @@ FAST_STEPS = (
     Step("ln1", "every layer", "ln1", None),
     Step("attn_in_proj", "attention layers", "qkv_proj.prefill", "fused_rmsnorm_linear"),
     Step("qk_prologue", "attention layers", "qk_norm_rope_cache", "qk_norm_rope_cache"),
-    Step("attention", "attention layers", "flash_attention", "flash_decoding"),
-    Step("output_gate", "attention layers", "attn_output_gate", "attn_output_gate"),
+    Step("attention", "attention layers", "flash_attention.gated", "flash_decoding.gated"),
     Step("o_proj", "attention layers", "fused_linear_residual", "fused_linear_residual"),
     Step("dn_in_proj", "DeltaNet layers", "qkv_proj.prefill", "fused_rmsnorm_linear"),
     Step("conv", "DeltaNet layers", "conv1d_l2norm.prefill", "conv1d_l2norm.decode"),
@@ -161,7 +161,7 @@ LEVELS = {"operators": STEPS, "fused": FUSED_STEPS, "fast": FAST_STEPS}
 
 # kernels one call of a slot's course kernel launches, where not one: two-stage reductions (the pieces,
 # then their merge). Greedy decoding; sampling searches its threshold in a few more launches.
-LAUNCHES = {"splitk_gemv": 2, "flash_decoding": 2, "argmax_sample": 2}
+LAUNCHES = {"splitk_gemv": 2, "flash_decoding": 2, "flash_decoding.gated": 2, "argmax_sample": 2}
 
 
 def slot_names(level: str = "operators") -> list[str]:

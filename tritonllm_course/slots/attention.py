@@ -176,6 +176,15 @@ implement(
 
 
 # --- output gate -----------------------------------------------------------------------------------
+def with_gate(make_inputs):
+    """make_inputs plus "gate", shaped like "q": the inputs of a kernel with the output gate fused in."""
+    def make(shape, dtype, device, gen):
+        inp = make_inputs(shape, dtype, device, gen)
+        inp["gate"] = 2.0 * torch.randn(inp["q"].shape, generator=gen, device=device).to(dtype)
+        return inp
+    return make
+
+
 def _gate_inputs(shape, dtype, device, gen):
     return {"o": _randn(gen, dtype, device, shape["tokens"], shape["width"]),
             "gate": _randn(gen, dtype, device, shape["tokens"], shape["width"])}

@@ -8,7 +8,7 @@ import torch
 
 from .. import reference as R
 from . import implement, tensor_bytes
-from .attention import ODD, REAL, TINY, _attention_inputs
+from .attention import ODD, REAL, TINY, _attention_inputs, with_gate
 
 
 def _bytes(inp):
@@ -32,4 +32,24 @@ implement(
     bytes=_bytes,
     flops=_flops,
     extra={"bench": [0, 1, 2]},      # timed: the three prompt lengths; the continued prompt is for the check
+)
+
+
+# --- with the output gate (the engine's fast level) ---------------------------------------------------
+def gated_attention(q, k, v, pos, scale, gate):
+    """The reference chain the fused kernel replaces: attention, then the output gate."""
+    return R.output_gate(R.attention(q, k, v, pos, scale), gate)
+
+
+implement(
+    "flash_attention.gated", title="FlashAttention + output gate", chapter="22_flash_attention",
+    qwen="the prompt's attention with o * sigmoid(gate) applied to the output tile before its store",
+    family="flash_attention", function="flash_attention", reference=gated_attention,
+    make_inputs=with_gate(_attention_inputs),
+    make_out=lambda inp: {"out": torch.empty_like(inp["q"])},
+    shapes={"tiny": [{"tokens": 37, "keys": 37, **TINY}, {"tokens": 29, "keys": 70, **ODD}],
+            "real": [{"tokens": 128, "keys": 128, **REAL}, {"tokens": 100, "keys": 612, **REAL}]},
+    bytes=lambda inp: _bytes(inp) + tensor_bytes(inp["gate"]),
+    flops=_flops,
+    extra={"bench": [0]},
 )
