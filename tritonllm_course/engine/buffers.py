@@ -18,7 +18,6 @@ import torch
 from ..config import Qwen35Config
 
 
-
 class Activations:
     """The intermediate tensors of one forward over up to `rows` tokens, each [rows, ...].
 
@@ -84,7 +83,7 @@ class Activations:
                                **{f"{g}_merged": b[:T] for g, b in self.merged.items()})
 
     def nbytes(self) -> int:
-        views = {n for n in self.tensors if n.split(".")[0] in self.merged and "." in n}
+        views = {n for n in self.tensors if "." in n}          # the merged groups' pieces: counted once, below
         return (sum(t.numel() * t.element_size() for n, t in self.tensors.items() if n not in views)
                 + sum(t.numel() * t.element_size() for t in self.merged.values()))
 
