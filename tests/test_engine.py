@@ -373,7 +373,7 @@ def test_prompt_chunks_are_captured_at_their_second_use(model, monkeypatch):
     assert set(engine._prefill_seen) == chunks and not engine._prefill_graphs   # seen once (graph runs)
     for _ in range(2):
         assert engine.generate(PROMPT, 2, eos_token_id=None) == want
-    assert set(engine._prefill_graphs) == chunks
+    assert set(engine._prefill_graphs) == chunks and not engine._prefill_seen    # captured: no longer counted
     assert len(_EagerGraph.captured) == 2 + 1            # the two chunks once each, and the decode step
     other = PROMPT[::-1]
     engine.use_graph = False
@@ -382,6 +382,11 @@ def test_prompt_chunks_are_captured_at_their_second_use(model, monkeypatch):
     for _ in range(2):                                    # same lengths, other ids: the graphs are reused
         assert engine.generate(other, 2, eos_token_id=None) == want_other
     assert len(_EagerGraph.captured) == 3
+    # shapes seen once are remembered up to PREFILL_SEEN of them, the least recently seen dropped first
+    monkeypatch.setattr(Engine, "PREFILL_SEEN", 4)
+    for start in range(10):
+        assert engine._prefill_graph(5, start, True) is None
+    assert list(engine._prefill_seen) == [(5, start, True) for start in range(6, 10)]
     engine.prefill_graph = False
     assert engine._prefill_graph(8, 0, False) is None
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
-from collections import Counter, OrderedDict
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -117,7 +117,7 @@ class Engine:
         self._graphs: dict[Sampling | None, GraphedStep] = {}
         self.prefill_graph = prefill_graph
         self._prefill_graphs: OrderedDict[tuple[int, int, bool], GraphedStep] = OrderedDict()
-        self._prefill_seen: Counter[tuple[int, int, bool]] = Counter()
+        self._prefill_seen: OrderedDict[tuple[int, int, bool], int] = OrderedDict()   # key -> uses, newest last
         self.prefill_ids = torch.zeros(self.prefill_chunk, dtype=torch.int64, device=self.device)
         fused = level in ("fused", "fast")
         self.epilogue = level == "fast"   # the output projections add the residual stream themselves
@@ -431,6 +431,7 @@ class Engine:
         return ctr.logits[0]
 
     PREFILL_GRAPHS = 16  # captured prompt chunks kept (least recently used dropped): each holds a memory pool
+    PREFILL_SEEN = 1024  # chunk shapes remembered until their second use (a chat makes a new one every turn)
 
     def _prefill_graph(self, T: int, start: int, last: bool) -> GraphedStep | None:
         """The graph of a T-token chunk at `start` (captured at its second use), or None: run op by op.
@@ -443,9 +444,13 @@ class Engine:
         if key in self._prefill_graphs:
             self._prefill_graphs.move_to_end(key)
             return self._prefill_graphs[key]
-        self._prefill_seen[key] += 1
-        if self._prefill_seen[key] < 2:
+        seen = self._prefill_seen
+        seen[key] = seen.pop(key, 0) + 1
+        if len(seen) > self.PREFILL_SEEN:
+            seen.popitem(last=False)                   # the shape unused the longest
+        if seen[key] < 2:
             return None
+        del seen[key]                                  # captured below (or never: prefill_graph turns off)
 
         try:
             self._prefill_graphs[key] = GraphedStep(lambda: self._prefill_unchecked(T, start, last),
