@@ -65,20 +65,18 @@ def gemm_residual_splitk_kernel(x_ptr, w_ptr, res_ptr, y_ptr, part_ptr, count_pt
         tl.atomic_xchg(count_ptr + tile, 0)                  # ready for the next call (a graph replays it)
 
 
-_WORKSPACES: dict = {}   # (device, kind) -> buffers, grown by powers of two, never freed (graphs keep addresses)
+_WORKSPACES: dict = {}   # (device, kind) -> the current buffer, grown by powers of two
+_OUTGROWN: list = []     # the buffers it replaced, never freed: a captured graph keeps their addresses
 
 
 def _workspace(device, kind, numel, dtype):
     key = (str(device), kind)
     buf = _WORKSPACES.get(key)
     if buf is None or buf.numel() < numel:
-        buf = torch.zeros(triton.next_power_of_2(numel), dtype=dtype, device=device)
-        _WORKSPACES[key] = buf       # the old one stays alive only while something refers to it
-        _KEEP.append(buf)
+        if buf is not None:
+            _OUTGROWN.append(buf)
+        buf = _WORKSPACES[key] = torch.zeros(triton.next_power_of_2(numel), dtype=dtype, device=device)
     return buf
-
-
-_KEEP: list = []
 
 
 def gemm_residual_splitk(x, w, res, y, split, block_m, block_n, block_k, warps, stages):

@@ -296,8 +296,9 @@ class Engine:
     # the fused level ---------------------------------------------------------------------------------
     def _fused_mlp(self, op, a, layer, final_norm: torch.Tensor | None) -> None:
         """The residual add after the mixer, ln2 + gate/up + SwiGLU in one kernel (at a prompt: ln2, then
-        gate/up + SwiGLU), down, and the residual add on a.x; with `final_norm` (the last layer) that add is fused with the model's final norm into a.h.
-        At the fast level the output projections made the adds (bf16, fp32): only the final norm is left."""
+        gate/up + SwiGLU), down, and the residual add on a.x; with `final_norm` (the last layer) that add is
+        fused with the model's final norm into a.h. At the fast level the output projections made the adds
+        (bf16, fp32): only the final norm is left."""
         eps = self.config.rms_norm_eps
         added = self.epilogue and not self.wide_stream
         if not added:

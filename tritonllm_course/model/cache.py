@@ -33,8 +33,8 @@ class Qwen35Cache:
     v: dict[int, torch.Tensor]
     conv: dict[int, torch.Tensor]       # DeltaNet layer -> [conv_dim, conv_kernel]
     state: dict[int, torch.Tensor]      # DeltaNet layer -> [value_heads, key_dim, value_dim]
+    storage: tuple[torch.Tensor, ...]   # the flat buffers the tensors above are views of (see allocate)
     length: int = 0                     # tokens already in the cache (= the next token's position)
-    storage: tuple[torch.Tensor, ...] = ()   # flat buffers the tensors above are views of (see allocate)
 
     @classmethod
     def allocate(cls, config: Qwen35Config, max_seq_len: int, dtype=torch.float32,
@@ -65,13 +65,8 @@ class Qwen35Cache:
 
     def reset(self) -> None:
         """Start a new sequence: zero every buffer (keeping the addresses, as a CUDA graph needs)."""
-        if self.storage:
-            for flat in self.storage:
-                flat.zero_()
-        else:               # a cache built by hand, tensor by tensor
-            for buffers in (self.k, self.v, self.conv, self.state):
-                for t in buffers.values():
-                    t.zero_()
+        for flat in self.storage:
+            flat.zero_()
         self.length = 0
 
     def nbytes(self) -> int:

@@ -180,7 +180,7 @@ def with_gate(make_inputs):
     """make_inputs plus "gate", shaped like "q": the inputs of a kernel with the output gate fused in."""
     def make(shape, dtype, device, gen):
         inp = make_inputs(shape, dtype, device, gen)
-        inp["gate"] = 2.0 * torch.randn(inp["q"].shape, generator=gen, device=device).to(dtype)
+        inp["gate"] = _randn(gen, dtype, device, *inp["q"].shape, std=2.0)
         return inp
     return make
 
