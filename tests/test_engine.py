@@ -82,6 +82,29 @@ def test_prompt_chunks_and_chat_turns_continue_the_same_sequence(model):
     assert turn2 == generate(ref, PROMPT + one_pass + second, 5, eos_token_id=None)
 
 
+@pytest.mark.parametrize("level", ["operators", "fast"])
+def test_a_new_sequence_reads_nothing_the_cache_held(model, level):
+    """A new sequence's first prompt chunk reads no state: the reset's zeros are taken as given (the conv
+    and the delta rule run without a state; the conv writes its new state in place). With the whole cache
+    poisoned after the reset, the logits and the next tokens are those of a clean run; the second chunk
+    reads the states the first one wrote."""
+    _, ref = model
+    engine = Engine.from_model(ref, max_seq_len=64, level=level, prefill_chunk=8)   # 11 tokens: 8, then 3
+    want = engine.generate(PROMPT, 4, eos_token_id=None)
+    engine.reset()
+    logits = engine.prefill(PROMPT).clone()
+
+    def reset_and_poison():
+        engine.reset()
+        for flat in engine.cache.storage:
+            flat.fill_(float("nan"))
+
+    reset_and_poison()
+    assert torch.equal(engine.prefill(PROMPT), logits)
+    reset_and_poison()
+    assert engine.generate(PROMPT, 4, eos_token_id=None, reset=False) == want
+
+
 def test_merged_attention_weight_deinterleaves_query_and_gate():
     heads, d, hidden = 3, 4, 5
     q_proj = torch.arange(heads * 2 * d * hidden, dtype=torch.float32).reshape(heads * 2 * d, hidden)

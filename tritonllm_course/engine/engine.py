@@ -182,22 +182,27 @@ class Engine:
             op.output_gate(o=a.o.view(T, -1), gate=a.attn_gate, out=a.gated)   # [T, heads * head_dim]
         self._out_proj(op.o_proj, a.gated, layer.mixer_out, a)
 
-    def _deltanet(self, op, a, i, layer, T: int, decode: bool) -> None:
-        """Gated DeltaNet of layer i over a.h [T, hidden] -> a.mixer, its cache updated in place."""
+    def _deltanet(self, op, a, i, layer, T: int, start: int | None) -> None:
+        """Gated DeltaNet of layer i over a.h [T, hidden] -> a.mixer, its cache updated in place. start is
+        None on the decode path; 0 for a new sequence's first chunk, whose states are the reset's zeros:
+        there the kernels read none (as if given no state) and the conv writes its new state in place."""
         c = self.config
         conv_state, state = self.cache.conv[i], self.cache.state[i]
-        conv = dict(x=a.dn_qkv, weight=layer.small["conv"], conv_state=conv_state,
+        fresh = start == 0
+        conv = dict(x=a.dn_qkv, weight=layer.small["conv"], conv_state=None if fresh else conv_state,
                     key_heads=c.linear_num_key_heads, head_dim=c.linear_key_head_dim, q=a.dq, k=a.dk, v=a.dv)
-        if decode:          # the state is rolled in place
+        if start is None:   # the state is rolled in place
             op.conv(**conv)
+        elif fresh:         # no program reads the old state: the new one goes straight into the cache
+            op.conv(**conv, new_state=conv_state)
         else:               # the new state goes to a scratch buffer: programs still read the old one
             op.conv(**conv, new_state=self.new_conv_state)
             conv_state.copy_(self.new_conv_state)
         if hasattr(op, "gates"):
             op.gates(b=a.dn_b, a=a.dn_a, A_log=layer.small["A_log"], dt_bias=layer.small["dt_bias"],
                      beta=a.beta, g=a.g)
-            op.delta_rule(q=a.dq, k=a.dk, v=a.dv, g=a.g, beta=a.beta, initial_state=state, out=a.do,
-                          final_state=state)
+            op.delta_rule(q=a.dq, k=a.dk, v=a.dv, g=a.g, beta=a.beta, initial_state=None if fresh else state,
+                          out=a.do, final_state=state)
         else:               # the fast level's decode: the gates computed inside the recurrence
             op.delta_rule(q=a.dq, k=a.dk, v=a.dv, a=a.dn_a, b=a.dn_b, A_log=layer.small["A_log"],
                           dt_bias=layer.small["dt_bias"], initial_state=state, out=a.do, final_state=state)
@@ -259,7 +264,7 @@ class Engine:
                 self._attention(op, a, i, layer, 1, ctr.pos, None)
             else:
                 op.dn_in_proj(x=a.h, weight=layer.mixer_in.weight, out=self.decode_act.merged["dn"])
-                self._deltanet(op, a, i, layer, 1, decode=True)
+                self._deltanet(op, a, i, layer, 1, None)
             self._residual_and_mlp(op, a, layer)
         self._norm(op.final_norm, a.x, w.norm, a.h, wide)
         op.lm_head(x=a.h, weight=w.lm_head, out=ctr.logits)
@@ -279,7 +284,7 @@ class Engine:
             if group == "attn":
                 self._attention(op, a, i, layer, T, pos, start)
             else:
-                self._deltanet(op, a, i, layer, T, decode=False)
+                self._deltanet(op, a, i, layer, T, start)
             self._residual_and_mlp(op, a, layer)
         if last:
             self._norm(op.final_norm, a.x[T - 1:], w.norm, self.final, None if wide is None else wide[T - 1:])
@@ -358,7 +363,7 @@ class Engine:
             else:
                 op.dn_in_proj(x=self._stream_in(a), norm_weight=layer.ln1, weight=layer.mixer_in.weight, eps=eps,
                               out=self.decode_act.merged["dn"])
-                self._deltanet(op, a, i, layer, 1, decode=True)
+                self._deltanet(op, a, i, layer, 1, None)
             self._fused_mlp(op, a, layer, w.norm if i == last else None)
         op.lm_head(x=a.h, weight=w.lm_head, out=ctr.logits)
         self._next_token(op, sampling)
@@ -377,7 +382,7 @@ class Engine:
             if group == "attn":
                 self._attention(op, a, i, layer, T, pos, start)
             else:
-                self._deltanet(op, a, i, layer, T, decode=False)
+                self._deltanet(op, a, i, layer, T, start)
             self._fused_mlp(op, a, layer, w.norm if i == len(w.layers) - 1 else None)
         if last:
             op.lm_head(x=a.h[T - 1:], weight=w.lm_head, out=self.counters.logits)     # [1, hidden]: the last token
