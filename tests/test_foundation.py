@@ -290,6 +290,16 @@ def test_the_persistent_gemv_probe_computes_the_gemv(rt):
     assert probe["check"]() < 1e-6
 
 
+def test_the_l2_prefetch_probes_gemv_computes_the_gemv(rt):
+    """scripts/l2_prefetch_probe.py's GEMV, timed on a GPU only: its arithmetic under the interpreter (the
+    prefetch itself is inline PTX, compiled out there)."""
+    import runpy
+    if rt.mode == "gpu":
+        pytest.skip("checked on the GPU by the probe itself (check_rel_err and bit_identical in its JSON)")
+    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "l2_prefetch_probe.py"))
+    assert probe["check"]() < 1e-6
+
+
 def test_the_prefill_probes_split_k_gemm_is_right_and_deterministic(rt):
     """The split-K GEMM + residual of scripts/prefill_probe.py (timed on a GPU only): under the interpreter,
     odd shapes, in place, two calls bit-identical (the per-tile counters reset themselves)."""
