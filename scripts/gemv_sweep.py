@@ -37,11 +37,11 @@ def call_for(lin, fus, kind, N, K, bn, bk, warps):
     if kind == "gemv":
         return lambda x, w, y, **_: lin.gemv_kernel[grid](x, w, y, N, K, **meta)
     if kind == "norm_gemv":
-        return lambda x, w, y, nw, **_: fus.fused_gemv_kernel[grid](x, nw, w, w, y, N, K, 1e-6, HAS_NORM=True,
-                                                                     GATED=False, **meta)
+        return lambda x, w, y, nw, **_: fus.fused_gemv_kernel[grid](x, nw, w, w, y, N, K, 1e-6, w, w, 0,
+                                                                     HAS_NORM=True, GATED=False, **meta)
     if kind == "norm_gate_up":
-        return lambda x, w, y, nw, u, **_: fus.fused_gemv_kernel[grid](x, nw, w, u, y, N, K, 1e-6, HAS_NORM=True,
-                                                                        GATED=True, **meta)
+        return lambda x, w, y, nw, u, **_: fus.fused_gemv_kernel[grid](x, nw, w, u, y, N, K, 1e-6, w, w, 0,
+                                                                        HAS_NORM=True, GATED=True, **meta)
     return lambda x, w, y, r, **_: fus.gemv_residual_kernel[grid](x, w, r, y, N, K, **meta)
 
 

@@ -74,14 +74,45 @@ def residual_rms_norm_kernel(x_ptr, res_ptr, w_ptr, h_ptr, out_ptr, rows, dim, e
 
 
 @triton.jit
-def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps,
+def conv_window_load(state_ptr, w_ptr, c, C, KC: tl.constexpr):
+    """Channels c [R] (those < C) of a depthwise conv of width KC with its state [C, KC] (the last KC
+    inputs, newest last): returns (window [R, KC]: columns 0..KC-2 the state's columns 1..KC-1, the
+    last one 0 until the new input arrives; the conv weights [R, KC])."""
+    i = tl.arange(0, KC)                                                                # [KC]
+    ok = (c < C)[:, None]
+    window = tl.load(state_ptr + c[:, None] * KC + (i + 1)[None, :], mask=ok & (i < KC - 1)[None, :],
+                     other=0.0)                                                         # [R, KC]
+    return window, tl.load(w_ptr + c[:, None] * KC + i[None, :], mask=ok, other=0.0)
+
+
+@triton.jit
+def conv_window_step(y_ptr, state_ptr, window, conv_w, c, C, KC: tl.constexpr):
+    """The conv's step on the new inputs y[c] (as stored: the conv reads what the projection wrote):
+    the window completed and written back as the new state, y[c] = silu(sum_i conv_w[c, i] * window[i])."""
+    i = tl.arange(0, KC)
+    ok = c < C
+    x = tl.load(y_ptr + c, mask=ok, other=0.0)                                          # [R]
+    window = tl.where((i == KC - 1)[None, :], x[:, None], window)                       # [R, KC]
+    tl.store(state_ptr + c[:, None] * KC + i[None, :], window, mask=ok[:, None])
+    conv = tl.sum(window.to(tl.float32) * conv_w.to(tl.float32), axis=1)                # [R]
+    tl.store(y_ptr + c, silu(conv).to(y_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps, conv_w_ptr, conv_state_ptr, C,
                       HAS_NORM: tl.constexpr, GATED: tl.constexpr,
-                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                      BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, CONV: tl.constexpr = False,
+                      KC: tl.constexpr = 4):
     """One token: y[n] for this program's BLOCK_N outputs. x [K]; W, W_up [N, K]; y [N].
 
     y[n] = sum_k W[n, k] x[k]; HAS_NORM: x is first RMS-normalised with weight (1 + norm_w);
     GATED: y[n] = silu(that sum) * (the same sum over W_up's row n).
+    CONV (the DeltaNet in-projection): outputs n < C go on through the depthwise conv's step, y[n] =
+    silu(sum_i conv_w[n, i] * window[n, i]), their state [C, KC] rolled in place.
     """
+    if CONV:    # the conv's state and weights depend on no output: loaded before the weights stream in
+        conv_rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+        window, conv_w = conv_window_load(conv_state_ptr, conv_w_ptr, conv_rows, C, KC)
     # BEGIN SOLUTION: BLOCK_N rows of W (and of W_up if GATED); over K in BLOCK_K chunks: x as fp32 (HAS_NORM: add x^2 to a running sum, then scale x by 1 + norm_w), fp32 products with the weight tile(s); after the loop: row sums, times rsqrt(sum(x^2) / K + eps) if HAS_NORM, silu(gate) * up if GATED; store
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
@@ -119,6 +150,9 @@ def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps,
         y = silu(y) * up
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
     # END SOLUTION
+    if CONV:
+        tl.debug_barrier()      # every thread's outputs stored before any thread reads them back
+        conv_window_step(y_ptr, conv_state_ptr, window, conv_w, conv_rows, C, KC)
 
 
 @triton.jit
@@ -273,10 +307,12 @@ def qk_norm_rope_cache_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_
 
 @triton.jit
 def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, s0_ptr, o_ptr, st_ptr,
-                           T, sq, sk, sv, sa, sb, H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr,
-                           DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, HAS_S0: tl.constexpr):
+                           T, sq, sk, sv, sa, sb, q_scale, eps, H: tl.constexpr, HV: tl.constexpr,
+                           DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
+                           HAS_S0: tl.constexpr, QK_NORM: tl.constexpr):
     """Chapter 15's recurrent kernel reading the gates' inputs: per token, beta = sigmoid(b) and
-    g = -exp(A_log) * softplus(a + dt_bias) of its value head, computed in fp32 where they are used."""
+    g = -exp(A_log) * softplus(a + dt_bias) of its value head, computed in fp32 where they are used.
+    QK_NORM: q and k arrive as the conv left them, and are L2-normalised here (q also scaled by q_scale)."""
     hv = tl.program_id(0)                      # value head
     h = hv // (HV // H)                        # the key head it reads
     rk = tl.arange(0, BK)
@@ -284,7 +320,7 @@ def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias
     mk, mv = rk < DK, rv < DV
     state = hv * DK * DV + rk[:, None] * DV + rv[None, :]   # [BK, BV] offsets into [HV, DK, DV]
     smask = mk[:, None] & mv[None, :]
-    # BEGIN SOLUTION: the head's A_log and dt_bias once (fp32); S as in chapter 15; per token t: beta and g from b[t, hv] and a[t, hv], then delta_rule_step; store o and finally S
+    # BEGIN SOLUTION: the head's A_log and dt_bias once (fp32); S as in chapter 15; per token t: q and k (QK_NORM: each divided by sqrt(its sum of squares + eps), q times q_scale), beta and g from b[t, hv] and a[t, hv], then delta_rule_step; store o and finally S
     decay_rate = -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32))
     dt_bias = tl.load(dt_bias_ptr + hv).to(tl.float32)
     if HAS_S0:
@@ -294,6 +330,9 @@ def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias
     for t in range(T):
         q = tl.load(q_ptr + t * sq + h * DK + rk, mask=mk, other=0.0).to(tl.float32)
         k = tl.load(k_ptr + t * sk + h * DK + rk, mask=mk, other=0.0).to(tl.float32)
+        if QK_NORM:     # the whole head is in this program: its norm costs nothing here
+            q = q * (tl.rsqrt(tl.sum(q * q, axis=0) + eps) * q_scale)
+            k = k * tl.rsqrt(tl.sum(k * k, axis=0) + eps)
         v = tl.load(v_ptr + t * sv + hv * DV + rv, mask=mv, other=0.0).to(tl.float32)
         beta = sigmoid(tl.load(b_ptr + t * sb + hv).to(tl.float32))
         g = decay_rate * softplus(tl.load(a_ptr + t * sa + hv).to(tl.float32) + dt_bias)
@@ -378,8 +417,8 @@ def _project(x, weight, up_weight, norm_weight, eps, out):
     if M == 1:
         cfg = fused_gemv_config(N, K, runtime().interpreted, norm=has_norm, gated=gated)
         fused_gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
-            x2, norm_weight, weight, up_weight, out2, N, K, eps, HAS_NORM=has_norm, GATED=gated,
-            BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"])
+            x2, norm_weight, weight, up_weight, out2, N, K, eps, weight, weight, 0, HAS_NORM=has_norm,
+            GATED=gated, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"])
     else:
         cfg = fused_gemm_config(M, N, K, gated, x.dtype, x.device)
         grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
@@ -420,6 +459,42 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     device = validate.same_device(x=x, norm_weight=norm_weight, weight=weight)
     out = validate.output(out, "out", (*x.shape[:-1], weight.shape[0]), x.dtype, device)
     return _project(x, weight, None, norm_weight, eps, out)
+
+
+def rms_norm_linear_conv(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
+                         conv_weight: torch.Tensor, conv_state: torch.Tensor, eps: float = 1e-6,
+                         out: torch.Tensor | None = None) -> torch.Tensor:
+    """The DeltaNet in-projection of one token with the conv's step in its epilogue: `rms_norm_linear`,
+    then outputs 0..C-1 (q, k, v: the conv's channels) go through `conv1d_decode`'s step + SiLU.
+
+    x [1, K]; norm_weight [K]; weight [N, K] (the merged in-projection, N = 8224); conv_weight [C, KC]
+    (C <= N); conv_state [C, KC] in x's dtype, rolled in place; out optional [1, N] in x's dtype.
+    Returns out: [silu(conv(q, k, v)) | z | b | a]. A program owns whole output rows, so it owns those
+    channels' conv state too: no other program reads it, and no second launch is needed. q and k are
+    left un-normalised: the L2 norm needs a whole head, which the recurrent kernel holds
+    (`gated_delta_rule_recurrent_gates(..., qk_norm=True)`).
+    """
+    K = validate.projection(x, weight, "weight")
+    _check_norm(norm_weight, K, eps)
+    if x.shape[0] != 1 or x.dim() != 2:
+        raise ValueError(f"x has shape {list(x.shape)}: the conv's state rolls one step per call, so give "
+                         "one token [1, K]")
+    validate.tensor(conv_weight, "conv_weight", dtype=validate.FLOATS, ndim=2)
+    C, KC = conv_weight.shape
+    if C > weight.shape[0] or KC < 2 or KC & (KC - 1):
+        raise ValueError(f"conv_weight has shape {list(conv_weight.shape)}: need C <= {weight.shape[0]} "
+                         "(the projection's outputs) and a power-of-two width >= 2 (Qwen3.5: 4)")
+    validate.tensor(conv_state, "conv_state", dtype=x.dtype, shape=(C, KC))
+    device = validate.same_device(x=x, norm_weight=norm_weight, weight=weight, conv_weight=conv_weight,
+                                  conv_state=conv_state)
+    N = weight.shape[0]
+    out = validate.output(out, "out", (1, N), x.dtype, device)
+    cfg = fused_gemv_config(N, K, runtime().interpreted, norm=True)
+    fused_gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
+        x, norm_weight, weight, weight, out, N, K, eps, conv_weight, conv_state, C, HAS_NORM=True,
+        GATED=False, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], CONV=True, KC=KC,
+        num_warps=cfg["num_warps"])
+    return out
 
 
 def gate_up_swiglu(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor,
@@ -588,14 +663,16 @@ def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
 def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
                                      b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
                                      initial_state: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                                     final_state: torch.Tensor | None = None, block_v: int = 16):
+                                     final_state: torch.Tensor | None = None, block_v: int = 16,
+                                     qk_norm: bool = False, eps: float = 1e-6):
     """The DeltaNet gates (chapter 14) inside the recurrent delta rule (chapter 15): one kernel for two.
 
     q, k [T, H, DK], v [T, HV, DV] as `gated_delta_rule_recurrent` takes them (each token's heads
     contiguous); a, b [T, HV]: in_proj_a's and in_proj_b's outputs (each token's row contiguous);
     A_log, dt_bias [HV]; initial_state [HV, DK, DV] fp32 or None; final_state may be initial_state
     (updated in place). returns (out [T, HV, DV] in v's dtype, final_state fp32). beta and g never
-    reach memory.
+    reach memory. qk_norm: q and k come straight from the conv (`rms_norm_linear_conv`): each head is
+    L2-normalised here (eps inside the root), q also scaled by DK ** -0.5, as `conv1d_l2norm_*` would.
     """
     T, H, HV, DK, DV = validate.delta_rule_qkv(q, k, v, max_head_dim=256)   # chapter 15's limits
     for x, name in ((a, "a"), (b, "b")):
@@ -611,10 +688,13 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
     final_state = validate.output(final_state, "final_state", (HV, DK, DV), torch.float32, device)
     if block_v not in (4, 8, 16, 32, 64):
         raise ValueError(f"block_v must be 4, 8, 16, 32 or 64, got {block_v}")
+    if qk_norm and not eps > 0:
+        raise ValueError(f"eps must be positive, got {eps}")
     recurrent_gates_kernel[(HV, triton.cdiv(DV, block_v))](
         q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, T, q.stride(0), k.stride(0),
-        v.stride(0), a.stride(0), b.stride(0), H=H, HV=HV, DK=DK, DV=DV,
-        BK=max(16, triton.next_power_of_2(DK)), BV=block_v, HAS_S0=initial_state is not None, num_warps=4)
+        v.stride(0), a.stride(0), b.stride(0), DK ** -0.5, eps, H=H, HV=HV, DK=DK, DV=DV,
+        BK=max(16, triton.next_power_of_2(DK)), BV=block_v, HAS_S0=initial_state is not None,
+        QK_NORM=bool(qk_norm), num_warps=4)
     return out, final_state
 
 

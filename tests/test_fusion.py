@@ -109,7 +109,7 @@ def test_gpu_gemv_configs():
             cfg = FUSION.fused_gemv_config(1024, k, norm=norm_config, gated=gated)
             y = torch.full((1, n), float("nan"), device=RT.device)
             FUSION.fused_gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
-                x, nw, w, u, y, n, k, 1e-6, HAS_NORM=True, GATED=gated, BLOCK_N=cfg["BLOCK_N"],
+                x, nw, w, u, y, n, k, 1e-6, w, w, 0, HAS_NORM=True, GATED=gated, BLOCK_N=cfg["BLOCK_N"],
                 BLOCK_K=cfg["BLOCK_K"])
             want = R.swiglu(normed @ w.double().T, normed @ u.double().T) if gated else normed @ w.double().T
             assert rel(y, want) < 1e-6, (n, k, cfg, gated)
@@ -248,7 +248,7 @@ def test_bf16_fused_within_rounding_of_the_unfused_kernels(name, index):
 def test_fused_kernels_replay_in_a_cuda_graph():
     """No host sync in any wrapper: captured once, replayed on new inputs copied into the same buffers."""
     gen = torch.Generator(device="cuda").manual_seed(0)
-    for name in ("residual_rmsnorm", "fused_rmsnorm_linear", "fused_gate_up_silu.ln2"):
+    for name in ("residual_rmsnorm", "fused_rmsnorm_linear", "fused_gate_up_silu.ln2", "fused_rmsnorm_linear.conv"):
         slot = get_slot(name)
         inputs = slot.make_inputs(slot.shape("real", 0), torch.bfloat16, "cuda", gen)
         outs = slot.make_out(inputs)

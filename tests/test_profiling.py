@@ -48,7 +48,11 @@ def test_fused_slots_count_the_bytes_of_the_steps_they_replace(level):
     from tritonllm_course.engine.ops import LEVELS
     b, slots = P.step_bytes(QWEN35_0_8B, 100), P.slot_bytes(QWEN35_0_8B, 100, steps=LEVELS[level])
     assert sum(slots.values()) == sum(b.values())                               # every byte somewhere
-    assert slots["fused_rmsnorm_linear"] == b["attn_in_proj"] + b["dn_in_proj"]
+    if level == "fast":     # the DeltaNet in-projection also runs the conv's step
+        assert slots["fused_rmsnorm_linear"] == b["attn_in_proj"]
+        assert slots["fused_rmsnorm_linear.conv"] == b["dn_in_proj"] + b["conv"]
+    else:
+        assert slots["fused_rmsnorm_linear"] == b["attn_in_proj"] + b["dn_in_proj"]
     assert slots["fused_gate_up_silu.ln2"] == b["ln2"] + b["gate_up"]
     assert slots["logits_head"] == b["lm_head"]
     folded = b["ln1"] + (b["gates"] + b["gated_norm"] if level == "fast" else 0)

@@ -87,9 +87,11 @@ def step_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> dict
     }
 
 
-# a fused step of the fused and fast levels moves the bytes of the one-kernel-per-operator steps it replaces
+# a fused step of the fused and fast levels moves the bytes of the one-kernel-per-operator steps it replaces;
+# a slot that takes in a step of its own level's table, the bytes of both (FUSED_SLOT_PARTS)
 FUSED_STEP_PARTS = {"qk_prologue": ("q_norm", "k_norm", "kv_write"), "mlp": ("ln2", "gate_up"),
                     "final_residual_norm": ("final_norm",)}
+FUSED_SLOT_PARTS = {"fused_rmsnorm_linear.conv": ("dn_in_proj", "conv")}
 FOLDED = "(folded into other kernels)"
 
 
@@ -105,7 +107,7 @@ def slot_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16, steps=S
     out: dict[str, int] = {}
     counted: set[str] = set()
     for s in steps:
-        parts = FUSED_STEP_PARTS.get(s.name, (s.name,))
+        parts = FUSED_SLOT_PARTS.get(s.decode) or FUSED_STEP_PARTS.get(s.name, (s.name,))
         if s.decode and set(parts) <= per_step.keys() and not counted.intersection(parts):
             out[s.decode] = out.get(s.decode, 0) + sum(per_step[p] for p in parts)
             counted.update(parts)

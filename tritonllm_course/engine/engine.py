@@ -188,6 +188,9 @@ class Engine:
         there the kernels read none (as if given no state) and the conv writes its new state in place."""
         c = self.config
         conv_state, state = self.cache.conv[i], self.cache.state[i]
+        if not hasattr(op, "conv"):     # the fast level's decode: the in-projection ran the conv's step
+            self._deltanet_fast_decode(op, a, layer, state)
+            return
         fresh = start == 0
         conv = dict(x=a.dn_qkv, weight=layer.small["conv"], conv_state=None if fresh else conv_state,
                     key_heads=c.linear_num_key_heads, head_dim=c.linear_key_head_dim, q=a.dq, k=a.dk, v=a.dv)
@@ -198,21 +201,28 @@ class Engine:
         else:               # the new state goes to a scratch buffer: programs still read the old one
             op.conv(**conv, new_state=self.new_conv_state)
             conv_state.copy_(self.new_conv_state)
-        if hasattr(op, "gates"):
-            op.gates(b=a.dn_b, a=a.dn_a, A_log=layer.small["A_log"], dt_bias=layer.small["dt_bias"],
-                     beta=a.beta, g=a.g)
-            op.delta_rule(q=a.dq, k=a.dk, v=a.dv, g=a.g, beta=a.beta, initial_state=None if fresh else state,
-                          out=a.do, final_state=state)
-        else:               # the fast level's decode: the gates computed inside the recurrence
-            op.delta_rule(q=a.dq, k=a.dk, v=a.dv, a=a.dn_a, b=a.dn_b, A_log=layer.small["A_log"],
-                          dt_bias=layer.small["dt_bias"], initial_state=state, out=a.do, final_state=state)
+        op.gates(b=a.dn_b, a=a.dn_a, A_log=layer.small["A_log"], dt_bias=layer.small["dt_bias"], beta=a.beta,
+                 g=a.g)
+        op.delta_rule(q=a.dq, k=a.dk, v=a.dv, g=a.g, beta=a.beta, initial_state=None if fresh else state,
+                      out=a.do, final_state=state)
         z = a.dn_z.view(T, c.linear_num_value_heads, c.linear_value_head_dim)       # [T, HV, Dv]
-        if hasattr(op, "gated_norm"):
-            op.gated_norm(x=a.do, z=z, weight=layer.small["norm"], eps=c.rms_norm_eps, out=a.dnorm)
-            self._out_proj(op.out_proj, a.dnorm.view(T, -1), layer.mixer_out, a)    # [T, HV * Dv] -> [T, hidden]
-        else:               # the fast level's decode: the gated norm inside out_proj
-            self._out_proj(op.out_proj, a.do, layer.mixer_out, a, z=z, norm_weight=layer.small["norm"],
-                           eps=c.rms_norm_eps)
+        op.gated_norm(x=a.do, z=z, weight=layer.small["norm"], eps=c.rms_norm_eps, out=a.dnorm)
+        self._out_proj(op.out_proj, a.dnorm.view(T, -1), layer.mixer_out, a)        # [T, HV * Dv] -> [T, hidden]
+
+    def _deltanet_fast_decode(self, op, a, layer, state) -> None:
+        """The fast level's DeltaNet at decode, after the in-projection that ran the conv's step: q, k, v
+        read where the conv left them (L2-normalised inside the recurrence, which also computes the gates),
+        the gated norm inside out_proj."""
+        c = self.config
+        H, HV, DK, DV = (c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim,
+                         c.linear_value_head_dim)
+        q, k, v = a.dn_qkv.split([H * DK, H * DK, HV * DV], dim=-1)                 # [1, H*DK], [1, H*DK], [1, HV*DV]
+        op.delta_rule(q=q.view(1, H, DK), k=k.view(1, H, DK), v=v.view(1, HV, DV), a=a.dn_a, b=a.dn_b,
+                      A_log=layer.small["A_log"], dt_bias=layer.small["dt_bias"], initial_state=state,
+                      out=a.do, final_state=state, qk_norm=True)
+        z = a.dn_z.view(1, HV, DV)                                                  # [1, HV, Dv]
+        self._out_proj(op.out_proj, a.do, layer.mixer_out, a, z=z, norm_weight=layer.small["norm"],
+                       eps=c.rms_norm_eps)
 
     def _embed(self, op, ids, a) -> None:
         """The embedding rows into the stream a.x; in fp16 mode through a.h (the kernel writes the table's
@@ -360,9 +370,11 @@ class Engine:
                 op.attn_in_proj(x=self._stream_in(a), norm_weight=layer.ln1, weight=layer.mixer_in.weight, eps=eps,
                                 out=self.decode_act.merged["attn"])
                 self._attention(op, a, i, layer, 1, ctr.pos, None)
-            else:
+            else:   # at the fast level the conv's step too, its state rolled in place
+                conv = {} if hasattr(op, "conv") else {"conv_weight": layer.small["conv"],
+                                                       "conv_state": self.cache.conv[i]}
                 op.dn_in_proj(x=self._stream_in(a), norm_weight=layer.ln1, weight=layer.mixer_in.weight, eps=eps,
-                              out=self.decode_act.merged["dn"])
+                              out=self.decode_act.merged["dn"], **conv)
                 self._deltanet(op, a, i, layer, 1, None)
             self._fused_mlp(op, a, layer, w.norm if i == last else None)
         op.lm_head(x=a.h, weight=w.lm_head, out=ctr.logits)

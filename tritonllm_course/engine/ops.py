@@ -128,8 +128,10 @@ FUSED_STEPS = (
 # down) moved into that projection's epilogue, plain GEMVs for them rather than split-K (at 1024 output
 # rows a GEMV already has 512 programs for the 132 SMs), an attention layer's q/k norms, RoPE and cache
 # write in one kernel, its output gate inside the attention (FlashAttention's epilogue, FlashDecoding's
-# merge), and at decode the DeltaNet gates inside the recurrent delta rule and its gated RMSNorm inside
-# out_proj. A decode step of Qwen3.5-0.8B launches 156 kernels.
+# merge), and at decode the DeltaNet conv's step inside the in-projection's epilogue (a program owns whole
+# output channels, so their conv state too; the L2 norm of q and k, which needs whole heads, moves into
+# the recurrence), the gates inside the recurrent delta rule and the gated RMSNorm inside out_proj. A decode
+# step of Qwen3.5-0.8B launches 138 kernels.
 # In fp16 the residual stream is fp32 and a norm-folded projection reads a scaled fp16 copy of it, which
 # `residual_rmsnorm` writes: there the projections add a zero residual and the add stays in that kernel, as
 # at the fused level.
@@ -140,8 +142,8 @@ FAST_STEPS = (
     Step("qk_prologue", "attention layers", "qk_norm_rope_cache", "qk_norm_rope_cache"),
     Step("attention", "attention layers", "flash_attention.gated", "flash_decoding.gated"),
     Step("o_proj", "attention layers", "fused_linear_residual", "fused_linear_residual"),
-    Step("dn_in_proj", "DeltaNet layers", "qkv_proj.prefill", "fused_rmsnorm_linear"),
-    Step("conv", "DeltaNet layers", "conv1d_l2norm.prefill", "conv1d_l2norm.decode"),
+    Step("dn_in_proj", "DeltaNet layers", "qkv_proj.prefill", "fused_rmsnorm_linear.conv"),
+    Step("conv", "DeltaNet layers", "conv1d_l2norm.prefill", None),
     Step("gates", "DeltaNet layers", "deltanet_gates", None),
     Step("delta_rule", "DeltaNet layers", "gated_delta_chunked", "gated_delta_recurrent_gates"),
     Step("gated_norm", "DeltaNet layers", "gated_rmsnorm", None),

@@ -1,13 +1,16 @@
 """References of the fusion variants: the chains of reference ops they replace (the stacked gate/up
 weight [W_gate; W_up], the projection + residual add, the attention's q/k norm + RoPE + cache write, the
-DeltaNet gates + recurrence, the gated RMSNorm + out_proj + residual add)."""
+DeltaNet in-projection + conv step, the DeltaNet gates + recurrence (q and k normalised there or not),
+the gated RMSNorm + out_proj + residual add)."""
 from __future__ import annotations
 
 import torch
 
 from .attention_extra import kv_cache_write_static
+from .conv1d import conv1d_decode
 from .delta_rule import gated_delta_rule_recurrent
-from .deltanet import deltanet_gates
+from .deltanet import deltanet_gates, l2norm_qk
+from .fused import rms_norm_linear
 from .linear import linear
 from .norms import gated_rms_norm, qk_norm, rms_norm
 from .precision import acc
@@ -61,12 +64,27 @@ def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
     return q_out, k_cache, v_cache
 
 
+def rms_norm_linear_conv(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
+                         conv_weight: torch.Tensor, conv_state: torch.Tensor, eps: float = 1e-6):
+    """The DeltaNet in-projection of one token, then the conv's step on its first C outputs:
+    y = `rms_norm_linear(x, norm_weight, weight, eps)` [1, N]; returns ([conv1d_decode(y[:, :C]) | y[:, C:]]
+    [1, N] in x's dtype, the new conv state [C, K])."""
+    y = rms_norm_linear(x, norm_weight, weight, eps)                            # [1, N]
+    C = conv_weight.shape[0]
+    conv, state = conv1d_decode(y[:, :C], conv_weight, conv_state)              # [1, C], [C, K]
+    return torch.cat([conv, y[:, C:]], dim=1), state
+
+
 def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
                                      b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
-                                     initial_state: torch.Tensor | None = None):
+                                     initial_state: torch.Tensor | None = None, qk_norm: bool = False,
+                                     eps: float = 1e-6):
     """The DeltaNet gates, then the recurrent delta rule: `gated_delta_rule_recurrent(q, k, v, g, beta,
-    initial_state)` with (beta, g) = `deltanet_gates(b, a, A_log, dt_bias)`, beta kept in fp32.
-    Shapes as those two take them; returns (out [T, HV, DV] in v's dtype, final_state fp32)."""
+    initial_state)` with (beta, g) = `deltanet_gates(b, a, A_log, dt_bias)`, beta kept in fp32; with
+    qk_norm, q and k are first L2-normalised per head (q scaled by DK ** -0.5) as the conv's fused kernels
+    do. Shapes as those two take them; returns (out [T, HV, DV] in v's dtype, final_state fp32)."""
+    if qk_norm:
+        q, k = l2norm_qk(acc(q), acc(k), eps)                                   # [T, H, DK] each
     beta, g = deltanet_gates(acc(b), a, A_log, dt_bias)
     return gated_delta_rule_recurrent(q, k, v, g, beta, initial_state)
 

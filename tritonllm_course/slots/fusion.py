@@ -10,7 +10,7 @@ import torch
 from ..reference.fused import gate_up_swiglu, rms_norm_linear
 from ..reference.fusion_extra import (gate_up_swiglu_merged, gated_delta_rule_recurrent_gates,
                                      gated_norm_linear_residual, linear_residual, qk_norm_rope_cache,
-                                     rms_norm_gate_up_swiglu)
+                                     rms_norm_gate_up_swiglu, rms_norm_linear_conv)
 from ..reference.rope import rope_cache
 from ..reference.residual import residual_rms_norm
 from . import implement, tensor_bytes
@@ -73,6 +73,32 @@ implement(
                      {"M": PROMPT, "N": 5120, "K": 1024}, {"M": PROMPT, "N": 8224, "K": 1024}]},
     bytes=lambda inp: (tensor_bytes(inp["x"], inp["norm_weight"], inp["weight"])
                        + inp["x"].shape[0] * inp["weight"].shape[0] * inp["x"].element_size()),
+    flops=lambda inp: 2 * inp["x"].numel() * inp["weight"].shape[0],
+)
+
+
+def _norm_linear_conv_inputs(shape, dtype, device, gen):
+    """One token, the merged DeltaNet in-projection [N, K] whose first C outputs feed the conv [C, KC]
+    (taps ~ N(0, 0.3) as chapter 13's; a random state: a token in the middle of a sequence)."""
+    inputs = _norm_linear_inputs({"M": 1, **shape}, dtype, device, gen)
+    C, KC = shape["C"], shape["KC"]
+    return {**inputs, "conv_weight": _randn((C, KC), dtype, device, gen, 0.3),
+            "conv_state": _randn((C, KC), dtype, device, gen)}
+
+
+implement(
+    "fused_rmsnorm_linear.conv", title="RMSNorm + projection + conv step",
+    chapter=CHAPTER, qwen="the DeltaNet in-projection at decode with the depthwise conv's step (and its "
+    "state) in the epilogue of the outputs that feed it: [1, 1024] -> [1, 8224]",
+    family="fusion", function="rms_norm_linear_conv", reference=rms_norm_linear_conv,
+    make_inputs=_norm_linear_conv_inputs, mutated=("conv_state",),
+    make_out=lambda inp: _out_like_rows(inp, inp["weight"].shape[0]),
+    # tiny: odd sizes, the conv's channels ending inside a program's rows and several K steps
+    shapes={"tiny": [{"N": 509, "K": 131, "C": 301, "KC": 4}, {"N": 70, "K": 64, "C": 70, "KC": 2}],
+            "real": [{"N": 8224, "K": 1024, "C": 6144, "KC": 4}]},
+    # x, the norm's and the projection's weights, the output; the conv's taps, its state read and written
+    bytes=lambda inp: (tensor_bytes(inp["x"], inp["norm_weight"], inp["weight"], inp["conv_weight"])
+                       + inp["weight"].shape[0] * inp["x"].element_size() + 2 * tensor_bytes(inp["conv_state"])),
     flops=lambda inp: 2 * inp["x"].numel() * inp["weight"].shape[0],
 )
 
@@ -202,6 +228,8 @@ def _recurrent_gates_inputs(shape, dtype, device, gen):
     T, HV = inputs["g"].shape
     ab = _randn((T, 2 * HV + 3), dtype, device, gen)                   # [T, ...]: a token-strided layout
     del inputs["g"], inputs["beta"]
+    if shape.get("qk_norm"):    # q and k as the conv leaves them: not unit length, normalised in the kernel
+        inputs.update(q=3 * inputs["q"], k=0.5 * inputs["k"], qk_norm=True)
     return {**inputs, "a": ab[:, :HV], "b": ab[:, HV:2 * HV],
             "A_log": torch.log(torch.empty(HV, device=device).uniform_(1, 16, generator=gen)),
             "dt_bias": torch.randn(HV, device=device, generator=gen)}
@@ -210,9 +238,12 @@ def _recurrent_gates_inputs(shape, dtype, device, gen):
 implement(
     "gated_delta_recurrent_gates", family="fusion", function="gated_delta_rule_recurrent_gates",
     reference=gated_delta_rule_recurrent_gates, make_inputs=_recurrent_gates_inputs, make_out=delta_rule_out,
+    # qk_norm: q and k straight from the conv (rms_norm_linear_conv), L2-normalised inside the kernel
     shapes={"tiny": [{"T": 1, "H": 2, "HV": 4, "DK": 32, "DV": 24},
-                     {"T": 7, "H": 3, "HV": 3, "DK": 24, "DV": 40, "state": False}],
-            "real": [{"T": 1, "H": 16, "HV": 16, "DK": 128, "DV": 128}]},
+                     {"T": 7, "H": 3, "HV": 3, "DK": 24, "DV": 40, "state": False},
+                     {"T": 3, "H": 2, "HV": 4, "DK": 24, "DV": 40, "qk_norm": True}],
+            "real": [{"T": 1, "H": 16, "HV": 16, "DK": 128, "DV": 128},
+                     {"T": 1, "H": 16, "HV": 16, "DK": 128, "DV": 128, "qk_norm": True}]},
     # q, k, v, a, b read once, the state read and written once, o written
     bytes=lambda inp: (tensor_bytes(inp["q"], inp["k"], inp["v"], inp["a"], inp["b"], inp["initial_state"])
                        + tensor_bytes(inp["v"]) + inp["v"].shape[1] * inp["k"].shape[-1] * inp["v"].shape[-1] * 4),
