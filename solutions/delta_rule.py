@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
+from tritonllm_course.triton_helpers import sigmoid, silu, softplus
 
 CHUNK_SIZES = (16, 32, 64)
 MAX_HEAD_DIM = 256          # a [DK, BV] state slice and [C, DK] tiles must fit in registers
@@ -105,16 +106,26 @@ def unit_lower_inverse(A, C: tl.constexpr, NC: tl.constexpr, PREC: tl.constexpr)
 
 @triton.jit(do_not_specialize=["T"])
 def chunk_prepare_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, T, sk, sv,
+                         a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, sa, sb,
                          H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
                          BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, NC: tl.constexpr,
-                         PREC: tl.constexpr):
+                         PREC: tl.constexpr, GATES: tl.constexpr = False):
     n, hv = tl.program_id(0), tl.program_id(1)                   # chunk, value head
     h = hv // (HV // H)
     rc = n * C + tl.arange(0, C)                                 # the chunk's tokens
     rk, rv = tl.arange(0, BK), tl.arange(0, BV)
     mt, mk, mv = rc < T, rk < DK, rv < DV
-    g = tl.load(g_ptr + rc * HV + hv, mask=mt, other=0.0)        # padding: g = 0, beta = 0, k = 0
-    beta = tl.load(beta_ptr + rc * HV + hv, mask=mt, other=0.0).to(tl.float32)
+    if GATES:   # chapter 14's gates from the projection's a and b (token-strided), where they are used;
+        # g also stored (fp32) for the scan and the output kernels: one program per (chunk, head) writes it
+        a = tl.load(a_ptr + rc * sa + hv, mask=mt, other=0.0).to(tl.float32)
+        b = tl.load(b_ptr + rc * sb + hv, mask=mt, other=0.0).to(tl.float32)
+        decay_rate = -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32))
+        g = tl.where(mt, decay_rate * softplus(a + tl.load(dt_bias_ptr + hv).to(tl.float32)), 0.0)
+        beta = tl.where(mt, sigmoid(b), 0.0)
+        tl.store(g_ptr + rc * HV + hv, g, mask=mt)
+    else:
+        g = tl.load(g_ptr + rc * HV + hv, mask=mt, other=0.0)    # padding: g = 0, beta = 0, k = 0
+        beta = tl.load(beta_ptr + rc * HV + hv, mask=mt, other=0.0).to(tl.float32)
     k = tl.load(k_ptr + rc[:, None] * sk + h * DK + rk[None, :], mask=mt[:, None] & mk[None, :],
                 other=0.0).to(tl.float32)                        # [C, BK]
     v = tl.load(v_ptr + rc[:, None] * sv + hv * DV + rv[None, :], mask=mt[:, None] & mv[None, :],
@@ -184,9 +195,10 @@ def chunk_scan_kernel(k_ptr, w_ptr, u_ptr, g_ptr, s0_ptr, hs_ptr, vn_ptr, st_ptr
 
 # --- prefill, kernel 3: the output, one program per (chunk, value block) -----------------------------
 @triton.jit(do_not_specialize=["T"])
-def chunk_output_kernel(q_ptr, k_ptr, g_ptr, hs_ptr, vn_ptr, o_ptr, T, sq, sk,
+def chunk_output_kernel(q_ptr, k_ptr, g_ptr, hs_ptr, vn_ptr, o_ptr, T, sq, sk, z_ptr, nw_ptr, sz, eps,
                         H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
-                        BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr):
+                        BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
+                        GATED_NORM: tl.constexpr = False):
     n, hv = tl.program_id(0), tl.program_id(1)
     h = hv // (HV // H)
     rc = n * C + tl.arange(0, C)
@@ -212,6 +224,12 @@ def chunk_output_kernel(q_ptr, k_ptr, g_ptr, hs_ptr, vn_ptr, o_ptr, T, sq, sk,
     o = (tl.dot(q, S.to(q.dtype), input_precision=PREC) * tl.exp(gamma)[:, None]
          + tl.dot(P.to(v_new.dtype), v_new, input_precision=PREC))
     # END SOLUTION
+    if GATED_NORM:  # chapter 17's gated RMSNorm on whole heads (BV >= DV), of o as it would be stored
+        o = o.to(o_ptr.dtype.element_ty).to(tl.float32)
+        z = tl.load(z_ptr + rc[:, None] * sz + hv * DV + rv[None, :], mask=mt[:, None] & mv[None, :],
+                    other=0.0).to(tl.float32)                    # [C, BV]
+        inv_rms = tl.rsqrt(tl.sum(o * o, axis=1) / DV + eps)     # [C]: padding lanes are 0
+        o = o * inv_rms[:, None] * tl.load(nw_ptr + rv, mask=mv, other=0.0).to(tl.float32)[None, :] * silu(z)
     tl.store(o_ptr + (rc[:, None] * HV + hv) * DV + rv[None, :], o.to(o_ptr.dtype.element_ty),
              mask=mt[:, None] & mv[None, :])
 
@@ -261,15 +279,19 @@ def _precision(dtype) -> str:
     return "tf32x3" if dtype == torch.float32 else "tf32"
 
 
-def chunk_prepare(k, v, g, beta, chunk_size):
-    """Kernel 1 on validated inputs: the WY keys w [T, HV, DK] and values u [T, HV, DV] (v's dtype)."""
+def chunk_prepare(k, v, g, beta, chunk_size, gates=None):
+    """Kernel 1 on validated inputs: the WY keys w [T, HV, DK] and values u [T, HV, DV] (v's dtype).
+    gates = (a, b, A_log, dt_bias): beta and g computed from them in the kernel, g written into `g`
+    (`beta` unused)."""
     T, H, DK = k.shape
     HV, DV = v.shape[1:]
     w = torch.empty(T, HV, DK, dtype=v.dtype, device=v.device)
     u = torch.empty(T, HV, DV, dtype=v.dtype, device=v.device)
+    a, b, A_log, dt_bias = gates if gates is not None else (g, g, g, g)   # unused pointers: any tensor
     chunk_prepare_kernel[(triton.cdiv(T, chunk_size), HV)](
-        k, v, g, beta, w, u, T, k.stride(0), v.stride(0), H=H, HV=HV, DK=DK, DV=DV, BK=_pow2(DK),
-        BV=_pow2(DV), C=chunk_size, NC=chunk_size // SUB.value, PREC=_precision(v.dtype), num_warps=8)
+        k, v, g, beta, w, u, T, k.stride(0), v.stride(0), a, b, A_log, dt_bias, a.stride(0), b.stride(0),
+        H=H, HV=HV, DK=DK, DV=DV, BK=_pow2(DK), BV=_pow2(DV), C=chunk_size, NC=chunk_size // SUB.value,
+        PREC=_precision(v.dtype), GATES=gates is not None, num_warps=8)
     return w, u
 
 
@@ -288,14 +310,17 @@ def chunk_scan(k, w, u, g, initial_state, final_state, chunk_size, block_v):
     return starts, v_new
 
 
-def chunk_output(q, k, g, starts, v_new, out, chunk_size):
-    """Kernel 3: o for every chunk in parallel, into `out`."""
+def chunk_output(q, k, g, starts, v_new, out, chunk_size, norm=None):
+    """Kernel 3: o for every chunk in parallel, into `out`. norm = (z, norm_weight, eps): the gated RMSNorm
+    of each head applied before the store (a program then holds whole heads)."""
     T, H, DK = q.shape
     HV, DV = v_new.shape[1:]
-    BV = min(64, _pow2(DV))
+    BV = _pow2(DV) if norm is not None else min(64, _pow2(DV))
+    z, norm_weight, eps = norm if norm is not None else (out, out, 1.0)   # unused pointers: any tensor
     chunk_output_kernel[(triton.cdiv(T, chunk_size), HV, triton.cdiv(DV, BV))](
-        q, k, g, starts, v_new, out, T, q.stride(0), k.stride(0), H=H, HV=HV, DK=DK, DV=DV, BK=_pow2(DK),
-        BV=BV, C=chunk_size, PREC=_precision(v_new.dtype), num_warps=4)
+        q, k, g, starts, v_new, out, T, q.stride(0), k.stride(0), z, norm_weight, z.stride(0), eps, H=H, HV=HV,
+        DK=DK, DV=DV, BK=_pow2(DK), BV=BV, C=chunk_size, PREC=_precision(v_new.dtype),
+        GATED_NORM=norm is not None, num_warps=4)
     return out
 
 
@@ -317,16 +342,61 @@ def gated_delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     state scan per (value head, `block_v` value columns) (`chunk_scan`), the output per (chunk, value
     head, 64 value columns) (`chunk_output`). Workspaces are in v's dtype, the state in fp32.
     chunk_size: 16, 32 or 64; None picks by T (`chunk_size_for`)."""
-    T, H, HV, DK, DV, device, out, final_state = _check(q, k, v, g, beta, initial_state, out,
-                                                        final_state)
-    chunk_size = chunk_size_for(T) if chunk_size is None else chunk_size
+    out, final_state = _check(q, k, v, g, beta, initial_state, out, final_state)[-2:]
+    return _chunked(q, k, v, g, beta, None, initial_state, out, final_state, chunk_size, block_v)
+
+
+def _chunked(q, k, v, g, beta, gates, initial_state, out, final_state, chunk_size, block_v, norm=None):
+    """The three kernels on validated inputs (chunk_size None: by T)."""
+    chunk_size = chunk_size_for(q.shape[0]) if chunk_size is None else chunk_size
     if chunk_size not in CHUNK_SIZES:
         raise ValueError(f"chunk_size must be one of {CHUNK_SIZES}, got {chunk_size}")
     if block_v not in (16, 32, 64):
         raise ValueError(f"block_v must be 16, 32 or 64, got {block_v}")
     if q.dtype != v.dtype:        # the products pair q and k with v-dtype tiles: one dtype throughout
         q, k = q.to(v.dtype), k.to(v.dtype)
-    w, u = chunk_prepare(k, v, g, beta, chunk_size)
+    w, u = chunk_prepare(k, v, g, beta, chunk_size, gates)
     starts, v_new = chunk_scan(k, w, u, g, initial_state, final_state, chunk_size, block_v)
-    chunk_output(q, k, g, starts, v_new, out, chunk_size)
+    chunk_output(q, k, g, starts, v_new, out, chunk_size, norm)
     return out, final_state
+
+
+def gated_delta_rule_chunked_gates(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
+                                   b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
+                                   initial_state: torch.Tensor | None = None, out: torch.Tensor | None = None,
+                                   final_state: torch.Tensor | None = None, g: torch.Tensor | None = None,
+                                   z: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None,
+                                   eps: float = 1e-6, chunk_size: int | None = None, block_v: int = 16):
+    """`gated_delta_rule_chunked` with the DeltaNet gates (chapter 14) computed inside its first kernel:
+    a, b [T, HV] (the in-projection's outputs, tokens at any stride), A_log, dt_bias [HV] instead of g and
+    beta. beta never reaches memory; g, which the other two kernels read, goes to the workspace `g`
+    ([T, HV] fp32, allocated when None). Returns (out, final_state) as `gated_delta_rule_chunked`.
+    With z [T, HV, DV] (contiguous within a token, any token stride) and norm_weight [DV], out is the
+    output after chapter 17's gated RMSNorm (`gated_rms_norm(o, z, norm_weight, eps)`), applied in the
+    last kernel's epilogue."""
+    T, H, HV, DK, DV = validate.delta_rule_qkv(q, k, v, MAX_HEAD_DIM)
+    for x, name in ((a, "a"), (b, "b")):
+        validate.tensor(x, name, dtype=validate.FLOATS, shape=(T, HV), contiguous=False)
+        validate.token_rows(x, name)
+    validate.tensor(A_log, "A_log", dtype=validate.FLOATS, shape=(HV,))
+    validate.tensor(dt_bias, "dt_bias", dtype=validate.FLOATS, shape=(HV,))
+    if initial_state is not None:
+        validate.tensor(initial_state, "initial_state", dtype=torch.float32, shape=(HV, DK, DV))
+    device = validate.same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias,
+                                  initial_state=initial_state)
+    out = validate.output(out, "out", (T, HV, DV), v.dtype, device)
+    final_state = validate.output(final_state, "final_state", (HV, DK, DV), torch.float32, device)
+    g = validate.output(g, "g", (T, HV), torch.float32, device)
+    norm = None
+    if z is not None or norm_weight is not None:
+        if z is None or norm_weight is None:
+            raise ValueError("the gated norm needs both z and norm_weight (or neither)")
+        validate.tensor(z, "z", dtype=v.dtype, shape=(T, HV, DV), contiguous=False)
+        validate.token_rows(z, "z")
+        validate.tensor(norm_weight, "norm_weight", dtype=validate.FLOATS, shape=(DV,))
+        validate.same_device(q=q, z=z, norm_weight=norm_weight)
+        if not eps > 0:
+            raise ValueError(f"eps must be positive, got {eps}")
+        norm = (z, norm_weight, eps)
+    return _chunked(q, k, v, g, g, (a, b, A_log, dt_bias), initial_state, out, final_state, chunk_size,
+                    block_v, norm)

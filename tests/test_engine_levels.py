@@ -159,6 +159,17 @@ def test_fast_level_with_reference_sources(model, dtype):
     assert "fused_linear_residual" in slot_names("fast") and "attn_residual" not in slot_names("fast")
 
 
+def test_a_prompt_at_the_fast_level_has_no_gates_or_gated_norm_kernel(model):
+    """At a prompt the fast level computes the DeltaNet gates in the chunked rule's first kernel and the
+    gated RMSNorm in its last one's epilogue."""
+    ref, _ = model
+    engine = Engine.from_model(ref, max_seq_len=32, level="fast", default_source="reference")
+    with engine.tracing() as calls:
+        engine.prefill(PROMPT)
+    assert calls.count("gated_delta_chunked.gates") == len(TINY.linear_layers)
+    assert "deltanet_gates" not in calls and "gated_rmsnorm" not in calls
+
+
 def test_a_wrong_fused_kernel_changes_the_tokens(model):
     """The check can fail: a final norm that forgets the (1 + w) scale."""
     ref, want = model

@@ -201,12 +201,17 @@ class Engine:
         else:               # the new state goes to a scratch buffer: programs still read the old one
             op.conv(**conv, new_state=self.new_conv_state)
             conv_state.copy_(self.new_conv_state)
-        op.gates(b=a.dn_b, a=a.dn_a, A_log=layer.small["A_log"], dt_bias=layer.small["dt_bias"], beta=a.beta,
-                 g=a.g)
-        op.delta_rule(q=a.dq, k=a.dk, v=a.dv, g=a.g, beta=a.beta, initial_state=None if fresh else state,
-                      out=a.do, final_state=state)
         z = a.dn_z.view(T, c.linear_num_value_heads, c.linear_value_head_dim)       # [T, HV, Dv]
-        op.gated_norm(x=a.do, z=z, weight=layer.small["norm"], eps=c.rms_norm_eps, out=a.dnorm)
+        rule = dict(q=a.dq, k=a.dk, v=a.dv, g=a.g, initial_state=None if fresh else state, final_state=state)
+        if hasattr(op, "gates"):
+            op.gates(b=a.dn_b, a=a.dn_a, A_log=layer.small["A_log"], dt_bias=layer.small["dt_bias"], beta=a.beta,
+                     g=a.g)
+            op.delta_rule(**rule, beta=a.beta, out=a.do)
+            op.gated_norm(x=a.do, z=z, weight=layer.small["norm"], eps=c.rms_norm_eps, out=a.dnorm)
+        else:   # the fast level's prompt: the gates in the chunked rule's first kernel (g kept in a.g), the
+            # gated norm in its last one's epilogue
+            op.delta_rule(**rule, a=a.dn_a, b=a.dn_b, A_log=layer.small["A_log"], dt_bias=layer.small["dt_bias"],
+                          z=z, norm_weight=layer.small["norm"], eps=c.rms_norm_eps, out=a.dnorm)
         self._out_proj(op.out_proj, a.dnorm.view(T, -1), layer.mixer_out, a)        # [T, HV * Dv] -> [T, hidden]
 
     def _deltanet_fast_decode(self, op, a, layer, state) -> None:

@@ -79,6 +79,7 @@ OUTPUTS = {
     "conv1d_l2norm.decode": ("q", "k", "v"),
     "deltanet_gates": ("beta", "g"),
     "gated_delta_chunked": ("out", "final_state"),
+    "gated_delta_chunked.gates": ("out", "final_state"),
     "gated_delta_recurrent": ("out", "final_state"),
     "gated_delta_recurrent_gates": ("out", "final_state"),
     "residual_rmsnorm": ("h_out", "out"),
@@ -131,7 +132,8 @@ FUSED_STEPS = (
 # merge), and at decode the DeltaNet conv's step inside the in-projection's epilogue (a program owns whole
 # output channels, so their conv state too; the L2 norm of q and k, which needs whole heads, moves into
 # the recurrence), the gates inside the recurrent delta rule and the gated RMSNorm inside out_proj. A decode
-# step of Qwen3.5-0.8B launches 138 kernels.
+# step of Qwen3.5-0.8B launches 138 kernels. At a prompt the gates go into the chunked rule's first kernel and
+# the gated RMSNorm into its last one's epilogue.
 # In fp16 the residual stream is fp32 and a norm-folded projection reads a scaled fp16 copy of it, which
 # `residual_rmsnorm` writes: there the projections add a zero residual and the add stays in that kernel, as
 # at the fused level.
@@ -144,9 +146,7 @@ FAST_STEPS = (
     Step("o_proj", "attention layers", "fused_linear_residual", "fused_linear_residual"),
     Step("dn_in_proj", "DeltaNet layers", "qkv_proj.prefill", "fused_rmsnorm_linear.conv"),
     Step("conv", "DeltaNet layers", "conv1d_l2norm.prefill", None),
-    Step("gates", "DeltaNet layers", "deltanet_gates", None),
-    Step("delta_rule", "DeltaNet layers", "gated_delta_chunked", "gated_delta_recurrent_gates"),
-    Step("gated_norm", "DeltaNet layers", "gated_rmsnorm", None),
+    Step("delta_rule", "DeltaNet layers", "gated_delta_chunked.gates", "gated_delta_recurrent_gates"),
     Step("out_proj", "DeltaNet layers", "fused_linear_residual", "gated_norm_linear_residual"),
     Step("ln2", "every layer", "ln2", None),
     Step("mlp", "every layer", "fused_gate_up_silu.merged", "fused_gate_up_silu.ln2"),

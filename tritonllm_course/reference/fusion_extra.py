@@ -89,6 +89,18 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
     return gated_delta_rule_recurrent(q, k, v, g, beta, initial_state)
 
 
+def gated_delta_rule_chunked_gates(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
+                                   b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
+                                   initial_state: torch.Tensor | None = None, g: torch.Tensor | None = None,
+                                   z: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None,
+                                   eps: float = 1e-6):
+    """The DeltaNet gates inside the chunked delta rule: the same math as `gated_delta_rule_recurrent_gates`
+    (the chunked form is exact); with z and norm_weight, its output through `gated_rms_norm`. g is the
+    Triton kernel's workspace for the log-decays: not used here."""
+    out, state = gated_delta_rule_recurrent_gates(q, k, v, a, b, A_log, dt_bias, initial_state)
+    return (out if z is None else gated_rms_norm(out, z, norm_weight, eps)), state
+
+
 def gated_norm_linear_residual(x: torch.Tensor, z: torch.Tensor, norm_weight: torch.Tensor,
                                weight: torch.Tensor, residual: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
     """The DeltaNet output: gated RMSNorm of x [T, heads, DV] with z, out_proj, and the residual add:

@@ -8,9 +8,9 @@ in_proj 8224 x 1024, MLP gate/up 2 x 3584 x 1024. Bytes are what the fused kerne
 import torch
 
 from ..reference.fused import gate_up_swiglu, rms_norm_linear
-from ..reference.fusion_extra import (gate_up_swiglu_merged, gated_delta_rule_recurrent_gates,
-                                     gated_norm_linear_residual, linear_residual, qk_norm_rope_cache,
-                                     rms_norm_gate_up_swiglu, rms_norm_linear_conv)
+from ..reference.fusion_extra import (gate_up_swiglu_merged, gated_delta_rule_chunked_gates,
+                                     gated_delta_rule_recurrent_gates, gated_norm_linear_residual, linear_residual,
+                                     qk_norm_rope_cache, rms_norm_gate_up_swiglu, rms_norm_linear_conv)
 from ..reference.rope import rope_cache
 from ..reference.residual import residual_rms_norm
 from . import implement, tensor_bytes
@@ -230,6 +230,10 @@ def _recurrent_gates_inputs(shape, dtype, device, gen):
     del inputs["g"], inputs["beta"]
     if shape.get("qk_norm"):    # q and k as the conv leaves them: not unit length, normalised in the kernel
         inputs.update(q=3 * inputs["q"], k=0.5 * inputs["k"], qk_norm=True)
+    if shape.get("norm"):       # the gated RMSNorm after it: z as a view of a wider row per token
+        HV, DV = inputs["v"].shape[1:]
+        z = _randn((T, HV * DV + 5), dtype, device, gen)[:, :HV * DV].view(T, HV, DV)
+        inputs.update(z=z, norm_weight=1.0 + _norm_weight(DV, dtype, device, gen))
     return {**inputs, "a": ab[:, :HV], "b": ab[:, HV:2 * HV],
             "A_log": torch.log(torch.empty(HV, device=device).uniform_(1, 16, generator=gen)),
             "dt_bias": torch.randn(HV, device=device, generator=gen)}
@@ -245,6 +249,25 @@ implement(
             "real": [{"T": 1, "H": 16, "HV": 16, "DK": 128, "DV": 128},
                      {"T": 1, "H": 16, "HV": 16, "DK": 128, "DV": 128, "qk_norm": True}]},
     # q, k, v, a, b read once, the state read and written once, o written
+    bytes=lambda inp: (tensor_bytes(inp["q"], inp["k"], inp["v"], inp["a"], inp["b"], inp["initial_state"])
+                       + tensor_bytes(inp["v"]) + inp["v"].shape[1] * inp["k"].shape[-1] * inp["v"].shape[-1] * 4),
+)
+
+
+implement(
+    "gated_delta_chunked.gates", title="DeltaNet gates + chunked delta rule (+ gated RMSNorm)", chapter=CHAPTER,
+    qwen="prefill: beta and g computed in the chunked rule's first kernel from a and b, g kept for the "
+    "other two; the gated RMSNorm in the last one's epilogue (two launches fewer per layer)",
+    family="delta_rule", function="gated_delta_rule_chunked_gates",
+    reference=gated_delta_rule_chunked_gates, make_inputs=_recurrent_gates_inputs, make_out=delta_rule_out,
+    # tiny: partial last chunks (of 16: chunk_size_for), no initial state, GQA, the gated norm after it
+    # (norm: what the engine runs); real: the engine's prompt of 128 and an odd length (chunks of 32)
+    shapes={"tiny": [{"T": 37, "H": 2, "HV": 4, "DK": 32, "DV": 24},
+                     {"T": 21, "H": 1, "HV": 2, "DK": 24, "DV": 40, "state": False},
+                     {"T": 19, "H": 2, "HV": 4, "DK": 32, "DV": 24, "norm": True}],
+            "real": [{"T": 128, "H": 16, "HV": 16, "DK": 128, "DV": 128, "norm": True},
+                     {"T": 999, "H": 16, "HV": 16, "DK": 128, "DV": 128}]},
+    # q, k, v, a, b read once, the state read and written once, o written (the workspaces are extra)
     bytes=lambda inp: (tensor_bytes(inp["q"], inp["k"], inp["v"], inp["a"], inp["b"], inp["initial_state"])
                        + tensor_bytes(inp["v"]) + inp["v"].shape[1] * inp["k"].shape[-1] * inp["v"].shape[-1] * 4),
 )
