@@ -300,6 +300,16 @@ def test_the_l2_prefetch_probes_gemv_computes_the_gemv(rt):
     assert probe["check"]() < 1e-6
 
 
+def test_the_mlp_block_probes_kernel_computes_the_mlp(rt):
+    """scripts/mlp_block_probe.py's one-kernel MLP sublayer, timed on a GPU only: its two halves under the
+    interpreter (two launches: a grid barrier would wait forever where programs run one after another)."""
+    import runpy
+    if rt.mode == "gpu":
+        pytest.skip("checked on the GPU by the probe itself, barrier included (check_rel_err in its JSON)")
+    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "mlp_block_probe.py"))
+    assert probe["check"]() < 1e-6
+
+
 def test_the_prefill_probes_split_k_gemm_is_right_and_deterministic(rt):
     """The split-K GEMM + residual of scripts/prefill_probe.py (timed on a GPU only): under the interpreter,
     odd shapes, in place, two calls bit-identical (the per-tile counters reset themselves)."""
