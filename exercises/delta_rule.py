@@ -338,18 +338,8 @@ def gated_delta_rule_chunked_gates(q: torch.Tensor, k: torch.Tensor, v: torch.Te
     With z [T, HV, DV] (contiguous within a token, any token stride) and norm_weight [DV], out is the
     output after chapter 17's gated RMSNorm (`gated_rms_norm(o, z, norm_weight, eps)`), applied in the
     last kernel's epilogue."""
-    T, H, HV, DK, DV = validate.delta_rule_qkv(q, k, v, MAX_HEAD_DIM)
-    for x, name in ((a, "a"), (b, "b")):
-        validate.tensor(x, name, dtype=validate.FLOATS, shape=(T, HV), contiguous=False)
-        validate.token_rows(x, name)
-    validate.tensor(A_log, "A_log", dtype=validate.FLOATS, shape=(HV,))
-    validate.tensor(dt_bias, "dt_bias", dtype=validate.FLOATS, shape=(HV,))
-    if initial_state is not None:
-        validate.tensor(initial_state, "initial_state", dtype=torch.float32, shape=(HV, DK, DV))
-    device = validate.same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias,
-                                  initial_state=initial_state)
-    out = validate.output(out, "out", (T, HV, DV), v.dtype, device)
-    final_state = validate.output(final_state, "final_state", (HV, DK, DV), torch.float32, device)
+    T, H, HV, DK, DV, device, out, final_state = validate.delta_rule_gate_inputs(
+        q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, MAX_HEAD_DIM)
     g = validate.output(g, "g", (T, HV), torch.float32, device)
     norm = None
     if z is not None or norm_weight is not None:

@@ -29,6 +29,8 @@ import torch
 import triton
 import triton.language as tl
 
+from tritonllm_course.triton_helpers import gemv_rows
+
 LAYER = [(8224, 1024), (1024, 2048), (7168, 1024), (1024, 3584)]   # [N, K] of each decode projection
 LAYERS = int(os.environ.get("LAYERS", "8"))                           # 8 x 43 MB: well past L2's 50 MB
 
@@ -62,18 +64,8 @@ def gemv_prefetch_kernel(x_ptr, w_ptr, y_ptr, N, K, pf_base, pf_bytes, pf_share,
         done = prefetch_share(pf_base, pf_bytes, pf_share, pid, THREADS)
         tl.store(y_ptr + tl.arange(0, THREADS) * 0, done.to(y_ptr.dtype.element_ty), mask=done != 0)  # never
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < N
-    row_start = w_ptr + rows.to(tl.int64) * K
-    cols = tl.arange(0, BLOCK_K)
-    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        k = k0 + cols
-        k_ok = k < K
-        x = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)                      # [BLOCK_K]
-        w = tl.load(row_start[:, None] + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0,
-                    eviction_policy="evict_first").to(tl.float32)                       # [BLOCK_N, BLOCK_K]
-        acc += w * x[None, :]
-    tl.store(y_ptr + rows, tl.sum(acc, axis=1).to(y_ptr.dtype.element_ty), mask=row_ok)
+    y = gemv_rows(x_ptr, w_ptr, rows, N, K, 0, K, BLOCK_N, BLOCK_K)                     # chapter 05's walk
+    tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=rows < N)
 
 
 @triton.jit

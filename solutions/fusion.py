@@ -674,18 +674,8 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
     reach memory. qk_norm: q and k come straight from the conv (`rms_norm_linear_conv`): each head is
     L2-normalised here (eps inside the root), q also scaled by DK ** -0.5, as `conv1d_l2norm_*` would.
     """
-    T, H, HV, DK, DV = validate.delta_rule_qkv(q, k, v, max_head_dim=256)   # chapter 15's limits
-    for x, name in ((a, "a"), (b, "b")):
-        validate.tensor(x, name, dtype=validate.FLOATS, shape=(T, HV), contiguous=False)
-        validate.token_rows(x, name)
-    validate.tensor(A_log, "A_log", dtype=validate.FLOATS, shape=(HV,))
-    validate.tensor(dt_bias, "dt_bias", dtype=validate.FLOATS, shape=(HV,))
-    if initial_state is not None:
-        validate.tensor(initial_state, "initial_state", dtype=torch.float32, shape=(HV, DK, DV))
-    device = validate.same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias,
-                                  initial_state=initial_state)
-    out = validate.output(out, "out", (T, HV, DV), v.dtype, device)
-    final_state = validate.output(final_state, "final_state", (HV, DK, DV), torch.float32, device)
+    T, H, HV, DK, DV, _, out, final_state = validate.delta_rule_gate_inputs(   # chapter 15's head-size limit
+        q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, max_head_dim=256)
     if block_v not in (4, 8, 16, 32, 64):
         raise ValueError(f"block_v must be 4, 8, 16, 32 or 64, got {block_v}")
     if qk_norm and not eps > 0:

@@ -153,3 +153,22 @@ def delta_rule_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, max_head_d
     if not (0 < DK <= max_head_dim and 0 < DV <= max_head_dim):
         raise ValueError(f"head dims must be in 1..{max_head_dim}; got key dim {DK}, value dim {DV}")
     return T, H, HV, DK, DV
+
+
+def delta_rule_gate_inputs(q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, max_head_dim: int):
+    """Inputs of a delta rule that computes the DeltaNet gates itself: q, k, v as `delta_rule_qkv`; a, b
+    [T, HV] (each token's row contiguous, tokens at any stride); A_log, dt_bias [HV]; initial_state
+    [HV, DK, DV] fp32 or None. Returns (T, H, HV, DK, DV, device, out, final_state), the outputs checked or
+    allocated (out [T, HV, DV] in v's dtype, final_state fp32)."""
+    T, H, HV, DK, DV = delta_rule_qkv(q, k, v, max_head_dim)
+    for x, name in ((a, "a"), (b, "b")):
+        tensor(x, name, dtype=FLOATS, shape=(T, HV), contiguous=False)
+        token_rows(x, name)
+    tensor(A_log, "A_log", dtype=FLOATS, shape=(HV,))
+    tensor(dt_bias, "dt_bias", dtype=FLOATS, shape=(HV,))
+    if initial_state is not None:
+        tensor(initial_state, "initial_state", dtype=torch.float32, shape=(HV, DK, DV))
+    device = same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state)
+    out = output(out, "out", (T, HV, DV), v.dtype, device)
+    final_state = output(final_state, "final_state", (HV, DK, DV), torch.float32, device)
+    return T, H, HV, DK, DV, device, out, final_state
