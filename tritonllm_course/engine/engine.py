@@ -221,7 +221,7 @@ class Engine:
         c = self.config
         H, HV, DK, DV = (c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim,
                          c.linear_value_head_dim)
-        q, k, v = a.dn_qkv.split([H * DK, H * DK, HV * DV], dim=-1)                 # [1, H*DK], [1, H*DK], [1, HV*DV]
+        q, k, v = a.dn_qkv.split([H * DK, H * DK, HV * DV], dim=-1)   # [1, H*DK] x 2, [1, HV*DV]
         op.delta_rule(q=q.view(1, H, DK), k=k.view(1, H, DK), v=v.view(1, HV, DV), a=a.dn_a, b=a.dn_b,
                       A_log=layer.small["A_log"], dt_bias=layer.small["dt_bias"], initial_state=state,
                       out=a.do, final_state=state, qk_norm=True)
