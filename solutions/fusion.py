@@ -403,8 +403,9 @@ def _max_shared_memory(device_index: int) -> int:
     return triton.runtime.driver.active.utils.get_device_properties(device_index)["max_shared_mem"]
 
 
-def _project(x, weight, up_weight, norm_weight, eps, out):
-    """Launch the fused GEMV (one token) or GEMM (several) on validated arguments; returns out."""
+def _project(x, weight, up_weight, norm_weight, eps, out, conv=None):
+    """Launch the fused GEMV (one token) or GEMM (several) on validated arguments; returns out.
+    conv = (conv_weight [C, KC], conv_state [C, KC]): the conv's step on outputs 0..C-1 (one token only)."""
     K, N = x.shape[-1], weight.shape[0]
     x2, out2 = x.reshape(-1, K), out.view(-1, N)                        # [M, K], [M, N]
     M = x2.shape[0]
@@ -414,11 +415,14 @@ def _project(x, weight, up_weight, norm_weight, eps, out):
     # pointers the options leave unused still need a tensor; the kernel never reads them
     norm_weight = weight if norm_weight is None else norm_weight
     up_weight = weight if up_weight is None else up_weight
+    conv_weight, conv_state = (weight, weight) if conv is None else conv
+    C, KC = (0, 4) if conv is None else conv_weight.shape
     if M == 1:
         cfg = fused_gemv_config(N, K, runtime().interpreted, norm=has_norm, gated=gated)
         fused_gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
-            x2, norm_weight, weight, up_weight, out2, N, K, eps, weight, weight, 0, HAS_NORM=has_norm,
-            GATED=gated, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"])
+            x2, norm_weight, weight, up_weight, out2, N, K, eps, conv_weight, conv_state, C, HAS_NORM=has_norm,
+            GATED=gated, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], CONV=conv is not None, KC=KC,
+            num_warps=cfg["num_warps"])
     else:
         cfg = fused_gemm_config(M, N, K, gated, x.dtype, x.device)
         grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
@@ -487,14 +491,8 @@ def rms_norm_linear_conv(x: torch.Tensor, norm_weight: torch.Tensor, weight: tor
     validate.tensor(conv_state, "conv_state", dtype=x.dtype, shape=(C, KC))
     device = validate.same_device(x=x, norm_weight=norm_weight, weight=weight, conv_weight=conv_weight,
                                   conv_state=conv_state)
-    N = weight.shape[0]
-    out = validate.output(out, "out", (1, N), x.dtype, device)
-    cfg = fused_gemv_config(N, K, runtime().interpreted, norm=True)
-    fused_gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
-        x, norm_weight, weight, weight, out, N, K, eps, conv_weight, conv_state, C, HAS_NORM=True,
-        GATED=False, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], CONV=True, KC=KC,
-        num_warps=cfg["num_warps"])
-    return out
+    out = validate.output(out, "out", (1, weight.shape[0]), x.dtype, device)
+    return _project(x, weight, None, norm_weight, eps, out, conv=(conv_weight, conv_state))
 
 
 def gate_up_swiglu(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor,
