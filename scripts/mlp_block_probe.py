@@ -96,8 +96,10 @@ def mlp_block(x, lnw, wgu, wd, h, counter, out, eps=1e-6, programs=128, block_i=
     K, I, N = x.shape[-1], wgu.shape[0] // 2, wd.shape[0]
     meta = layout(K, I, N, programs, block_i)
     for phase in ((1, 2) if split else (0,)):
+        # one launch: cooperative, so a grid that cannot be resident at once fails to launch instead of
+        # waiting at the barrier forever
         mlp_block_kernel[(programs,)](x, lnw, wgu, wd, h, out, counter, K, I, N, eps, **meta, STAGES=stages,
-                                      PHASE=phase, num_warps=warps)
+                                      PHASE=phase, num_warps=warps, launch_cooperative_grid=phase == 0)
     return out
 
 
@@ -144,10 +146,14 @@ def fits_one_wave(compiled, programs: int, warps: int) -> str | None:
     return None
 
 
-CONFIGS = [{"programs": 128, "block_i": 4, "warps": 8, "stages": 2},
-           {"programs": 128, "block_i": 2, "warps": 8, "stages": 2},
-           {"programs": 128, "block_i": 4, "warps": 16, "stages": 2},
-           {"programs": 128, "block_i": 4, "warps": 8, "stages": 1}]
+CONFIGS = [{"programs": 128, "block_i": 4, "warps": 8, "stages": 2},      # one program per SM
+           {"programs": 128, "block_i": 4, "warps": 8, "stages": 1},
+           {"programs": 224, "block_i": 16, "warps": 8, "stages": 1},     # 16 h rows each, one step
+           {"programs": 264, "block_i": 8, "warps": 8, "stages": 2},      # two programs per SM
+           {"programs": 448, "block_i": 8, "warps": 4, "stages": 1},      # 8 h rows each, one step
+           {"programs": 528, "block_i": 8, "warps": 4, "stages": 1},
+           {"programs": 896, "block_i": 4, "warps": 2, "stages": 1},      # the fast level's gate/up grid
+           {"programs": 896, "block_i": 4, "warps": 4, "stages": 1}]
 
 
 def main(out):
