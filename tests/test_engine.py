@@ -17,6 +17,7 @@ from tritonllm_course import reference as R
 from tritonllm_course.config import QWEN35_0_8B, TINY
 from tritonllm_course.engine import STEPS, Engine
 from tritonllm_course.engine import bench
+from tritonllm_course.engine.engine import TokenReader
 from tritonllm_course.engine.merged import deinterleave_query_gate
 from tritonllm_course.engine.ops import resolve, slot_names
 from tritonllm_course.generation import generate
@@ -194,11 +195,31 @@ def test_sampling_is_seeded_through_the_sampling_kernel(model):
 
 
 def test_stream_stops_at_end_of_sequence(model):
+    """The loop runs one step ahead: at the end-of-sequence token the step that consumed it has run, so
+    it is cached (nothing pending) and a next turn goes on from there, as the reference model would."""
     _, ref = model
     engine = reference_engine(ref, max_seq_len=40)
     free = engine.generate(PROMPT, 8, eos_token_id=None)
-    assert list(engine.stream(PROMPT, 8, eos_token_id=free[3])) == free[:free.index(free[3]) + 1]
+    stop = free.index(free[3])
+    assert list(engine.stream(PROMPT, 8, eos_token_id=free[3])) == free[:stop + 1]
+    assert engine.pending is None and engine.length == len(PROMPT) + stop + 1
+    turn2 = engine.generate([7, 8, 9], 4, eos_token_id=None, reset=False)
+    assert turn2 == generate(ref, PROMPT + free[:stop + 1] + [7, 8, 9], 4, eos_token_id=None)
     assert engine.generate(PROMPT, 0) == []
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_token_reader_reads_each_step_in_order(device):
+    """On a GPU each token goes to a pinned buffer behind the step that wrote it; the next write must not
+    change what an earlier push saw."""
+    ids = torch.tensor([5], device=device)
+    reader = TokenReader(ids)
+    reader.push()
+    ids.fill_(6)                        # the next step writes while token 5 waits to be read
+    reader.push()
+    with pytest.raises(RuntimeError, match="two tokens in flight at most"):
+        reader.push()
+    assert [reader.pop(), reader.pop()] == [5, 6]
 
 
 def test_exercise_source_unfilled_and_auto(course_copy):

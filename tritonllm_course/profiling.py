@@ -19,11 +19,13 @@ import inspect
 import sys
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
 
 from .config import Qwen35Config
+from .engine.engine import TokenReader
 from .engine.ops import LEVELS, STEPS
 from .regions import call_closure
 
@@ -331,13 +333,20 @@ def _profile_mode(engine, graph: bool, tokens: int, prompt_len: int, calls: list
                   per_slot: dict[str, set[str]], nbytes: dict[str, int], gbps: float) -> Breakdown:
     engine.use_graph = graph
     _ready_for_decode(engine, prompt_len, 2 + 2 * tokens)
-    return _breakdown(lambda: _decode_and_read(engine), tokens, graph, calls, per_slot, nbytes, gbps)
+    return _breakdown(_decode_and_read(engine), tokens, graph, calls, per_slot, nbytes, gbps)
 
 
-def _decode_and_read(engine) -> None:
-    """One decode step as the engine streams: the token read by the host."""
-    engine.decode()
-    int(engine.counters.ids[0])
+def _decode_and_read(engine) -> Callable[[], None]:
+    """One decode step per call as the engine streams: each step queued, then the token of the step
+    before it read by the host (`TokenReader`, one step behind)."""
+    reader = TokenReader(engine.counters.ids)
+
+    def step():
+        engine.decode()
+        reader.push()
+        if len(reader.queue) == 2:
+            reader.pop()
+    return step
 
 
 def _breakdown(run, times: int, graph: bool, calls: list[str], per_slot: dict[str, set[str]],

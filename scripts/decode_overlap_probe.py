@@ -1,0 +1,92 @@
+"""How much of a decode token is the host's? The engine's token loop against its graph replayed back to back.
+
+    python scripts/decode_overlap_probe.py OUTDIR   (on a GPU; writes OUTDIR/decode_overlap_<gpu>_<date>.json)
+
+`Engine.stream` replays the decode step's graph, then reads the new token (`int(counters.ids[0])`: a
+sync), then replays again: the GPU idles while the host wakes up, checks and launches the next replay.
+The next step needs nothing from the host (it reads the token from device memory), so the replays could
+be queued back to back. Timed here on Qwen3.5-0.8B's shapes (fast level, bf16, random weights, context
+128): (1) the token loop as `stream` runs it, (2) the same replays queued with no read between them, (3)
+queued one ahead: step n+1 launched before token n is read, the token copied to pinned memory behind
+step n (what an engine that overlaps the host with the GPU does). The difference (1) - (2) is what
+overlapping could take off each token.
+"""
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+
+def main(out):
+    import tritonllm_course
+    tritonllm_course.setup(quiet=True)
+    from tritonllm_course.benchmark import results_stem
+    from tritonllm_course.config import QWEN35_0_8B
+    from tritonllm_course.engine import Engine
+    path = results_stem(out, "decode_overlap")[0].with_suffix(".json")
+    steps, context = 64, 128
+    engine = Engine.random(QWEN35_0_8B, torch.bfloat16, "cuda", seed=0, max_seq_len=context + 4 * steps + 8,
+                           level="fast")
+    prompt = list(range(1000, 1000 + context))
+    step = engine._graph(None)
+    ids = engine.counters.ids
+    pinned = torch.empty(steps, dtype=ids.dtype, pin_memory=True)
+
+    def loop():                     # (1) as Engine.stream: replay, read, replay
+        engine.reset()
+        engine.prefill(prompt)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        tokens = []
+        for _ in range(steps):
+            engine.decode()
+            tokens.append(int(ids[0]))
+        return (time.perf_counter() - t0) / steps, tokens
+
+    def queued():                   # (2) every replay queued, one sync at the end
+        engine.reset()
+        engine.prefill(prompt)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for i in range(steps):
+            step()
+            pinned[i:i + 1].copy_(ids[:1], non_blocking=True)
+        torch.cuda.synchronize()
+        return (time.perf_counter() - t0) / steps, pinned.tolist()
+
+    def one_ahead():                # (3) step n+1 queued before token n is read
+        engine.reset()
+        engine.prefill(prompt)
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        done = [torch.cuda.Event() for _ in range(steps)]
+        tokens = []
+        step()
+        pinned[0:1].copy_(ids[:1], non_blocking=True)
+        done[0].record()
+        for i in range(steps):
+            if i + 1 < steps:
+                step()
+                pinned[i + 1:i + 2].copy_(ids[:1], non_blocking=True)
+                done[i + 1].record()
+            done[i].synchronize()
+            tokens.append(int(pinned[i]))
+        return (time.perf_counter() - t0) / steps, tokens
+
+    res = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "context": context,
+           "steps": steps, "rows": {}}
+    want = None
+    for name, fn in (("token loop (stream)", loop), ("queued, no host read", queued), ("one ahead", one_ahead)):
+        fn()
+        runs = [fn() for _ in range(7)]
+        ms = statistics.median(r[0] for r in runs) * 1e3
+        want = want or runs[0][1]
+        res["rows"][name] = {"ms_per_token": ms, "same_tokens": all(r[1] == want for r in runs)}
+        print(name, res["rows"][name], flush=True)
+    path.write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
