@@ -359,6 +359,7 @@ def _breakdown(run, times: int, graph: bool, calls: list[str], per_slot: dict[st
     t0 = time.perf_counter()
     for _ in range(times):
         run()
+    torch.cuda.synchronize()                    # `run` may leave its last step in flight (one step ahead)
     wall_us = (time.perf_counter() - t0) * 1e6 / times
     names, durations = _device_trace(run, times)
     kernels, slots = _tables(names, durations, attribute(names, calls, per_slot, times), times, nbytes, gbps)
