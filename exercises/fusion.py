@@ -161,7 +161,7 @@ def fused_gemm_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, M, N, K, eps,
 def gemv_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """One token: y[n] = res[n] + sum_k W[n, k] x[k] for this program's BLOCK_N rows; y may be res."""
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    # BEGIN EXERCISE: the fp32 row sums (gemv_rows over [0, K)), plus the residual loaded as fp32, stored in y's dtype
+    # BEGIN EXERCISE: the residual loaded first (as fp32), then the fp32 row sums (gemv_rows over [0, K)); their sum stored in y's dtype
     raise NotImplementedError("exercise fusion.py line 165: not implemented yet")
     # END EXERCISE
 
@@ -177,7 +177,7 @@ def gated_norm_gemv_residual_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, res_ptr, y_ptr,
     row_ok = rows < N
     row_start = w_ptr + rows.to(tl.int64) * K
     cols = tl.arange(0, BLOCK_K)
-    # BEGIN EXERCISE: per K tile: x and z as fp32; x reshaped [BLOCK_K // DV, DV] to normalise each head by its own rms; times nw[k % DV] and silu(z); fp32 products with the weight tile; after the loop the row sums plus the residual, stored in y's dtype
+    # BEGIN EXERCISE: the residual loaded first; per K tile: the weight tile first; x and z as fp32; x reshaped [BLOCK_K // DV, DV] to normalise each head by its own rms; times nw[k % DV] and silu(z); fp32 products with the weight tile; after the loop the row sums plus the residual, stored in y's dtype
     raise NotImplementedError("exercise fusion.py line 181: not implemented yet")
     # END EXERCISE
 
