@@ -177,7 +177,7 @@ def gated_norm_gemv_residual_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, res_ptr, y_ptr,
     row_ok = rows < N
     row_start = w_ptr + rows.to(tl.int64) * K
     cols = tl.arange(0, BLOCK_K)
-    # BEGIN EXERCISE: the residual loaded first; per K tile: the weight tile first; x and z as fp32; x reshaped [BLOCK_K // DV, DV] to normalise each head by its own rms; times nw[k % DV] and silu(z); fp32 products with the weight tile; after the loop the row sums plus the residual, stored in y's dtype
+    # BEGIN EXERCISE: per K tile: x and z as fp32; x reshaped [BLOCK_K // DV, DV] to normalise each head by its own rms; times nw[k % DV] and silu(z); fp32 products with the weight tile; after the loop the row sums plus the residual, stored in y's dtype
     raise NotImplementedError("exercise fusion.py line 181: not implemented yet")
     # END EXERCISE
 
