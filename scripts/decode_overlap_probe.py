@@ -1,15 +1,14 @@
-"""How much of a decode token is the host's? The engine's token loop against its graph replayed back to back.
+"""How much of a decode token is the host's? Reading each token right after its step, against queuing ahead.
 
     python scripts/decode_overlap_probe.py OUTDIR   (on a GPU; writes OUTDIR/decode_overlap_<gpu>_<date>.json)
 
-`Engine.stream` replays the decode step's graph, then reads the new token (`int(counters.ids[0])`: a
-sync), then replays again: the GPU idles while the host wakes up, checks and launches the next replay.
-The next step needs nothing from the host (it reads the token from device memory), so the replays could
-be queued back to back. Timed here on Qwen3.5-0.8B's shapes (fast level, bf16, random weights, context
-128): (1) the token loop as `stream` runs it, (2) the same replays queued with no read between them, (3)
-queued one ahead: step n+1 launched before token n is read, the token copied to pinned memory behind
-step n (what an engine that overlaps the host with the GPU does). The difference (1) - (2) is what
-overlapping could take off each token.
+The next decode step needs nothing from the host: it reads the token from device memory. A loop that
+replays a step and then reads its token (`int(counters.ids[0])`: a sync) leaves the GPU idle while the
+host wakes up and launches the next replay. Timed on Qwen3.5-0.8B's shapes (fast level, bf16, random
+weights, context 128): (1) "token loop (stream)": that read after every step (what `Engine.stream` did
+before it went one step ahead); (2) the same replays queued with no read between them; (3) "one ahead":
+step n+1 queued before token n is read, each token copied to pinned memory behind its step (what
+`Engine.stream` does now, with `TokenReader`); (4) `Engine.stream` itself. (1) - (2) is the host's share.
 """
 import json
 import statistics
@@ -34,7 +33,7 @@ def main(out):
     ids = engine.counters.ids
     pinned = torch.empty(steps, dtype=ids.dtype, pin_memory=True)
 
-    def loop():                     # (1) as Engine.stream: replay, read, replay
+    def loop():                     # (1) a read after every step (Engine.stream before it went one step ahead)
         engine.reset()
         engine.prefill(prompt)
         torch.cuda.synchronize()
@@ -75,10 +74,20 @@ def main(out):
             tokens.append(int(pinned[i]))
         return (time.perf_counter() - t0) / steps, tokens
 
+    def stream():                   # (4) the engine's own loop
+        t0, tokens = None, []
+        for token in engine.stream(prompt, steps + 1, eos_token_id=None):
+            if t0 is None:          # after the prefill's token: time the steps alone
+                t0 = time.perf_counter()
+            else:
+                tokens.append(token)
+        return (time.perf_counter() - t0) / steps, tokens
+
     res = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "context": context,
            "steps": steps, "rows": {}}
     want = None
-    for name, fn in (("token loop (stream)", loop), ("queued, no host read", queued), ("one ahead", one_ahead)):
+    for name, fn in (("token loop (stream)", loop), ("queued, no host read", queued), ("one ahead", one_ahead),
+                     ("Engine.stream", stream)):
         fn()
         runs = [fn() for _ in range(7)]
         ms = statistics.median(r[0] for r in runs) * 1e3
