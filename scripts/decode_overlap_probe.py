@@ -24,6 +24,7 @@ def main(out):
     from tritonllm_course.benchmark import results_stem
     from tritonllm_course.config import QWEN35_0_8B
     from tritonllm_course.engine import Engine
+    from tritonllm_course.engine.engine import TokenReader
     path = results_stem(out, "decode_overlap")[0].with_suffix(".json")
     steps, context = 64, 128
     engine = Engine.random(QWEN35_0_8B, torch.bfloat16, "cuda", seed=0, max_seq_len=context + 4 * steps + 8,
@@ -33,45 +34,35 @@ def main(out):
     ids = engine.counters.ids
     pinned = torch.empty(steps, dtype=ids.dtype, pin_memory=True)
 
-    def loop():                     # (1) a read after every step (Engine.stream before it went one step ahead)
+    def ready() -> float:           # a fresh sequence after the prompt, the GPU idle: the clock starts
         engine.reset()
         engine.prefill(prompt)
         torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        tokens = []
+        return time.perf_counter()
+
+    def loop():                     # (1) a read after every step (Engine.stream before it went one step ahead)
+        t0, tokens = ready(), []
         for _ in range(steps):
             engine.decode()
             tokens.append(int(ids[0]))
         return (time.perf_counter() - t0) / steps, tokens
 
     def queued():                   # (2) every replay queued, one sync at the end
-        engine.reset()
-        engine.prefill(prompt)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
+        t0 = ready()
         for i in range(steps):
             step()
             pinned[i:i + 1].copy_(ids[:1], non_blocking=True)
         torch.cuda.synchronize()
         return (time.perf_counter() - t0) / steps, pinned.tolist()
 
-    def one_ahead():                # (3) step n+1 queued before token n is read
-        engine.reset()
-        engine.prefill(prompt)
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        done = [torch.cuda.Event() for _ in range(steps)]
-        tokens = []
-        step()
-        pinned[0:1].copy_(ids[:1], non_blocking=True)
-        done[0].record()
-        for i in range(steps):
-            if i + 1 < steps:
-                step()
-                pinned[i + 1:i + 2].copy_(ids[:1], non_blocking=True)
-                done[i + 1].record()
-            done[i].synchronize()
-            tokens.append(int(pinned[i]))
+    def one_ahead():                # (3) step n+1 queued before token n is read (Engine.stream's TokenReader)
+        t0, tokens, reader = ready(), [], TokenReader(ids)
+        for _ in range(steps):
+            step()
+            reader.push()
+            if len(reader.queue) == 2:
+                tokens.append(reader.pop())
+        tokens.append(reader.pop())
         return (time.perf_counter() - t0) / steps, tokens
 
     def stream():                   # (4) the engine's own loop
