@@ -310,6 +310,17 @@ def test_the_mlp_block_probes_kernel_computes_the_mlp(rt):
     assert probe["check"]() < 1e-6
 
 
+def test_the_layer_phases_probe_computes_the_layer_tail(rt):
+    """scripts/layer_phases_probe.py's phases (the fast level's kernels called from one kernel), timed on a GPU
+    only: under the interpreter as separate launches, odd sizes, against fp64, beside the fast level's own
+    launches."""
+    import runpy
+    if rt.mode == "gpu":
+        pytest.skip("checked on the GPU by the probe itself, barriers included (check_rel_err in its JSON)")
+    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "layer_phases_probe.py"))
+    assert probe["check"]() < 1e-6
+
+
 def test_the_prefill_probes_split_k_gemm_is_right_and_deterministic(rt):
     """The split-K GEMM + residual of scripts/prefill_probe.py (timed on a GPU only): under the interpreter,
     odd shapes, in place, two calls bit-identical (the per-tile counters reset themselves)."""
