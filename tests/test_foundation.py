@@ -321,6 +321,16 @@ def test_the_layer_phases_probe_computes_the_layer_tail(rt):
     assert probe["check"]() < 1e-6
 
 
+def test_the_gemv_bounds_probes_forms_compute_the_gemv(rt):
+    """scripts/gemv_bounds_probe.py's cut-down GEMV forms (timed on a GPU only): under the interpreter, odd
+    shapes, the two GEMV forms against fp64 and the x-only form's row sums."""
+    import runpy
+    if rt.mode == "gpu":
+        pytest.skip("checked on the GPU by the probe itself (check_rel_err and bit_identical in its JSON)")
+    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "gemv_bounds_probe.py"))
+    assert probe["check"]() < 1e-6
+
+
 def test_the_prefill_probes_split_k_gemm_is_right_and_deterministic(rt):
     """The split-K GEMM + residual of scripts/prefill_probe.py (timed on a GPU only): under the interpreter,
     odd shapes, in place, two calls bit-identical (the per-tile counters reset themselves)."""
