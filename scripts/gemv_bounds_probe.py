@@ -90,26 +90,29 @@ def check(device="cpu"):
     return worst
 
 
+def per_launch_us(fn):
+    """us per launch of fn() (LAUNCHES launches) replayed from a CUDA graph: the best of three medians."""
+    from tritonllm_course.benchmark import _median_event_time
+    fn()                                            # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    return min(_median_event_time(graph.replay, 20) for _ in range(3)) * 1e3 / LAUNCHES
+
+
 def main(out):
     import tritonllm_course
     tritonllm_course.setup(quiet=True)
     from tritonllm_course import kernels
-    from tritonllm_course.benchmark import _median_event_time, ceiling_gbps, results_stem
+    from tritonllm_course.benchmark import ceiling_gbps, results_stem
     lin = kernels.load("linear", "solutions").module
     path = results_stem(out, "gemv_bounds")[0].with_suffix(".json")
     torch.manual_seed(0)
     ceiling = ceiling_gbps()
     res = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "launches": LAUNCHES,
            "ceiling_GBps": ceiling, "check_rel_err": check("cuda"), "rows": []}
-
-    def per_launch_us(fn):
-        fn()                                        # compile outside the capture
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        graph.replay()
-        return min(_median_event_time(graph.replay, 20) for _ in range(3)) * 1e3 / LAUNCHES
 
     one = torch.zeros(1, device="cuda", dtype=torch.bfloat16)
     def one_program():

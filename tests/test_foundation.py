@@ -331,6 +331,16 @@ def test_the_gemv_bounds_probes_forms_compute_the_gemv(rt):
     assert probe["check"]() < 1e-6
 
 
+def test_the_tma_gemv_probes_kernel_computes_the_gemv(rt):
+    """scripts/gemv_tma_probe.py's GEMV over a tensor descriptor (timed on a Hopper GPU only): under the
+    interpreter, odd shapes, tiles past both edges, more and fewer row blocks than programs."""
+    import runpy
+    if rt.mode == "gpu":
+        pytest.skip("checked on the GPU by the probe itself (check_rel_err and rel_err in its JSON)")
+    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "gemv_tma_probe.py"))
+    assert probe["check"]() < 1e-6
+
+
 def test_the_prefill_probes_split_k_gemm_is_right_and_deterministic(rt):
     """The split-K GEMM + residual of scripts/prefill_probe.py (timed on a GPU only): under the interpreter,
     odd shapes, in place, two calls bit-identical (the per-tile counters reset themselves)."""

@@ -46,6 +46,8 @@ class _State:
 def _arguments(executor, args_hst, kwargs_hst) -> list[tuple[str, torch.Tensor]]:
     names = list(inspect.signature(executor.fn).parameters)
     pairs = list(zip(names, args_hst)) + list(kwargs_hst.items())
+    # a tensor descriptor (TMA) reaches memory through the tensor it describes
+    pairs = [(n, getattr(a, "base", a)) for n, a in pairs]
     return [(n, a) for n, a in pairs if isinstance(a, torch.Tensor)]
 
 
@@ -97,21 +99,21 @@ def checked():
     def itemsize(ptrs):
         return np.dtype(I._get_np_dtype(ptrs.get_element_ty())).itemsize
 
-    def load(self, ptrs, mask, other, *rest):
+    def load(self, ptrs, mask, other, *rest, **options):
         _check(state, ptrs.data, mask.data, itemsize(ptrs), "load")
-        return saved[B, "create_masked_load"](self, ptrs, mask, other, *rest)
+        return saved[B, "create_masked_load"](self, ptrs, mask, other, *rest, **options)
 
-    def store(self, ptrs, value, mask, *rest):
+    def store(self, ptrs, value, mask, *rest, **options):
         _check(state, ptrs.data, mask.data, itemsize(ptrs), "store")
-        return saved[B, "create_masked_store"](self, ptrs, value, mask, *rest)
+        return saved[B, "create_masked_store"](self, ptrs, value, mask, *rest, **options)
 
-    def rmw(self, op, ptr, val, mask, *rest):
+    def rmw(self, op, ptr, val, mask, *rest, **options):
         _check(state, ptr.data, mask.data, itemsize(ptr), "atomic")
-        return saved[B, "create_atomic_rmw"](self, op, ptr, val, mask, *rest)
+        return saved[B, "create_atomic_rmw"](self, op, ptr, val, mask, *rest, **options)
 
-    def cas(self, ptr, cmp, val, *rest):
+    def cas(self, ptr, cmp, val, *rest, **options):
         _check(state, ptr.data, None, itemsize(ptr), "atomic compare-and-swap")
-        return saved[B, "create_atomic_cas"](self, ptr, cmp, val, *rest)
+        return saved[B, "create_atomic_cas"](self, ptr, cmp, val, *rest, **options)
 
     for (owner, name), fn in zip(saved, (load, store, rmw, cas, init_args)):
         setattr(owner, name, fn)
