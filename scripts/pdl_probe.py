@@ -8,26 +8,32 @@ The chain is the decode step's 97 GEMV shapes (24 layers of in-projection, out-p
 and the LM head), each reading the previous one's output; the same GEMV as chapter 05, with the two PDL
 variants as a constexpr MODE: 0 plain, 1 wait at the top, 2 first weight tile loaded before the wait.
 Measured on an H200 (2026-11-30): no gain (mode 0: 502 us, mode 1: 514 us, mode 2: 506 us for the
-chain; results/pdl_probe_nvidia-h200_2026-11-30.json), so the engine does not use it.
+chain; results/pdl_probe_nvidia-h200_2026-11-30.json), so the engine does not use it. Then the trigger
+after the store (modes 3, 4: 559 us), no early trigger (5), and 2 for the one-wave GEMVs with 5 for the
+others (9: 570 us), against mode 0 at 499-517 us (results/pdl_probe_nvidia-h200_2026-11-30_placements.json):
+the one-wave GEMVs gain alone (2.31 -> 1.67 us at 1024 x 2048), the chain does not.
 """
 import json, os, sys, torch, triton, triton.language as tl
 
 @triton.jit
 def gemv(x_ptr, w_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
          MODE: tl.constexpr):
-    # MODE 0: plain; 1: PDL, wait at the top; 2: PDL, first weight tile loaded before the wait
-    if MODE > 0:
+    # MODE 0: plain; 1: PDL, wait at the top; 2: PDL, first weight tile loaded before the wait; the next
+    # kernel may launch as soon as every program got here (1, 2: the top) or (3, 4: after its store) as 1, 2;
+    # 5: as 2, but the next kernel launches only when this one ends (no early trigger: a grid of several waves
+    # keeps its SMs to itself)
+    if MODE == 1 or MODE == 2:
         tl.extra.cuda.gdc_launch_dependents()
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
     row_start = w_ptr + rows.to(tl.int64) * K
     cols = tl.arange(0, BLOCK_K)
     k_ok = cols < K
-    if MODE == 1:
+    if MODE == 1 or MODE == 3:
         tl.extra.cuda.gdc_wait()
     w = tl.load(row_start[:, None] + cols[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0,
                 eviction_policy="evict_first").to(tl.float32)
-    if MODE == 2:
+    if MODE == 2 or MODE == 4 or MODE == 5:
         tl.extra.cuda.gdc_wait()
     x = tl.load(x_ptr + cols, mask=k_ok, other=0.0).to(tl.float32)
     acc = w * x[None, :]
@@ -39,6 +45,8 @@ def gemv(x_ptr, w_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr
                     eviction_policy="evict_first").to(tl.float32)
         acc += w * x[None, :]
     tl.store(y_ptr + rows, tl.sum(acc, axis=1).to(y_ptr.dtype.element_ty), mask=row_ok)
+    if MODE >= 3:
+        tl.extra.cuda.gdc_launch_dependents()
 
 def cfg(N, K, sms):
     bn = 2
@@ -62,14 +70,15 @@ def main(out):
         x = x0
         for (n, k), w, y in zip(shapes, ws, ys):
             bn, bk, nw = cfg(n, k, sms)
-            gemv[(triton.cdiv(n, bn),)](x, w, y, n, k, BLOCK_N=bn, BLOCK_K=bk, MODE=mode, num_warps=nw,
-                                        launch_pdl=mode > 0)
+            m = mode if mode != 9 else (2 if triton.cdiv(n, bn) <= 4 * sms else 5)   # 9: by the grid's size
+            gemv[(triton.cdiv(n, bn),)](x, w, y, n, k, BLOCK_N=bn, BLOCK_K=bk, MODE=m, num_warps=nw,
+                                        launch_pdl=m > 0)
             x = y
         return ys[-1]
     # inputs: each GEMV reads the previous output's first K entries (x[:K] as a pointer)
     res = {"gpu": torch.cuda.get_device_name(0), "bytes": nbytes, "kernels": len(shapes)}
     ref = None
-    for mode in (0, 1, 2, 0):
+    for mode in (0, 1, 2, 3, 4, 9, 0):
         for _ in range(2):
             chain(mode)
         torch.cuda.synchronize()
@@ -100,7 +109,7 @@ def main(out):
         xv = torch.randn(max(n, k), device=dev, dtype=torch.bfloat16)
         yv = torch.empty(max(n, k), device=dev, dtype=torch.bfloat16)
         bn, bk, nw = cfg(n, k, sms)
-        for mode in (0, 2):
+        for mode in (0, 2, 4):
             def run():
                 for i in range(100):
                     src, dst = (xv, yv) if i % 2 == 0 else (yv, xv)
