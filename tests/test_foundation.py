@@ -341,6 +341,16 @@ def test_the_tma_gemv_probes_kernel_computes_the_gemv(rt):
     assert probe["check"]() < 1e-6
 
 
+def test_the_unrolled_gemv_probes_kernel_computes_the_fused_gemv(rt):
+    """scripts/unrolled_gemv_probe.py's fused GEMV (timed on a GPU only): both walks along K under the
+    interpreter, odd shapes, norm and gate on and off, against fp64."""
+    import runpy
+    if rt.mode == "gpu":
+        pytest.skip("checked on the GPU by the probe itself (check_rel_err and rel_err in its JSON)")
+    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "unrolled_gemv_probe.py"))
+    assert probe["check"]() < 1e-6
+
+
 def test_the_prefill_probes_split_k_gemm_is_right_and_deterministic(rt):
     """The split-K GEMM + residual of scripts/prefill_probe.py (timed on a GPU only): under the interpreter,
     odd shapes, in place, two calls bit-identical (the per-tile counters reset themselves)."""
