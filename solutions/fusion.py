@@ -102,21 +102,22 @@ def conv_window_step(y_ptr, state_ptr, window, conv_w, c, C, KC: tl.constexpr):
 def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K: tl.constexpr, eps, conv_w_ptr,
                       conv_state_ptr, C, HAS_NORM: tl.constexpr, GATED: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, CONV: tl.constexpr = False,
-                      KC: tl.constexpr = 4):
+                      KC: tl.constexpr = 4, UNROLL: tl.constexpr = 1):
     """One token: y[n] for this program's BLOCK_N outputs. x [K]; W, W_up [N, K]; y [N].
 
     y[n] = sum_k W[n, k] x[k]; HAS_NORM: x is first RMS-normalised with weight (1 + norm_w);
     GATED: y[n] = silu(that sum) * (the same sum over W_up's row n).
-    K is a compile-time constant (1024 for every such projection of the model), so the walk along K is
-    unrolled: every step's loads can be in flight at once, where a run-time loop issues each step's loads
-    only after the step before has used its own (one memory round trip per step instead of one in all).
+    UNROLL: steps of the walk along K unrolled (K is a compile-time constant, 1024 for every such projection
+    of the model; `fused_gemv_config` chooses). Unrolled, every step's loads can be in flight at once,
+    where a loop issues each step's loads only after the step before has used its own: one memory round
+    trip per step instead of one in all, for the registers that hold them.
     CONV (the DeltaNet in-projection): outputs n < C go on through the depthwise conv's step, y[n] =
     silu(sum_i conv_w[n, i] * window[n, i]), their state [C, KC] rolled in place.
     """
     if CONV:    # the conv's state and weights depend on no output: loaded before the weights stream in
         conv_rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         window, conv_w = conv_window_load(conv_state_ptr, conv_w_ptr, conv_rows, C, KC)
-    # BEGIN SOLUTION: BLOCK_N rows of W (and of W_up if GATED); over K in BLOCK_K chunks, unrolled (tl.static_range): x as fp32 (HAS_NORM: add x^2 to a running sum, then scale x by 1 + norm_w), fp32 products with the weight tile(s); after the loop: row sums, times rsqrt(sum(x^2) / K + eps) if HAS_NORM, silu(gate) * up if GATED; store
+    # BEGIN SOLUTION: BLOCK_N rows of W (and of W_up if GATED); over K in BLOCK_K chunks (tl.range, loop_unroll_factor=UNROLL): x as fp32 (HAS_NORM: add x^2 to a running sum, then scale x by 1 + norm_w), fp32 products with the weight tile(s); after the loop: row sums, times rsqrt(sum(x^2) / K + eps) if HAS_NORM, silu(gate) * up if GATED; store
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
     row_start = rows.to(tl.int64) * K                      # int64: N * K passes 2**31 for the LM head
@@ -127,7 +128,7 @@ def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K: tl.conste
         acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     if HAS_NORM:
         sum_sq = tl.zeros([BLOCK_K], dtype=tl.float32)
-    for k0 in tl.static_range(0, K, BLOCK_K):          # unrolled: all the steps' loads in flight together
+    for k0 in tl.range(0, K, BLOCK_K, loop_unroll_factor=UNROLL):     # unrolled: the steps' loads together
         k = k0 + cols
         k_ok = k < K
         x = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)                        # [BLOCK_K]
@@ -348,7 +349,7 @@ def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias
 
 
 def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = False,
-                      gated: bool = False) -> dict:
+                      gated: bool = False, conv: bool = False) -> dict:
     """Launch parameters of the fused GEMV for an [N, K] weight (gated: N rows in each of two weights).
 
     Without the norm, chapter 05's GEMV measurements carry over, since the weight stream is the same: two
@@ -360,18 +361,24 @@ def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = Fa
     `scripts/gemv_sweep.py`), [5120, 1024] 5.88 -> 4.91 us, [8224, 1024] 8.38 -> 6.18 us. With the walk
     unrolled (`scripts/unrolled_gemv_probe.py`, the same H200 later) those went 4.90 -> 4.54 and
     5.93 -> 5.63 us, and the gated one, which had four rows in steps of 512 (5.76 us), is fastest with eight
-    rows in steps of 256 on 4 warps (5.25 us). Under the CPU interpreter: 64 x 64 tiles, so small shapes
-    still take several K steps.
+    rows in steps of 256 on 4 warps (5.25 us). Every step is unrolled (UNROLL), except in the DeltaNet
+    in-projection with the conv's step as its epilogue (`conv=True`): there the unrolled kernel measured
+    6.48 -> 7.36 us in the decode step (the registers it then needs no longer let its 2,056 programs fit on
+    the SMs at once). Under the CPU interpreter: 64 x 64 tiles, so small shapes still take several K steps.
     """
     if interpreted:
-        return {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4}
-    block_n = 2
-    many_programs = triton.cdiv(N, block_n) >= 64 * SMS
-    if norm and not many_programs:
-        return {"BLOCK_N": 8 if gated else 4, "BLOCK_K": min(256, max(16, triton.next_power_of_2(K))),
-                "num_warps": 4 if gated else 2}
-    block_k = min(512 if many_programs else 2048, max(16, triton.next_power_of_2(K)))
-    return {"BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": max(1, block_n * block_k // (16 * 32))}
+        cfg = {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4}
+    else:
+        block_n = 2
+        many_programs = triton.cdiv(N, block_n) >= 64 * SMS
+        if norm and not many_programs:
+            cfg = {"BLOCK_N": 8 if gated else 4, "BLOCK_K": min(256, max(16, triton.next_power_of_2(K))),
+                   "num_warps": 4 if gated else 2}
+        else:
+            block_k = min(512 if many_programs else 2048, max(16, triton.next_power_of_2(K)))
+            cfg = {"BLOCK_N": block_n, "BLOCK_K": block_k,
+                   "num_warps": max(1, block_n * block_k // (16 * 32))}
+    return {**cfg, "UNROLL": 1 if conv else triton.cdiv(K, cfg["BLOCK_K"])}
 
 
 def fused_gemm_config(M: int, N: int, K: int, gated: bool, dtype: torch.dtype, device: torch.device) -> dict:
@@ -425,11 +432,11 @@ def _project(x, weight, up_weight, norm_weight, eps, out, conv=None):
     conv_weight, conv_state = (weight, weight) if conv is None else conv
     C, KC = (0, 4) if conv is None else conv_weight.shape
     if M == 1:
-        cfg = fused_gemv_config(N, K, runtime().interpreted, norm=has_norm, gated=gated)
+        cfg = fused_gemv_config(N, K, runtime().interpreted, norm=has_norm, gated=gated, conv=conv is not None)
         fused_gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
             x2, norm_weight, weight, up_weight, out2, N, K, eps, conv_weight, conv_state, C, HAS_NORM=has_norm,
             GATED=gated, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], CONV=conv is not None, KC=KC,
-            num_warps=cfg["num_warps"])
+            UNROLL=cfg["UNROLL"], num_warps=cfg["num_warps"])
     else:
         cfg = fused_gemm_config(M, N, K, gated, x.dtype, x.device)
         grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))

@@ -94,14 +94,17 @@ def test_leading_dims_are_kept(lead):
 
 
 def test_gpu_gemv_configs():
-    """The GPU's programs (run by the interpreter on a CPU): 2 rows, or 4 where the norm is fused, for K
-    inside one step and K over several steps plus a tail: the statistic accumulated across steps."""
+    """The GPU's programs (run by the interpreter on a CPU): 2 rows, or 4 where the norm is fused (8 when
+    gated too), for K inside one step and K over several steps plus a tail, unrolled: the statistic
+    accumulated across steps; the in-projection with the conv's epilogue keeps its walk a loop."""
     for N, K in [(5120, 1024), (8224, 1024), (248320, 1024)]:
         cfg = FUSION.fused_gemv_config(N, K)
         assert cfg["BLOCK_N"] * cfg["BLOCK_K"] == 16 * 32 * cfg["num_warps"]    # 16 elements a thread
         normed = FUSION.fused_gemv_config(N, K, norm=True)
         # the norm's own loads shared by 4 rows, except where the LM head's many programs keep 2
         assert normed["BLOCK_N"] == (2 if N == 248320 else 4) and normed["BLOCK_K"] <= K
+        assert normed["UNROLL"] == triton.cdiv(K, normed["BLOCK_K"])
+        assert FUSION.fused_gemv_config(N, K, norm=True, conv=True)["UNROLL"] == 1
     for n, k in [(9, 70), (7, 3000)]:
         x, nw, w, u = randn(1, k), _norm_weight(k), _weights(n, k), _weights(n, k, seed=3)
         normed = R.rms_norm(x.double(), nw.double())
@@ -110,7 +113,7 @@ def test_gpu_gemv_configs():
             y = torch.full((1, n), float("nan"), device=RT.device)
             FUSION.fused_gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
                 x, nw, w, u, y, n, k, 1e-6, w, w, 0, HAS_NORM=True, GATED=gated, BLOCK_N=cfg["BLOCK_N"],
-                BLOCK_K=cfg["BLOCK_K"])
+                BLOCK_K=cfg["BLOCK_K"], UNROLL=cfg["UNROLL"])
             want = R.swiglu(normed @ w.double().T, normed @ u.double().T) if gated else normed @ w.double().T
             assert rel(y, want) < 1e-6, (n, k, cfg, gated)
 
