@@ -86,26 +86,37 @@ def conv_window_step(y_ptr, state_ptr, window, conv_w, c, C, KC: tl.constexpr):
 
 
 @triton.jit
-def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K: tl.constexpr, eps, conv_w_ptr,
-                      conv_state_ptr, C, HAS_NORM: tl.constexpr, GATED: tl.constexpr,
+def fused_gemv_step(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, row_start, row_ok, k0, K, acc, acc_up, sum_sq,
+                    HAS_NORM: tl.constexpr, GATED: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One step of the fused GEMV's walk along K, columns k0 .. k0 + BLOCK_K: the x tile as fp32 (HAS_NORM:
+    its squares added to sum_sq [BLOCK_K], then scaled by 1 + norm_w), its products with the weight tile
+    (GATED: and W_up's) added to acc (acc_up) [BLOCK_N, BLOCK_K]. Returns (acc, acc_up, sum_sq)."""
+    # BEGIN EXERCISE: columns k = k0 + arange(BLOCK_K) masked to K; x as fp32 (HAS_NORM: sum_sq += x^2 before x *= 1 + norm_w); the [BLOCK_N, BLOCK_K] tile(s) at row_start + k, evict_first, as fp32, times x, added to acc (and acc_up if GATED)
+    raise NotImplementedError("exercise fusion.py line 95: not implemented yet")
+    # END EXERCISE
+
+
+@triton.jit
+def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps, conv_w_ptr, conv_state_ptr, C,
+                      HAS_NORM: tl.constexpr, GATED: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, CONV: tl.constexpr = False,
-                      KC: tl.constexpr = 4, UNROLL: tl.constexpr = 1):
+                      KC: tl.constexpr = 4, UNROLL: tl.constexpr = 0):
     """One token: y[n] for this program's BLOCK_N outputs. x [K]; W, W_up [N, K]; y [N].
 
     y[n] = sum_k W[n, k] x[k]; HAS_NORM: x is first RMS-normalised with weight (1 + norm_w);
     GATED: y[n] = silu(that sum) * (the same sum over W_up's row n).
-    UNROLL: steps of the walk along K unrolled (K is a compile-time constant, 1024 for every such projection
-    of the model; `fused_gemv_config` chooses). Unrolled, every step's loads can be in flight at once,
-    where a loop issues each step's loads only after the step before has used its own: one memory round
-    trip per step instead of one in all, for the registers that hold them.
+    UNROLL: K again, as a compile-time constant, to unroll the walk along K (0: a loop over the run-time K;
+    `fused_gemv_config` chooses). Unrolled, every step's loads can be in flight at once, where a loop
+    issues each step's loads only after the step before has used its own: one memory round trip per step
+    instead of one in all, for the registers that hold them.
     CONV (the DeltaNet in-projection): outputs n < C go on through the depthwise conv's step, y[n] =
     silu(sum_i conv_w[n, i] * window[n, i]), their state [C, KC] rolled in place.
     """
     if CONV:    # the conv's state and weights depend on no output: loaded before the weights stream in
         conv_rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         window, conv_w = conv_window_load(conv_state_ptr, conv_w_ptr, conv_rows, C, KC)
-    # BEGIN EXERCISE: BLOCK_N rows of W (and of W_up if GATED); over K in BLOCK_K chunks (tl.range, loop_unroll_factor=UNROLL): x as fp32 (HAS_NORM: add x^2 to a running sum, then scale x by 1 + norm_w), fp32 products with the weight tile(s); after the loop: row sums, times rsqrt(sum(x^2) / K + eps) if HAS_NORM, silu(gate) * up if GATED; store
-    raise NotImplementedError("exercise fusion.py line 108: not implemented yet")
+    # BEGIN EXERCISE: BLOCK_N rows of W; fp32 accumulators (one partial sum per lane: acc, acc_up [BLOCK_N, BLOCK_K], sum_sq [BLOCK_K]); the walk, one fused_gemv_step per BLOCK_K columns: tl.static_range(0, UNROLL, BLOCK_K) with UNROLL as K if UNROLL > 0 (masks and offsets fold), else range(0, K, BLOCK_K); then row sums, times rsqrt(sum(x^2) / K + eps) if HAS_NORM, silu(gate) * up if GATED; store
+    raise NotImplementedError("exercise fusion.py line 119: not implemented yet")
     # END EXERCISE
     if CONV:
         tl.debug_barrier()      # every thread's outputs stored before any thread reads them back
@@ -166,7 +177,7 @@ def gemv_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, N, K, BLOCK_N: tl.constex
     """One token: y[n] = res[n] + sum_k W[n, k] x[k] for this program's BLOCK_N rows; y may be res."""
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     # BEGIN EXERCISE: the residual loaded first (as fp32), then the fp32 row sums (gemv_rows over [0, K)); their sum stored in y's dtype
-    raise NotImplementedError("exercise fusion.py line 169: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 180: not implemented yet")
     # END EXERCISE
 
 
@@ -182,7 +193,7 @@ def gated_norm_gemv_residual_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, res_ptr, y_ptr,
     row_start = w_ptr + rows.to(tl.int64) * K
     cols = tl.arange(0, BLOCK_K)
     # BEGIN EXERCISE: per K tile: x and z as fp32; x reshaped [BLOCK_K // DV, DV] to normalise each head by its own rms; times nw[k % DV] and silu(z); fp32 products with the weight tile; after the loop the row sums plus the residual, stored in y's dtype
-    raise NotImplementedError("exercise fusion.py line 185: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 196: not implemented yet")
     # END EXERCISE
 
 
@@ -193,7 +204,7 @@ def gemm_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, M, N, K,
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     # BEGIN EXERCISE: the fp32 tile (linear_tile), plus the residual tile loaded as fp32, stored in y's dtype
-    raise NotImplementedError("exercise fusion.py line 196: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 207: not implemented yet")
     # END EXERCISE
 
 
@@ -213,7 +224,7 @@ def qk_norm_rope_cache_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_
     pos = tl.load(pos_ptr + t).to(tl.int64)
     kv = r - H
     # BEGIN EXERCISE: the head's row (q's or k's, strided) and its rotation partners as fp32; RMSNorm with (1 + w) (q_norm's or k_norm's weight); y = n * cos + sign * n[partner] * sin on the rotary dims (sign -1 in the first half), n elsewhere; q: store to q_out[t, r]; k: store to k_cache[pos, kv], copy v[t, kv] to v_cache[pos, kv] (only for 0 <= pos < max_len)
-    raise NotImplementedError("exercise fusion.py line 216: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 227: not implemented yet")
     # END EXERCISE
 
 
@@ -233,7 +244,7 @@ def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias
     state = hv * DK * DV + rk[:, None] * DV + rv[None, :]   # [BK, BV] offsets into [HV, DK, DV]
     smask = mk[:, None] & mv[None, :]
     # BEGIN EXERCISE: the head's A_log and dt_bias once (fp32); S as in chapter 15; per token t: q and k (QK_NORM: each divided by sqrt(its sum of squares + eps), q times q_scale), beta and g from b[t, hv] and a[t, hv], then delta_rule_step; store o and finally S
-    raise NotImplementedError("exercise fusion.py line 236: not implemented yet")
+    raise NotImplementedError("exercise fusion.py line 247: not implemented yet")
     # END EXERCISE
 
 
@@ -252,8 +263,9 @@ def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = Fa
     5.93 -> 5.63 us, and the gated one, which had four rows in steps of 512 (5.76 us), is fastest with eight
     rows in steps of 256 on 4 warps (5.25 us). Every step is unrolled (UNROLL), except in the DeltaNet
     in-projection with the conv's step as its epilogue (`conv=True`): there the unrolled kernel measured
-    6.48 -> 7.36 us in the decode step (the registers it then needs no longer let its 2,056 programs fit on
-    the SMs at once). Under the CPU interpreter: 64 x 64 tiles, so small shapes still take several K steps.
+    6.48 -> 7.36-7.53 us in the decode step (the registers it then needs no longer let its 2,056 programs
+    fit on the SMs at once). Under the CPU interpreter: 64 x 64 tiles, so small shapes still take several
+    K steps.
     """
     if interpreted:
         cfg = {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4}
@@ -267,7 +279,7 @@ def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = Fa
             block_k = min(512 if many_programs else 2048, max(16, triton.next_power_of_2(K)))
             cfg = {"BLOCK_N": block_n, "BLOCK_K": block_k,
                    "num_warps": max(1, block_n * block_k // (16 * 32))}
-    return {**cfg, "UNROLL": 1 if conv else triton.cdiv(K, cfg["BLOCK_K"])}
+    return {**cfg, "UNROLL": 0 if conv else K}
 
 
 def fused_gemm_config(M: int, N: int, K: int, gated: bool, dtype: torch.dtype, device: torch.device) -> dict:

@@ -68,7 +68,7 @@ def phase_barrier(counter_ptr, POLL: tl.constexpr):
 
 @triton.jit
 def layer_phases_kernel(a_ptr, z_ptr, gnw_ptr, wo_ptr, x_ptr, lnw_ptr, wg_ptr, wu_ptr, wd_ptr, h_ptr, counter_ptr,
-                        N: tl.constexpr, KO, I, eps, sz,
+                        N, KO, I, eps, sz,
                         DV: tl.constexpr, BN_O: tl.constexpr, BK_O: tl.constexpr, BN_GU: tl.constexpr,
                         BK_GU: tl.constexpr, BN_D: tl.constexpr, BK_D: tl.constexpr,
                         FIRST: tl.constexpr, LAST: tl.constexpr, POLL: tl.constexpr = False):

@@ -99,53 +99,69 @@ def conv_window_step(y_ptr, state_ptr, window, conv_w, c, C, KC: tl.constexpr):
 
 
 @triton.jit
-def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K: tl.constexpr, eps, conv_w_ptr,
-                      conv_state_ptr, C, HAS_NORM: tl.constexpr, GATED: tl.constexpr,
+def fused_gemv_step(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, row_start, row_ok, k0, K, acc, acc_up, sum_sq,
+                    HAS_NORM: tl.constexpr, GATED: tl.constexpr, BLOCK_K: tl.constexpr):
+    """One step of the fused GEMV's walk along K, columns k0 .. k0 + BLOCK_K: the x tile as fp32 (HAS_NORM:
+    its squares added to sum_sq [BLOCK_K], then scaled by 1 + norm_w), its products with the weight tile
+    (GATED: and W_up's) added to acc (acc_up) [BLOCK_N, BLOCK_K]. Returns (acc, acc_up, sum_sq)."""
+    # BEGIN SOLUTION: columns k = k0 + arange(BLOCK_K) masked to K; x as fp32 (HAS_NORM: sum_sq += x^2 before x *= 1 + norm_w); the [BLOCK_N, BLOCK_K] tile(s) at row_start + k, evict_first, as fp32, times x, added to acc (and acc_up if GATED)
+    k = k0 + tl.arange(0, BLOCK_K)
+    k_ok = k < K
+    x = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)                            # [BLOCK_K]
+    if HAS_NORM:
+        sum_sq += x * x                                    # the statistic of the WHOLE row, tile by tile
+        x = x * (1.0 + tl.load(norm_w_ptr + k, mask=k_ok, other=0.0).to(tl.float32))
+    tile = row_start[:, None] + k[None, :]                                                  # [BLOCK_N, BLOCK_K]
+    tile_ok = row_ok[:, None] & k_ok[None, :]
+    # each weight is read exactly once: evict_first keeps it from pushing x out of the caches
+    acc += tl.load(w_ptr + tile, mask=tile_ok, other=0.0, eviction_policy="evict_first").to(tl.float32) * x[None, :]
+    if GATED:
+        acc_up += tl.load(up_w_ptr + tile, mask=tile_ok, other=0.0,
+                          eviction_policy="evict_first").to(tl.float32) * x[None, :]
+    return acc, acc_up, sum_sq
+    # END SOLUTION
+
+
+@triton.jit
+def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps, conv_w_ptr, conv_state_ptr, C,
+                      HAS_NORM: tl.constexpr, GATED: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, CONV: tl.constexpr = False,
-                      KC: tl.constexpr = 4, UNROLL: tl.constexpr = 1):
+                      KC: tl.constexpr = 4, UNROLL: tl.constexpr = 0):
     """One token: y[n] for this program's BLOCK_N outputs. x [K]; W, W_up [N, K]; y [N].
 
     y[n] = sum_k W[n, k] x[k]; HAS_NORM: x is first RMS-normalised with weight (1 + norm_w);
     GATED: y[n] = silu(that sum) * (the same sum over W_up's row n).
-    UNROLL: steps of the walk along K unrolled (K is a compile-time constant, 1024 for every such projection
-    of the model; `fused_gemv_config` chooses). Unrolled, every step's loads can be in flight at once,
-    where a loop issues each step's loads only after the step before has used its own: one memory round
-    trip per step instead of one in all, for the registers that hold them.
+    UNROLL: K again, as a compile-time constant, to unroll the walk along K (0: a loop over the run-time K;
+    `fused_gemv_config` chooses). Unrolled, every step's loads can be in flight at once, where a loop
+    issues each step's loads only after the step before has used its own: one memory round trip per step
+    instead of one in all, for the registers that hold them.
     CONV (the DeltaNet in-projection): outputs n < C go on through the depthwise conv's step, y[n] =
     silu(sum_i conv_w[n, i] * window[n, i]), their state [C, KC] rolled in place.
     """
     if CONV:    # the conv's state and weights depend on no output: loaded before the weights stream in
         conv_rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         window, conv_w = conv_window_load(conv_state_ptr, conv_w_ptr, conv_rows, C, KC)
-    # BEGIN SOLUTION: BLOCK_N rows of W (and of W_up if GATED); over K in BLOCK_K chunks (tl.range, loop_unroll_factor=UNROLL): x as fp32 (HAS_NORM: add x^2 to a running sum, then scale x by 1 + norm_w), fp32 products with the weight tile(s); after the loop: row sums, times rsqrt(sum(x^2) / K + eps) if HAS_NORM, silu(gate) * up if GATED; store
+    # BEGIN SOLUTION: BLOCK_N rows of W; fp32 accumulators (one partial sum per lane: acc, acc_up [BLOCK_N, BLOCK_K], sum_sq [BLOCK_K]); the walk, one fused_gemv_step per BLOCK_K columns: tl.static_range(0, UNROLL, BLOCK_K) with UNROLL as K if UNROLL > 0 (masks and offsets fold), else range(0, K, BLOCK_K); then row sums, times rsqrt(sum(x^2) / K + eps) if HAS_NORM, silu(gate) * up if GATED; store
+    # K as a constant where the walk is unrolled: its masks and offsets fold at compile time too
+    KK = UNROLL if UNROLL > 0 else K
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
-    row_start = rows.to(tl.int64) * K                      # int64: N * K passes 2**31 for the LM head
-    cols = tl.arange(0, BLOCK_K)
-    # one fp32 partial sum per lane, reduced once after the loop
+    row_start = rows.to(tl.int64) * KK                     # int64: N * K passes 2**31 for the LM head
+    # one fp32 partial sum per lane, reduced once after the walk (acc_up, sum_sq: unused unless GATED, HAS_NORM)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    if GATED:
-        acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    if HAS_NORM:
-        sum_sq = tl.zeros([BLOCK_K], dtype=tl.float32)
-    for k0 in tl.range(0, K, BLOCK_K, loop_unroll_factor=UNROLL):     # unrolled: the steps' loads together
-        k = k0 + cols
-        k_ok = k < K
-        x = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)                        # [BLOCK_K]
-        if HAS_NORM:
-            sum_sq += x * x                                # the statistic of the WHOLE row, tile by tile
-            x = x * (1.0 + tl.load(norm_w_ptr + k, mask=k_ok, other=0.0).to(tl.float32))
-        tile = row_start[:, None] + k[None, :]                                              # [BLOCK_N, BLOCK_K]
-        tile_ok = row_ok[:, None] & k_ok[None, :]
-        # each weight is read exactly once: evict_first keeps it from pushing x out of the caches
-        w = tl.load(w_ptr + tile, mask=tile_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
-        acc += w * x[None, :]
-        if GATED:
-            u = tl.load(up_w_ptr + tile, mask=tile_ok, other=0.0, eviction_policy="evict_first").to(tl.float32)
-            acc_up += u * x[None, :]
+    acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
+    sum_sq = tl.zeros([BLOCK_K], dtype=tl.float32)
+    if UNROLL > 0:      # unrolled: every step's loads in flight together
+        for k0 in tl.static_range(0, UNROLL, BLOCK_K):
+            acc, acc_up, sum_sq = fused_gemv_step(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, row_start, row_ok, k0, KK,
+                                                  acc, acc_up, sum_sq, HAS_NORM, GATED, BLOCK_K)
+    else:               # a loop: one memory round trip per step
+        for k0 in range(0, K, BLOCK_K):
+            acc, acc_up, sum_sq = fused_gemv_step(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, row_start, row_ok, k0, KK,
+                                                  acc, acc_up, sum_sq, HAS_NORM, GATED, BLOCK_K)
     y = tl.sum(acc, axis=1)                                                                 # [BLOCK_N]
     if HAS_NORM:
-        inv_rms = tl.rsqrt(tl.sum(sum_sq, axis=0) / K + eps)   # only now is the row's statistic complete
+        inv_rms = tl.rsqrt(tl.sum(sum_sq, axis=0) / KK + eps)  # only now is the row's statistic complete
         y = y * inv_rms
     if GATED:
         up = tl.sum(acc_up, axis=1)
@@ -363,8 +379,9 @@ def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = Fa
     5.93 -> 5.63 us, and the gated one, which had four rows in steps of 512 (5.76 us), is fastest with eight
     rows in steps of 256 on 4 warps (5.25 us). Every step is unrolled (UNROLL), except in the DeltaNet
     in-projection with the conv's step as its epilogue (`conv=True`): there the unrolled kernel measured
-    6.48 -> 7.36 us in the decode step (the registers it then needs no longer let its 2,056 programs fit on
-    the SMs at once). Under the CPU interpreter: 64 x 64 tiles, so small shapes still take several K steps.
+    6.48 -> 7.36-7.53 us in the decode step (the registers it then needs no longer let its 2,056 programs
+    fit on the SMs at once). Under the CPU interpreter: 64 x 64 tiles, so small shapes still take several
+    K steps.
     """
     if interpreted:
         cfg = {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4}
@@ -378,7 +395,7 @@ def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = Fa
             block_k = min(512 if many_programs else 2048, max(16, triton.next_power_of_2(K)))
             cfg = {"BLOCK_N": block_n, "BLOCK_K": block_k,
                    "num_warps": max(1, block_n * block_k // (16 * 32))}
-    return {**cfg, "UNROLL": 1 if conv else triton.cdiv(K, cfg["BLOCK_K"])}
+    return {**cfg, "UNROLL": 0 if conv else K}
 
 
 def fused_gemm_config(M: int, N: int, K: int, gated: bool, dtype: torch.dtype, device: torch.device) -> dict:
