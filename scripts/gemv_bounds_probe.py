@@ -90,6 +90,13 @@ def check(device="cpu"):
     return worst
 
 
+def weight_copies(rows: int, K: int) -> list:
+    """Copies of one random bf16 [rows, K] weight (the same values, distinct memory), enough of them to
+    pass L2 many times over when launches cycle through them (at least 256 MB in all)."""
+    w0 = 0.02 * torch.randn(rows, K, device="cuda", dtype=torch.bfloat16)
+    return [w0] + [w0.clone() for _ in range(max(1, triton.cdiv(256 * 2**20, rows * K * 2) - 1))]
+
+
 def per_launch_us(fn):
     """us per launch of fn() (LAUNCHES launches) replayed from a CUDA graph: the best of three medians."""
     from tritonllm_course.benchmark import _median_event_time
@@ -123,9 +130,8 @@ def main(out):
     print(res["rows"][-1], flush=True)
     for N, K in SHAPES:
         nbytes = N * K * 2
-        copies = max(2, triton.cdiv(256 * 2**20, nbytes))                # past L2 many times over
-        w0 = 0.02 * torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
-        ws = [w0] + [w0.clone() for _ in range(copies - 1)]             # same values, distinct memory
+        ws = weight_copies(N, K)
+        copies = len(ws)
         x = torch.randn(K, device="cuda", dtype=torch.bfloat16)
         y = torch.empty(N, device="cuda", dtype=torch.bfloat16)
         cfg = lin.gemv_config(N, K)
@@ -148,7 +154,6 @@ def main(out):
             res["rows"].append(row)
             print(row, flush=True)
             path.write_text(json.dumps(res, indent=1))
-        del ws
     path.write_text(json.dumps(res, indent=1))
 
 

@@ -104,7 +104,7 @@ def main(out):
     from tritonllm_course import kernels
     from tritonllm_course.benchmark import ceiling_gbps, results_stem
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from gemv_bounds_probe import LAUNCHES, per_launch_us
+    from gemv_bounds_probe import LAUNCHES, per_launch_us, weight_copies
     lin = kernels.load("linear", "solutions").module
     path = results_stem(out, "gemv_tma")[0].with_suffix(".json")
     deadline = time.time() + float(os.environ.get("TMA_S", "300"))
@@ -116,9 +116,8 @@ def main(out):
     for i_shape, (N, K) in enumerate(SHAPES):
         shape_deadline = time.time() + (deadline - time.time()) / (len(SHAPES) - i_shape)   # a fair share
         nbytes = N * K * 2
-        copies = max(2, triton.cdiv(256 * 2**20, nbytes))                # past L2 many times over
-        w0 = 0.02 * torch.randn(N, K, device="cuda", dtype=torch.bfloat16)
-        ws = [w0] + [w0.clone() for _ in range(copies - 1)]
+        ws = weight_copies(N, K)
+        w0, copies = ws[0], len(ws)
         x = torch.randn(K, device="cuda", dtype=torch.bfloat16)
         y = torch.empty(N, device="cuda", dtype=torch.bfloat16)
         ref = w0.double() @ x.double()
@@ -154,7 +153,6 @@ def main(out):
         print({"N": N, "K": K, "chapter05_us": base, "best": case["best"][:2]}, flush=True)
         res["cases"].append(case)
         path.write_text(json.dumps(res, indent=1))
-        del ws
     path.write_text(json.dumps(res, indent=1))
 
 

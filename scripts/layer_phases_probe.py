@@ -33,7 +33,7 @@ import triton
 import triton.language as tl
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mlp_block_probe import fits_one_wave, grid_barrier          # noqa: E402
+from mlp_block_probe import fits_one_wave, grid_barrier, timed_layers     # noqa: E402
 
 import tritonllm_course                                             # noqa: E402
 from tritonllm_course import kernels                               # noqa: E402
@@ -194,7 +194,7 @@ CONFIGS = [{"BN_O": 2, "BK_O": 2048, "BN_GU": 4, "BK_GU": 512, "BN_D": 2, "BK_D"
 
 
 def main(out):
-    from tritonllm_course.benchmark import _median_event_time, results_stem
+    from tritonllm_course.benchmark import results_stem
     path = results_stem(out, "layer_phases")[0].with_suffix(".json")
     N, I, HV, DV, L, eps = 1024, 3584, 16, 128, 24, 1e-6
     gen = torch.Generator().manual_seed(0)
@@ -210,18 +210,7 @@ def main(out):
         def fn():
             for lw in layers:
                 step(lw)
-        x.copy_(x0)
-        fn()                        # compile outside the capture
-        torch.cuda.synchronize()
-        x.copy_(x0)
-        fn()
-        result = x.clone()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        graph.replay()
-        us = min(_median_event_time(graph.replay, 30) for _ in range(3)) * 1e3 / L
-        return us, result
+        return timed_layers(fn, x, x0, L)
 
     res = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "check_rel_err": check("cuda"),
            "layers": L, "rows": []}

@@ -132,6 +132,23 @@ def check(device="cpu"):
     return worst
 
 
+def timed_layers(fn, x, x0, layers: int):
+    """(us per layer, the stream after one fn()) for fn(), which runs `layers` layers on the stream x in
+    place: compiled outside the capture, then replayed from a CUDA graph (best of three medians)."""
+    from tritonllm_course.benchmark import _median_event_time
+    x.copy_(x0)
+    fn()                            # compile outside the capture
+    torch.cuda.synchronize()
+    x.copy_(x0)
+    fn()
+    result = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    return min(_median_event_time(graph.replay, 30) for _ in range(3)) * 1e3 / layers, result
+
+
 def fits_one_wave(compiled, programs: int, warps: int) -> str | None:
     """Why `programs` programs of this compiled kernel cannot all be resident at once (None: they can).
     A grid barrier with a program left waiting for a free SM would wait forever."""
@@ -161,7 +178,7 @@ def main(out):
     import tritonllm_course
     tritonllm_course.setup(quiet=True)
     from tritonllm_course import kernels
-    from tritonllm_course.benchmark import _median_event_time, results_stem
+    from tritonllm_course.benchmark import results_stem
     fus = kernels.load("fusion", "solutions").module
     path = results_stem(out, "mlp_block")[0].with_suffix(".json")
     D, I, L, eps = 1024, 3584, 24, 1e-6
@@ -191,18 +208,7 @@ def main(out):
         return run
 
     def timed(fn):
-        x.copy_(x0)
-        fn()                        # compile outside the capture
-        torch.cuda.synchronize()
-        x.copy_(x0)
-        fn()
-        result = x.clone()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        graph.replay()
-        us = min(_median_event_time(graph.replay, 30) for _ in range(3)) * 1e3 / L
-        return us, result
+        return timed_layers(fn, x, x0, L)
 
     nbytes = sum(lw["wgu"].numel() * 2 + lw["wd"].numel() * 2 for lw in layers) // L
     res = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "check_rel_err": check("cuda"),

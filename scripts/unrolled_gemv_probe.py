@@ -8,13 +8,15 @@ runtime value): each step's loads are issued only once the step before has used 
 makes 2-4 round trips one after another. With K a compile-time constant the walk can be unrolled
 (`tl.static_range`) and the compiler may issue every step's loads up front: one round trip, at the price
 of the registers that hold them. Here the fast level's fused GEMV (`fused_gemv_kernel`: RMSNorm folded in,
-gated or not) and the plain GEMV are written once with the walk as a constexpr choice, and timed at the
-decode shapes with the fast level's configs and a few others, each beside the fast level's own kernel on
-the same inputs (64 launches over distinct copies of the weight in one CUDA graph, as
-scripts/gemv_bounds_probe.py times). The tests run both walks under the CPU interpreter (`check`).
+gated or not, or neither: the plain GEMV), whose walk is a compile-time choice (`UNROLL`: K, or 0 for a
+loop), is timed at the decode shapes with the fast level's configs and a few others, both walks, each
+beside the fast level's own launch on the same inputs (64 launches over distinct copies of the weight in
+one CUDA graph, as scripts/gemv_bounds_probe.py times). The tests run both walks under the CPU
+interpreter (`check`).
 
-Measured on an H200 (2026-11-30, results/unrolled_gemv_nvidia-h200_2026-11-30.json), against the fast
-level's kernel as it was (a run-time walk): attention in_proj + ln1 4.90 -> 4.54 us, DeltaNet in_proj + ln1
+Measured on an H200 (2026-11-30, results/unrolled_gemv_nvidia-h200_2026-11-30.json; then with a copy of
+the kernel's walk in this script, which the kernel now has), against the fast level's kernel as it was
+(a run-time walk): attention in_proj + ln1 4.90 -> 4.54 us, DeltaNet in_proj + ln1
 5.93 -> 5.63 us (same tiles, unrolled), gate/up + ln2 + SwiGLU 5.76 -> 5.25 us (8 rows x 256 on 4 warps,
 unrolled); the plain GEMVs of 1024 outputs gain 2-3% (one or two steps). The fast level's fused GEMV
 now unrolls its walk (K a constexpr, `UNROLL`) with those tiles, except where the conv's step is its
@@ -27,67 +29,21 @@ from pathlib import Path
 
 import torch
 import triton
-import triton.language as tl
 
-from tritonllm_course.triton_helpers import silu
+import tritonllm_course
+from tritonllm_course import kernels
 
-
-@triton.jit
-def _step(x_ptr, nw_ptr, w_ptr, u_ptr, row_start, row_ok, k0, K, cols, acc, acc_up, sum_sq,
-          HAS_NORM: tl.constexpr, GATED: tl.constexpr):
-    """One BLOCK_K step of the fused GEMV's walk: fp32 products added to acc (and acc_up), x^2 to sum_sq."""
-    k = k0 + cols
-    k_ok = k < K
-    x = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)                           # [BLOCK_K]
-    if HAS_NORM:
-        sum_sq += x * x
-        x = x * (1.0 + tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32))
-    tile = row_start[:, None] + k[None, :]                                                 # [BLOCK_N, BLOCK_K]
-    ok = row_ok[:, None] & k_ok[None, :]
-    acc += tl.load(w_ptr + tile, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32) * x[None, :]
-    if GATED:
-        acc_up += tl.load(u_ptr + tile, mask=ok, other=0.0, eviction_policy="evict_first").to(tl.float32) * x[None, :]
-    return acc, acc_up, sum_sq
-
-
-@triton.jit
-def walk_gemv_kernel(x_ptr, nw_ptr, w_ptr, u_ptr, y_ptr, N, K, eps, KC: tl.constexpr,
-                     HAS_NORM: tl.constexpr, GATED: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                     UNROLL: tl.constexpr):
-    """fused_gemv_kernel's arithmetic (y = W x, x RMS-normalised with (1 + nw) if HAS_NORM, silu(W x) * (U x)
-    if GATED); the walk along K a runtime loop, or (UNROLL) unrolled over KC = K, a compile-time constant."""
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    row_ok = rows < N
-    row_start = rows.to(tl.int64) * K
-    cols = tl.arange(0, BLOCK_K)
-    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    acc_up = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    sum_sq = tl.zeros([BLOCK_K], dtype=tl.float32)
-    if UNROLL:
-        for k0 in tl.static_range(0, KC, BLOCK_K):
-            acc, acc_up, sum_sq = _step(x_ptr, nw_ptr, w_ptr, u_ptr, row_start, row_ok, k0, K, cols, acc, acc_up,
-                                        sum_sq, HAS_NORM, GATED)
-    else:
-        for k0 in range(0, K, BLOCK_K):
-            acc, acc_up, sum_sq = _step(x_ptr, nw_ptr, w_ptr, u_ptr, row_start, row_ok, k0, K, cols, acc, acc_up,
-                                        sum_sq, HAS_NORM, GATED)
-    y = tl.sum(acc, axis=1)
-    if HAS_NORM:
-        inv_rms = tl.rsqrt(tl.sum(sum_sq, axis=0) / K + eps)
-        y = y * inv_rms
-    if GATED:
-        up = tl.sum(acc_up, axis=1)
-        if HAS_NORM:
-            up = up * inv_rms
-        y = silu(y) * up
-    tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
+tritonllm_course.setup(quiet=True)
+F = kernels.load("fusion", "solutions").module                      # the fast level's fused GEMV
 
 
 def walk_gemv(x, nw, w, u, y, cfg, unroll, eps=1e-6):
+    """The fast level's `fused_gemv_kernel` on x [K], W (and U) [N, K], y [N], with the launch config `cfg`,
+    its walk along K unrolled (UNROLL = K) or a loop (UNROLL = 0)."""
     N, K = w.shape
-    walk_gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
-        x, w if nw is None else nw, w, w if u is None else u, y, N, K, eps, KC=K, HAS_NORM=nw is not None,
-        GATED=u is not None, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], UNROLL=unroll,
+    F.fused_gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
+        x, w if nw is None else nw, w, w if u is None else u, y, N, K, eps, w, w, 0, HAS_NORM=nw is not None,
+        GATED=u is not None, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], UNROLL=K if unroll else 0,
         num_warps=cfg["num_warps"])
     return y
 
@@ -128,13 +84,9 @@ CASES = [  # name, N, K, norm, gated
 
 
 def main(out):
-    import tritonllm_course
-    tritonllm_course.setup(quiet=True)
-    from tritonllm_course import kernels
     from tritonllm_course.benchmark import ceiling_gbps, results_stem
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from gemv_bounds_probe import LAUNCHES, per_launch_us
-    fus = kernels.load("fusion", "solutions").module
+    from gemv_bounds_probe import LAUNCHES, per_launch_us, weight_copies
     path = results_stem(out, "unrolled_gemv")[0].with_suffix(".json")
     torch.manual_seed(0)
     ceiling = ceiling_gbps()
@@ -142,9 +94,8 @@ def main(out):
            "ceiling_GBps": ceiling, "check_rel_err": check("cuda"), "cases": []}
     for name, N, K, norm, gated in CASES:
         nbytes = N * K * 2 * (2 if gated else 1)
-        copies = max(2, triton.cdiv(256 * 2**20, nbytes))
-        w0 = 0.02 * torch.randn((2 * N if gated else N), K, device="cuda", dtype=torch.bfloat16)
-        ws = [w0] + [w0.clone() for _ in range(copies - 1)]
+        ws = weight_copies(2 * N if gated else N, K)                     # gated: [W_gate; W_up]
+        w0, copies = ws[0], len(ws)
         x = torch.randn(K, device="cuda", dtype=torch.bfloat16)
         nw = 0.1 * torch.randn(K, device="cuda", dtype=torch.bfloat16) if norm else None
         y = torch.empty(N, device="cuda", dtype=torch.bfloat16)
@@ -154,13 +105,13 @@ def main(out):
         def fast(i):                 # the fast level's own kernel for this slot
             w = ws[i % copies]
             if gated:
-                fus.rms_norm_gate_up_swiglu(x.view(1, K), nw, w, out=y.view(1, N))
+                F.rms_norm_gate_up_swiglu(x.view(1, K), nw, w, out=y.view(1, N))
             elif norm:
-                fus.rms_norm_linear(x.view(1, K), nw, w, out=y.view(1, N))
+                F.rms_norm_linear(x.view(1, K), nw, w, out=y.view(1, N))
             else:
-                fus.linear_residual(x.view(1, K), w, zero, out=y.view(1, N))
+                F.linear_residual(x.view(1, K), w, zero, out=y.view(1, N))
         base = per_launch_us(lambda: [fast(i) for i in range(LAUNCHES)])
-        engine_cfg = fus.fused_gemv_config(N, K, norm=norm, gated=gated)
+        engine_cfg = F.fused_gemv_config(N, K, norm=norm, gated=gated)
         case = {"case": name, "N": N, "K": K, "MB": nbytes / 1e6, "fast_level_us": base, "fast_level_cfg": engine_cfg,
                 "rows": []}
         cfgs = [engine_cfg] + [c for c in ({"BLOCK_N": 2, "BLOCK_K": 256, "num_warps": 1},
@@ -179,10 +130,10 @@ def main(out):
                             w = ws[i % copies]
                             walk_gemv(x, nw, w[:N], w[N:] if gated else None, y, cfg, unroll)
                     us = per_launch_us(fn)
-                    compiled = walk_gemv_kernel.warmup(x, nw if norm else w0, w0, w0, y, N, K, 1e-6, KC=K,
-                                                       HAS_NORM=norm, GATED=gated, BLOCK_N=cfg["BLOCK_N"],
-                                                       BLOCK_K=cfg["BLOCK_K"], UNROLL=unroll,
-                                                       num_warps=cfg["num_warps"], grid=(1,))
+                    compiled = F.fused_gemv_kernel.warmup(x, nw if norm else w0, w0, w0, y, N, K, 1e-6, w0, w0, 0,
+                                                          HAS_NORM=norm, GATED=gated, BLOCK_N=cfg["BLOCK_N"],
+                                                          BLOCK_K=cfg["BLOCK_K"], UNROLL=K if unroll else 0,
+                                                          num_warps=cfg["num_warps"], grid=(1,))
                     compiled._init_handles()
                     row.update(us=us, pct_of_ceiling=100 * nbytes / us / 1e3 / ceiling, vs_fast_level=base / us,
                                regs=compiled.n_regs, spills=compiled.n_spills,
@@ -195,7 +146,6 @@ def main(out):
         print({k: case[k] for k in ("case", "fast_level_us", "best")}, flush=True)
         res["cases"].append(case)
         path.write_text(json.dumps(res, indent=1))
-        del ws
     path.write_text(json.dumps(res, indent=1))
 
 
