@@ -364,6 +364,9 @@ def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias
     # END SOLUTION
 
 
+MAX_UNROLLED_STEPS = 8      # the longest walk along K the fused GEMV unrolls
+
+
 def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = False,
                       gated: bool = False, conv: bool = False) -> dict:
     """Launch parameters of the fused GEMV for an [N, K] weight (gated: N rows in each of two weights).
@@ -380,8 +383,9 @@ def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = Fa
     rows in steps of 256 on 4 warps (5.25 us). Every step is unrolled (UNROLL), except in the DeltaNet
     in-projection with the conv's step as its epilogue (`conv=True`): there the unrolled kernel measured
     6.48 -> 7.36-7.53 us in the decode step (the registers it then needs no longer let its 2,056 programs
-    fit on the SMs at once). Under the CPU interpreter: 64 x 64 tiles, so small shapes still take several
-    K steps.
+    fit on the SMs at once). A walk of more than MAX_UNROLLED_STEPS steps stays a loop too (a long unrolled
+    walk holds more registers than it saves round trips, and compiles slowly). Under the CPU interpreter:
+    64 x 64 tiles, so small shapes still take several K steps.
     """
     if interpreted:
         cfg = {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4}
@@ -395,7 +399,8 @@ def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = Fa
             block_k = min(512 if many_programs else 2048, max(16, triton.next_power_of_2(K)))
             cfg = {"BLOCK_N": block_n, "BLOCK_K": block_k,
                    "num_warps": max(1, block_n * block_k // (16 * 32))}
-    return {**cfg, "UNROLL": 0 if conv else K}
+    steps = triton.cdiv(K, cfg["BLOCK_K"])
+    return {**cfg, "UNROLL": K if steps <= MAX_UNROLLED_STEPS and not conv else 0}
 
 
 def fused_gemm_config(M: int, N: int, K: int, gated: bool, dtype: torch.dtype, device: torch.device) -> dict:

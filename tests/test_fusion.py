@@ -104,17 +104,21 @@ def test_gpu_gemv_configs():
         # the norm's own loads shared by 4 rows, except where the LM head's many programs keep 2
         assert normed["BLOCK_N"] == (2 if N == 248320 else 4) and normed["BLOCK_K"] <= K
         assert normed["UNROLL"] == K and FUSION.fused_gemv_config(N, K, norm=True, conv=True)["UNROLL"] == 0
+    assert FUSION.fused_gemv_config(1024, 8192, norm=True)["UNROLL"] == 0          # 32 steps: a loop
+    walks = set()
     for n, k in [(9, 70), (7, 3000)]:
         x, nw, w, u = randn(1, k), _norm_weight(k), _weights(n, k), _weights(n, k, seed=3)
         normed = R.rms_norm(x.double(), nw.double())
         for norm_config, gated in [(False, True), (True, False), (True, True)]:
             cfg = FUSION.fused_gemv_config(1024, k, norm=norm_config, gated=gated)
+            walks.add(cfg["UNROLL"] > 0)
             y = torch.full((1, n), float("nan"), device=RT.device)
             FUSION.fused_gemv_kernel[(triton.cdiv(n, cfg["BLOCK_N"]),)](
                 x, nw, w, u, y, n, k, 1e-6, w, w, 0, HAS_NORM=True, GATED=gated, BLOCK_N=cfg["BLOCK_N"],
                 BLOCK_K=cfg["BLOCK_K"], UNROLL=cfg["UNROLL"])
             want = R.swiglu(normed @ w.double().T, normed @ u.double().T) if gated else normed @ w.double().T
             assert rel(y, want) < 1e-6, (n, k, cfg, gated)
+    assert walks == {True, False}                          # both walks ran: unrolled, and the loop (k = 3000)
 
 
 @pytest.mark.parametrize("M,N,gated", [(3, 5000, False), (130, 100, False), (300, 130, False),
