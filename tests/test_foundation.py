@@ -281,74 +281,29 @@ def test_scripts_parse_and_the_sweep_plots(tmp_path):
     assert (tmp_path / "gemv_sweep.png").stat().st_size > 10_000
 
 
-def test_the_persistent_gemv_probe_computes_the_gemv(rt):
-    """The probe's kernel is timed on a GPU only; its arithmetic is checked here, under the interpreter."""
+# The GPU probes whose kernels are timed on a GPU only: each script's `check()` runs its kernel under the
+# interpreter here (odd shapes, NaN-poisoned outputs, fp64 references: see each check's docstring) and
+# returns the largest relative error. A grid barrier cannot run under the interpreter, where programs run
+# one after another: mlp_block and layer_phases check their phases as separate launches; l2_prefetch's
+# prefetch is inline PTX, compiled out there. On the GPU each probe records its own check in its JSON.
+PROBES_CHECKED = {
+    "gemv_persistent_probe.py": "a persistent, software-pipelined GEMV",
+    "l2_prefetch_probe.py": "chapter 05's GEMV that prefetches the next weight into L2",
+    "mlp_block_probe.py": "the MLP sublayer as one kernel",
+    "layer_phases_probe.py": "the fast level's kernels as phases of one kernel",
+    "gemv_bounds_probe.py": "a GEMV cut down step by step (the x-only form's row sums too)",
+    "gemv_tma_probe.py": "a GEMV over a tensor descriptor, tiles past both edges",
+    "unrolled_gemv_probe.py": "the fused GEMV's two walks along K",
+}
+
+
+@pytest.mark.parametrize("script", PROBES_CHECKED)
+def test_a_gpu_probes_kernel_computes_what_it_times(rt, script):
     import runpy
     if rt.mode == "gpu":
         pytest.skip("checked on the GPU by the probe itself (check_rel_err in its JSON)")
-    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "gemv_persistent_probe.py"))
-    assert probe["check"]() < 1e-6
-
-
-def test_the_l2_prefetch_probes_gemv_computes_the_gemv(rt):
-    """scripts/l2_prefetch_probe.py's GEMV, timed on a GPU only: its arithmetic under the interpreter (the
-    prefetch itself is inline PTX, compiled out there)."""
-    import runpy
-    if rt.mode == "gpu":
-        pytest.skip("checked on the GPU by the probe itself (check_rel_err and bit_identical in its JSON)")
-    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "l2_prefetch_probe.py"))
-    assert probe["check"]() < 1e-6
-
-
-def test_the_mlp_block_probes_kernel_computes_the_mlp(rt):
-    """scripts/mlp_block_probe.py's one-kernel MLP sublayer, timed on a GPU only: its two halves under the
-    interpreter (two launches: a grid barrier would wait forever where programs run one after another)."""
-    import runpy
-    if rt.mode == "gpu":
-        pytest.skip("checked on the GPU by the probe itself, barrier included (check_rel_err in its JSON)")
-    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "mlp_block_probe.py"))
-    assert probe["check"]() < 1e-6
-
-
-def test_the_layer_phases_probe_computes_the_layer_tail(rt):
-    """scripts/layer_phases_probe.py's phases (the fast level's kernels called from one kernel), timed on a GPU
-    only: under the interpreter as separate launches, odd sizes, against fp64, beside the fast level's own
-    launches."""
-    import runpy
-    if rt.mode == "gpu":
-        pytest.skip("checked on the GPU by the probe itself, barriers included (check_rel_err in its JSON)")
-    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "layer_phases_probe.py"))
-    assert probe["check"]() < 1e-6
-
-
-def test_the_gemv_bounds_probes_forms_compute_the_gemv(rt):
-    """scripts/gemv_bounds_probe.py's cut-down GEMV forms (timed on a GPU only): under the interpreter, odd
-    shapes, the two GEMV forms against fp64 and the x-only form's row sums."""
-    import runpy
-    if rt.mode == "gpu":
-        pytest.skip("checked on the GPU by the probe itself (check_rel_err and bit_identical in its JSON)")
-    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "gemv_bounds_probe.py"))
-    assert probe["check"]() < 1e-6
-
-
-def test_the_tma_gemv_probes_kernel_computes_the_gemv(rt):
-    """scripts/gemv_tma_probe.py's GEMV over a tensor descriptor (timed on a Hopper GPU only): under the
-    interpreter, odd shapes, tiles past both edges, more and fewer row blocks than programs."""
-    import runpy
-    if rt.mode == "gpu":
-        pytest.skip("checked on the GPU by the probe itself (check_rel_err and rel_err in its JSON)")
-    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "gemv_tma_probe.py"))
-    assert probe["check"]() < 1e-6
-
-
-def test_the_unrolled_gemv_probes_kernel_computes_the_fused_gemv(rt):
-    """scripts/unrolled_gemv_probe.py's fused GEMV (timed on a GPU only): both walks along K under the
-    interpreter, odd shapes, norm and gate on and off, against fp64."""
-    import runpy
-    if rt.mode == "gpu":
-        pytest.skip("checked on the GPU by the probe itself (check_rel_err and rel_err in its JSON)")
-    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "unrolled_gemv_probe.py"))
-    assert probe["check"]() < 1e-6
+    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / script))
+    assert probe["check"]() < 1e-6, PROBES_CHECKED[script]
 
 
 def test_the_prefill_probes_split_k_gemm_is_right_and_deterministic(rt):
