@@ -1,15 +1,23 @@
-"""`check`: is a kernel right? Fresh random inputs, NaN-poisoned outputs, relative error against an
-fp64 PyTorch reference, a tolerance by dtype, and a short report.
+"""`check`: is a kernel right? Every shape its slot declares, in every dtype the chapter claims, plus the
+edge inputs its math has; fresh random inputs, NaN-poisoned outputs, relative error against an fp64
+PyTorch reference, a tolerance by dtype, and a report that says where a wrong kernel goes wrong.
 
 Why each part:
+- every declared shape: one shape hides the bugs of the others (a missing program offset passes when
+  one program covers the whole input; a stride that is wrong only for T > 1 passes at T = 1);
+- edge inputs (`Slot.edges`): zero rows, tiny and huge scales, ties, maxima late in a row, the last
+  position of a cache: what random inputs rarely draw, so that a typical bug fails on every run;
 - fresh inputs every call: a kernel that happens to work on one seed (or on zeros) does not pass;
 - poisoned outputs: an element the kernel forgot to write stays NaN, and NaN never passes;
 - ||out - ref|| / ||ref|| in fp64: one number that means the same at every shape, and that the
-  rounding of the output dtype alone explains (bf16 keeps 8 bits: about 4e-3 per element).
+  rounding of the output dtype alone explains (bf16 keeps 8 bits: about 4e-3 per element);
+- under the interpreter every load and store is bounds-checked (`memcheck`), so an access that would
+  be an illegal address on a GPU is named instead of reading whatever lies there.
 """
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from dataclasses import dataclass, field
 
 import torch
@@ -20,37 +28,94 @@ from .runtime import runtime
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
 
 
+def _dtype_name(dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
 @dataclass
-class Report:
-    name: str
-    source: str
-    note: str
+class Case:
+    """One shape (or edge input) in one dtype: its trials' worst errors and what went wrong."""
     dtype: str
     shape: dict
-    errors: list[float] = field(default_factory=list)   # worst relative error of each trial
+    edge: str = ""
     tol: float = 0.0
+    errors: list[float] = field(default_factory=list)   # worst relative error of each trial
     problems: list[str] = field(default_factory=list)
     seeds: list[int] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
-        return not self.problems and all(e <= self.tol for e in self.errors)
+        return bool(self.errors) and not self.problems and all(e <= self.tol for e in self.errors)
+
+    @property
+    def label(self) -> str:
+        shape = ", ".join(f"{k}={v}" for k, v in self.shape.items())
+        return f"{self.dtype} {self.edge + ': ' if self.edge else ''}{shape}"
+
+    def lines(self, detail: bool) -> list[str]:
+        worst = max(self.errors, default=float("nan"))
+        verdict = "ok  " if self.passed else "FAIL"
+        line = f"  {verdict} {self.label}"
+        if self.errors:
+            line += f"  error {worst:.1e} (tolerance {self.tol:.0e})"
+        out = [line]
+        if detail and not self.passed:
+            out += [f"       {p}".replace("\n", "\n       ") for p in self.problems]
+            if self.seeds:
+                out.append(f"       seeds {self.seeds}")
+        return out
+
+
+@dataclass
+class Report:
+    """The verdict on one kernel: every case it ran, or why none could run."""
+    name: str
+    source: str
+    note: str
+    cases: list[Case] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)   # problems before any case ran
+    implemented: bool = True
+
+    @property
+    def passed(self) -> bool:
+        return self.implemented and not self.problems and bool(self.cases) and all(c.passed for c in self.cases)
+
+    @property
+    def status(self) -> str:
+        return "not implemented yet" if not self.implemented else "pass" if self.passed else "FAIL"
 
     @property
     def max_error(self) -> float:
-        return max(self.errors, default=float("nan"))
+        return max((e for c in self.cases for e in c.errors), default=float("nan"))
+
+    @property
+    def tol(self) -> float:
+        return min((c.tol for c in self.cases), default=0.0)
+
+    @property
+    def errors(self) -> list[float]:
+        return [e for c in self.cases for e in c.errors]
+
+    @property
+    def failed_cases(self) -> list[Case]:
+        return [c for c in self.cases if not c.passed]
 
     def __str__(self) -> str:
-        verdict = "PASS" if self.passed else "FAIL"
-        shape = ", ".join(f"{k}={v}" for k, v in self.shape.items())
         source = f" ({self.source})" if self.source else ""
-        lines = [f"[{verdict}] {self.name}{source} {self.dtype} {shape}"]
+        if not self.implemented:
+            return "\n".join([f"[TODO] {self.name}{source}: not implemented yet"]
+                             + [f"    {p}" for p in self.problems])
+        verdict = "PASS" if self.passed else "FAIL"
+        failed = len(self.failed_cases)
+        count = f"{len(self.cases)} cases" + (f", {failed} failed" if failed else "")
+        lines = [f"[{verdict}] {self.name}{source}: {count}"]
         if self.note:
             lines.append(f"    kernel: {self.note}")
-        if self.errors:
-            errs = " ".join(f"{e:.1e}" for e in self.errors)
-            lines.append(f"    relative error per trial: {errs} (tolerance {self.tol:.0e}; seeds {self.seeds})")
         lines += [f"    problem: {p}" for p in self.problems]
+        shown = 0
+        for case in self.cases:   # details for the first few failures; the rest one line each
+            lines += case.lines(detail=not case.passed and shown < 3)
+            shown += not case.passed
         return "\n".join(lines)
 
     __repr__ = __str__  # readable in pytest's assertion messages too
@@ -73,49 +138,135 @@ def _as_tuple(x):
     return x if isinstance(x, tuple) else (x,)
 
 
-def compare(out: torch.Tensor, ref: torch.Tensor, what: str, exact: bool = False) -> tuple[float, list[str]]:
-    """(relative error, problems) of one output against its reference."""
+DEFAULT_DIMS = {1: ("index",), 2: ("row", "column"), 3: ("token", "head", "column"),
+                4: ("batch", "head", "row", "column")}
+
+
+def _where(index, dims) -> str:
+    names = dims if dims and len(dims) == len(index) else DEFAULT_DIMS.get(len(index), ())
+    if len(names) != len(index):
+        names = [f"dim{i}" for i in range(len(index))]
+    return "[" + ", ".join(f"{n} {i}" for n, i in zip(names, index)) + "]"
+
+
+def _span(mask: torch.Tensor, dims) -> str:
+    """Where the True elements of `mask` lie: index ranges along each dim that holds any."""
+    names = dims if dims and len(dims) == mask.dim() else DEFAULT_DIMS.get(mask.dim(), ())
+    if len(names) != mask.dim():
+        names = [f"dim{i}" for i in range(mask.dim())]
+    parts = []
+    for d, name in enumerate(names):
+        hit = mask.flatten(0, d - 1).any(0) if d else mask
+        hit = hit.flatten(1).any(1) if hit.dim() > 1 else hit
+        idx = hit.nonzero().flatten().tolist()
+        if len(idx) == mask.shape[d]:
+            parts.append(f"every {name}")
+        elif idx:
+            parts.append(f"{name} {idx[0]}..{idx[-1]}" if idx == list(range(idx[0], idx[-1] + 1))
+                         else f"{name} " + ", ".join(map(str, idx[:8])) + (", ..." if len(idx) > 8 else ""))
+    return "; ".join(parts)
+
+
+def _value(x: torch.Tensor) -> str:
+    v = x.item()
+    return f"{v:.6g}" if isinstance(v, float) else str(v)
+
+
+def compare(out: torch.Tensor, ref: torch.Tensor, what: str, exact: bool = False, tol: float = 0.0,
+            dims: tuple[str, ...] | None = None) -> tuple[float, list[str]]:
+    """(relative error, problems) of one output against its reference. The problems say where: how many
+    elements were never written (still the poison) and where they lie, and the first wrong element with
+    its value and the expected one."""
     problems = []
     if tuple(out.shape) != tuple(ref.shape):
         return float("inf"), [f"{what}: shape {list(out.shape)}, reference {list(ref.shape)}"]
+    out, ref = out.detach().cpu(), ref.detach().cpu()
     if exact or not out.is_floating_point():
-        wrong = (out.to(ref.dtype) != ref).sum().item()
-        if wrong:
-            problems.append(f"{what}: {wrong} of {ref.numel()} elements differ from the reference")
-        return wrong / max(1, ref.numel()), problems
-    nan = torch.isnan(out).sum().item()
-    if nan:
-        problems.append(f"{what}: {nan} of {out.numel()} elements are NaN "
-                        "(never written, or the math produced NaN)")
-    o, r = out.detach().to(torch.float64), ref.detach().to(torch.float64)
-    denom = torch.linalg.vector_norm(r).item()
-    err = torch.linalg.vector_norm(o - r).item() / (denom if denom > 0 else 1.0)
-    if err != err:  # NaN
+        if out.is_floating_point():   # an exact floating output: poisoned with NaN
+            unwritten = torch.isnan(out) & ~torch.isnan(ref.to(out.dtype))
+        else:
+            unwritten = out == torch.iinfo(out.dtype).min
+            unwritten &= ref.to(out.dtype) != torch.iinfo(out.dtype).min
+        wrong = (out.to(ref.dtype) != ref) & ~(torch.isnan(out.to(torch.float64)) & torch.isnan(ref.to(torch.float64)))
+        if unwritten.any():
+            problems.append(f"{what}: {int(unwritten.sum())} of {ref.numel()} elements never written "
+                            f"({_span(unwritten, dims)})")
+        if (wrong & ~unwritten).any():
+            first = tuple((wrong & ~unwritten).nonzero()[0].tolist())
+            problems.append(f"{what}: {int((wrong & ~unwritten).sum())} of {ref.numel()} elements differ; "
+                            f"first at {_where(first, dims)}: got {_value(out[first])}, expected {_value(ref[first])}")
+        return int(wrong.sum()) / max(1, ref.numel()), problems
+    o, r = out.to(torch.float64), ref.to(torch.float64)
+    nan = torch.isnan(o) & ~torch.isnan(r)
+    if nan.any():
+        problems.append(f"{what}: {int(nan.sum())} of {o.numel()} elements are NaN, never written or NaN "
+                        f"from the math ({_span(nan, dims)})")
+    finite = torch.isfinite(r)
+    nonfinite = ~torch.isfinite(o) & ~nan & finite
+    if nonfinite.any():
+        first = tuple(nonfinite.nonzero()[0].tolist())
+        problems.append(f"{what}: {int(nonfinite.sum())} elements are infinite (overflow?); first at "
+                        f"{_where(first, dims)}: got {_value(out[first])}, expected {_value(ref[first])}")
+    rf, of = torch.where(finite, r, 0.0), torch.where(finite, o, 0.0)
+    denom = torch.linalg.vector_norm(rf).item()
+    err = torch.linalg.vector_norm(of - rf).item() / (denom if denom > 0 else 1.0)
+    if err != err or nan.any() or nonfinite.any():   # NaN or a non-finite element: never a pass
         err = float("inf")
+    if tol and err > tol and not nan.any():
+        # an element is wrong when its own error is large against the output's typical size
+        scale = max(denom / max(1, rf.numel()) ** 0.5, 1e-30)
+        bad = ((o - r).abs() > 4 * tol * torch.maximum(r.abs(), torch.full_like(r, scale))) & finite
+        if bad.any():
+            first = tuple(bad.nonzero()[0].tolist())
+            problems.append(f"{what}: {int(bad.sum())} of {o.numel()} elements wrong ({_span(bad, dims)}); "
+                            f"first at {_where(first, dims)}: got {_value(out[first])}, "
+                            f"expected {_value(ref[first])}")
     return err, problems
 
 
-def check_fn(fn, reference, make_inputs, make_out=None, *, name="kernel", shape=None, dtype=None,
-             device=None, trials: int = 2, seed: int | None = None, tol: float | None = None,
-             mutated: tuple[str, ...] = (), exact: bool = False, note: str = "",
-             source: str = "") -> Report:
-    """Check `fn(**inputs, **outs)` against `reference(**inputs)` on fresh random inputs.
+def _kernel_line(exc: BaseException) -> str:
+    """ " (at exercises/rmsnorm.py:42)": the last frame of the traceback in a kernel module, if any."""
+    import traceback
+    frames = [f for e in (exc, exc.__cause__) if e is not None for f in traceback.extract_tb(e.__traceback__)
+              if "/exercises/" in f.filename or "/solutions/" in f.filename]
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f" (at {Path(f.filename).parent.name}/{Path(f.filename).name}:{f.lineno}: {(f.line or '').strip()})"
 
-    make_inputs(shape, dtype, device, generator) -> kwargs; make_out(inputs) -> {kwarg: buffer}
-    (poisoned with NaN here). The reference returns the outputs (make_out's order) followed by the
-    new values of the `mutated` inputs.
-    """
+
+def _call(fn, kwargs) -> str | None:
+    """Run the kernel; under the interpreter with its accesses bounds-checked. Returns a problem or None:
+    an access outside every tensor argument, or an exception, named with the line that raised it."""
+    from . import memcheck
     rt = runtime()
-    dtype = dtype or rt.dtype
-    device = device or rt.device
-    shape = dict(shape or {})
-    report = Report(name, source, note, str(dtype).replace("torch.", ""), shape,
-                    tol=tol if tol is not None else TOLERANCE[dtype])
+    try:
+        if rt.interpreted:   # numpy's overflow warnings are the verdict's business, not the console's
+            import numpy as np
+            with memcheck.checked(), np.errstate(all="ignore"):
+                fn(**kwargs)
+        else:
+            fn(**kwargs)
+    except kernels.NotImplementedYet:
+        raise
+    except Exception as e:   # noqa: BLE001  (any failure of the learner's code is a verdict, not a crash)
+        cause = e if isinstance(e, memcheck.OutOfBounds) else e.__cause__
+        if isinstance(cause, memcheck.OutOfBounds):
+            return f"out-of-bounds memory access: {cause}"
+        return f"the kernel raised {type(e).__name__}: {str(e).strip()[:500]}{_kernel_line(e)}"
+    return None
+
+
+def run_case(fn, reference, make_inputs, make_out, case: Case, *, dtype, device, trials: int,
+             seed: int | None, mutated=(), exact=False, edge=None, dims=None) -> Case:
+    """Fill `case` with `trials` runs of `fn` on fresh inputs (modified by `edge`, where given)."""
     for trial in range(trials):
         s = seed + trial if seed is not None else int.from_bytes(os.urandom(4), "little")
-        report.seeds.append(s)
+        case.seeds.append(s)
         gen = torch.Generator(device=device).manual_seed(s)
-        inputs = make_inputs(shape, dtype, device, gen)
+        inputs = make_inputs(dict(case.shape), dtype, device, gen)
+        if edge is not None:
+            inputs = edge.apply(inputs, dict(case.shape), dtype, gen)
         ref_inputs = {k: _to_reference(v) for k, v in inputs.items()}
         expected = _as_tuple(reference(**ref_inputs))
         outs = make_out(inputs) if make_out else {}
@@ -124,51 +275,108 @@ def check_fn(fn, reference, make_inputs, make_out=None, *, name="kernel", shape=
                 buf.fill_(float("nan"))
             else:
                 buf.fill_(torch.iinfo(buf.dtype).min)
-        try:
-            fn(**inputs, **outs)
-        except kernels.NotImplementedYet as e:
-            report.problems.append(str(e))
-            return report
+        problem = _call(fn, {**inputs, **outs})
+        if problem:
+            case.problems.append(problem)
+            return case
         if device == "cuda":
             torch.cuda.synchronize()
         got = list(outs.values()) + [inputs[k] for k in mutated]
         names = list(outs) + list(mutated)
         if len(got) != len(expected):
-            report.problems.append(f"the reference returned {len(expected)} outputs for {len(got)} checked")
-            return report
+            case.problems.append(f"the reference returned {len(expected)} outputs for {len(got)} checked")
+            return case
         worst = 0.0
         for what, g, e in zip(names, got, expected):
-            err, problems = compare(g, e, what, exact)
+            err, problems = compare(g, e, what, exact, case.tol, (dims or {}).get(what))
             worst = max(worst, err)
-            report.problems += [p for p in problems if p not in report.problems]
-        report.errors.append(worst)
+            case.problems += [p for p in problems if p not in case.problems]
+        case.errors.append(worst)
+        if case.problems:   # the first failing trial says enough
+            break
+    return case
+
+
+def check_fn(fn, reference, make_inputs, make_out=None, *, name="kernel", shape=None, dtype=None,
+             device=None, trials: int = 2, seed: int | None = None, tol: float | None = None,
+             mutated: tuple[str, ...] = (), exact: bool = False, note: str = "",
+             source: str = "", dims=None) -> Report:
+    """Check `fn(**inputs, **outs)` against `reference(**inputs)` at one shape on fresh random inputs.
+
+    make_inputs(shape, dtype, device, generator) -> kwargs; make_out(inputs) -> {kwarg: buffer}
+    (poisoned with NaN here). The reference returns the outputs (make_out's order) followed by the
+    new values of the `mutated` inputs.
+    """
+    rt = runtime()
+    dtype = dtype or rt.dtype
+    device = device or rt.device
+    report = Report(name, source, note)
+    case = Case(_dtype_name(dtype), dict(shape or {}), tol=tol if tol is not None else TOLERANCE[dtype])
+    try:
+        report.cases.append(run_case(fn, reference, make_inputs, make_out, case, dtype=dtype, device=device,
+                                     trials=trials, seed=seed, mutated=mutated, exact=exact, dims=dims))
+    except kernels.NotImplementedYet as e:
+        report.implemented, report.problems = False, [str(e)]
     return report
 
 
+def _dtypes(dtype) -> list[torch.dtype]:
+    if dtype is None:
+        return []
+    if isinstance(dtype, (list, tuple)):
+        return [d for x in dtype for d in _dtypes(x)]
+    if isinstance(dtype, str):
+        if not isinstance(getattr(torch, dtype, None), torch.dtype) or getattr(torch, dtype) not in TOLERANCE:
+            raise ValueError(f"dtype must be one of {[_dtype_name(d) for d in TOLERANCE]}, got {dtype!r}")
+        return [getattr(torch, dtype)]
+    if dtype not in TOLERANCE:
+        raise ValueError(f"dtype must be one of {list(TOLERANCE)}, got {dtype!r}")
+    return [dtype]
+
+
 def check(name: str, source: str | None = None, *, shape: dict | None = None, dtype=None,
-          trials: int = 2, seed: int | None = None, verbose: bool = True) -> Report:
-    """Check the kernel of one slot: the learner's exercise (falling back to the solution) by default."""
+          trials: int = 2, seed: int | None = None, edges: bool | None = None,
+          fail_fast: bool = False, verbose: bool = True) -> Report:
+    """Check the kernel of one slot: the learner's exercise by default (TRITONLLM_KERNELS / `source`).
+
+    Runs every shape the slot declares for this mode and its edge inputs, in every dtype the slot runs
+    in (fp32 and fp16 under the interpreter; the GPU's dtype and fp16 on a GPU), `trials` fresh random
+    inputs each. `shape=` checks one shape only (and no edges unless `edges=True`); `dtype=` one dtype
+    or a list. `fail_fast`: stop at the first failing case (the verdict is the same). An exercise still
+    stubbed is reported "not implemented yet", never a pass.
+    """
     slot = slots.get(name)
     if not slot.ready:
         raise NotImplementedError(f"slot {name!r} is planned: its kernel is not written yet")
+    if not isinstance(trials, int) or trials < 1:
+        raise ValueError(f"trials must be a whole number >= 1, got {trials!r}")
     rt = runtime()
-    dtype = dtype or rt.dtype
-    if isinstance(dtype, str):
-        dtype = getattr(torch, dtype)
+    dtypes = _dtypes(dtype) or slot.dtypes(rt)
     try:
-        loaded = kernels.load(slot.family, source, slot.function)
+        loaded = kernels.load(slot.family, source, slot.function, fallback=False)
     except kernels.NotImplementedYet as e:
-        report = Report(name, "exercises", str(e), str(dtype).replace("torch.", ""), shape or {},
-                        tol=TOLERANCE[dtype], problems=[str(e)])
+        report = Report(name, "exercises", str(e), implemented=False, problems=[str(e)])
         if verbose:
             print(report)
         return report
     fn = getattr(loaded.module, slot.function)
-    tol = (slot.tol or {}).get(dtype, TOLERANCE[dtype])
-    report = check_fn(fn, slot.reference, slot.make_inputs, slot.make_out, name=name,
-                      shape=shape or slot.shape(rt.preset), dtype=dtype, trials=trials, seed=seed,
-                      tol=tol, mutated=slot.mutated, exact=slot.exact, note=loaded.note,
-                      source=loaded.source)
+    report = Report(name, loaded.source, loaded.note)
+    shapes = [dict(shape)] if shape is not None else slot.all_shapes(rt.preset)
+    edge_list = slot.edges if (edges if edges is not None else shape is None) else []
+    plan = [(s, None) for s in shapes] + [(e.shape_for(shapes[0]), e) for e in edge_list
+                                            if e.runs_in(rt.preset)]
+    for dt in dtypes:
+        tol = (slot.tol or {}).get(dt, TOLERANCE[dt])
+        for case_shape, edge in plan:
+            case = Case(_dtype_name(dt), case_shape, edge.name if edge else "", tol)
+            run_case(fn, slot.reference, slot.make_inputs, slot.make_out, case, dtype=dt, device=rt.device,
+                     trials=trials, seed=seed, mutated=slot.mutated, exact=slot.exact, edge=edge,
+                     dims=slot.dims)
+            report.cases.append(case)
+            if fail_fast and not case.passed:
+                break
+        if fail_fast and not report.passed:
+            break
     if verbose:
         print(report)
     return report

@@ -40,6 +40,14 @@ def has_solutions() -> bool:
     return (course_root() / "solutions").is_dir()
 
 
+def selected() -> str:
+    """The source TRITONLLM_KERNELS selects ("auto" when it is unset), checked."""
+    source = os.environ.get("TRITONLLM_KERNELS") or "auto"
+    if source not in SOURCES:
+        raise ValueError(f"TRITONLLM_KERNELS must be one of {', '.join(SOURCES)}, got {source!r}")
+    return source
+
+
 @dataclass
 class Loaded:
     module: ModuleType
@@ -80,8 +88,10 @@ def exercise_status(family: str, function: str | None = None) -> tuple[bool, str
     return True, f"your kernel from exercises/{family}.py"
 
 
-def load(family: str, source: str | None = None, function: str | None = None) -> Loaded:
-    """The module to run. `function`: the wrapper about to be called (its regions decide "filled")."""
+def load(family: str, source: str | None = None, function: str | None = None, fallback: bool = True) -> Loaded:
+    """The module to run. `function`: the wrapper about to be called (its regions decide "filled").
+    `fallback=False`: under "auto" an unfilled exercise raises NotImplementedYet instead of running the
+    solution (what `check` wants: an unfilled exercise is never a pass)."""
     source = source or os.environ.get("TRITONLLM_KERNELS", "auto")
     if source not in SOURCES:
         raise ValueError(f"TRITONLLM_KERNELS / source must be one of {SOURCES}, got {source!r}")
@@ -92,7 +102,7 @@ def load(family: str, source: str | None = None, function: str | None = None) ->
     filled, message = exercise_status(family, function)
     if filled:
         return Loaded(_import("exercises", family), "exercises", message)
-    if source == "exercises" or not has_solutions():
+    if source == "exercises" or not has_solutions() or not fallback:
         raise NotImplementedYet(message)
     loaded = load(family, "solutions")
     loaded.note = f"{message}; using the solution instead"
@@ -106,3 +116,18 @@ def get(family: str, name: str, source: str | None = None):
         return getattr(loaded.module, name)
     except AttributeError:
         raise AttributeError(f"{module_path(loaded.source, family)} has no function {name!r}") from None
+
+
+def sources_line(used: dict[str, str]) -> str:
+    """{slot: source it ran from} as one line: the count per source, most used first, naming the slots of
+    the others, e.g. "kernels: 58 solutions, 3 exercises (ln1, ln2, qk_norm)". An "auto: x" source counts
+    as x: what was actually loaded."""
+    by_source: dict[str, list[str]] = {}
+    for slot, source in used.items():
+        by_source.setdefault(source.removeprefix("auto: "), []).append(slot)
+    ranked = sorted(by_source.items(), key=lambda item: -len(item[1]))
+    parts = []
+    for i, (source, names) in enumerate(ranked):
+        named = f" ({', '.join(names[:8])}{', ...' if len(names) > 8 else ''})" if i else ""
+        parts.append(f"{len(names)} {source}{named}")
+    return "kernels: " + (", ".join(parts) or "none")

@@ -35,6 +35,8 @@ class Slot:
     tol: dict | None = None               # {dtype: relative tolerance} overriding the defaults
     exact: bool = False                   # integer outputs: must match exactly
     torch_impl: Callable | None = None    # eager PyTorch as the model runs it (default: reference)
+    edges: list["Edge"] = field(default_factory=list)   # edge inputs `check` runs beside the shapes
+    dims: dict[str, tuple[str, ...]] = field(default_factory=dict)  # {output: dim names} for reports
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -50,6 +52,34 @@ class Slot:
         if key not in self.shapes:
             raise KeyError(f"slot {self.name} has no {key!r} shapes")
         return dict(self.shapes[key][index])
+
+    def all_shapes(self, preset: str) -> list[dict]:
+        key = "tiny" if preset == "tiny" else "real"
+        return [dict(s) for s in self.shapes.get(key, [])]
+
+    def dtypes(self, rt) -> list[torch.dtype]:
+        """The dtypes `check` runs by default: fp32 and fp16 under the interpreter, the GPU's dtype and
+        fp16 on a GPU; `extra["dtypes"]` narrows them for a kernel that runs in fewer."""
+        wanted = [torch.float32, torch.float16] if rt.interpreted else list(dict.fromkeys([rt.dtype, torch.float16]))
+        allowed = self.extra.get("dtypes")
+        return [d for d in wanted if allowed is None or d in allowed]
+
+
+@dataclass
+class Edge:
+    """An edge input of a slot's math: the inputs of a declared shape, then changed by `apply`
+    (inputs, shape, dtype, generator) -> inputs. `shape` overrides fields of the slot's first shape;
+    `presets` limits it to "tiny" (CPU) or "real" (GPU) runs."""
+    name: str
+    apply: Callable[..., dict]
+    shape: dict = field(default_factory=dict)
+    presets: tuple[str, ...] = ("tiny", "real")
+
+    def shape_for(self, base: dict) -> dict:
+        return {**base, **self.shape}
+
+    def runs_in(self, preset: str) -> bool:
+        return ("tiny" if preset == "tiny" else "real") in self.presets
 
 
 _REGISTRY: dict[str, Slot] = {}

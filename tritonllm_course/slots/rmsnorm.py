@@ -3,6 +3,7 @@ import torch
 
 from ..reference.norms import qk_norm, rms_norm
 from . import implement, tensor_bytes
+from .common import norm_edges
 
 
 def _weight(dim, dtype, device, gen):
@@ -33,7 +34,7 @@ def _bytes(inp):
 
 
 _LAYER_NORM = dict(family="rmsnorm", function="rms_norm", reference=rms_norm, make_inputs=_rows_inputs,
-                   make_out=_out, bytes=_bytes)
+                   make_out=_out, bytes=_bytes, edges=norm_edges(), dims={"out": ("token", "column")})
 implement("ln1", **_LAYER_NORM,
           shapes={"tiny": [{"T": 7, "hidden": 100}, {"T": 1, "hidden": 1030}],
                   "real": [{"T": 1, "hidden": 1024}, {"T": 128, "hidden": 1024}]})
@@ -41,7 +42,7 @@ implement("ln2", **_LAYER_NORM,
           shapes={"tiny": [{"T": 3, "hidden": 257}, {"T": 19, "hidden": 24}],
                   "real": [{"T": 1, "hidden": 1024}, {"T": 128, "hidden": 1024}]})
 implement("qk_norm", family="rmsnorm", function="qk_norm", reference=qk_norm, make_inputs=_heads_inputs,
-          make_out=_out, bytes=_bytes,
+          make_out=_out, bytes=_bytes, edges=norm_edges(), dims={"out": ("token", "head", "column")},
           shapes={"tiny": [{"T": 3, "heads": 3, "head_dim": 40, "with_gate": True},
                            {"T": 1, "heads": 2, "head_dim": 96}],
                   "real": [{"T": 1, "heads": 8, "head_dim": 256, "with_gate": True},

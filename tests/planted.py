@@ -1,0 +1,45 @@
+"""Planting the bugs learners make: a copy of a solution with one edit, installed as a filled-in exercise
+in a scratch course, so that `check` runs it exactly as it runs a learner's kernel.
+
+A `Bug` names the slot whose check must catch it and the edits that make it: (old, new) pairs, each old
+text found exactly once in the solution, so a bug that no longer applies (the solution changed) fails
+loudly instead of testing nothing. The tables live in tests/bugs_<topic>.py.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@dataclass(frozen=True)
+class Bug:
+    slot: str                              # the slot whose check must fail
+    family: str                            # solutions/<family>.py to copy
+    what: str                              # the bug, as a learner would make it
+    edits: tuple[tuple[str, str], ...]     # (old, new): each old text occurs once in the solution
+    out_of_bounds: bool = False            # only strays past a tensor: caught by the interpreter's bounds
+                                           # check, which a GPU does not have (skipped there)
+
+    @property
+    def id(self) -> str:
+        return f"{self.slot}: {self.what}"
+
+
+def planted_text(bug: Bug) -> str:
+    """The solution with the bug's edits, its regions marked as filled-in exercise regions."""
+    text = (ROOT / "solutions" / f"{bug.family}.py").read_text()
+    for old, new in bug.edits:
+        count = text.count(old)
+        assert count == 1, f"{bug.id}: {old!r} occurs {count} times in solutions/{bug.family}.py"
+        text = text.replace(old, new)
+    return text.replace("# BEGIN SOLUTION", "# BEGIN EXERCISE").replace("# END SOLUTION", "# END EXERCISE")
+
+
+def plant(bug: Bug, root: Path) -> Path:
+    """Write the course's solution and the planted exercise of `bug.family` under a scratch root."""
+    (root / "solutions" / f"{bug.family}.py").write_text((ROOT / "solutions" / f"{bug.family}.py").read_text())
+    path = root / "exercises" / f"{bug.family}.py"
+    path.write_text(planted_text(bug))
+    return path

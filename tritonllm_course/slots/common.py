@@ -1,0 +1,38 @@
+"""Edge inputs that several slots share (see `Edge`): scales where the arithmetic has edges, zero rows."""
+from __future__ import annotations
+
+import torch
+
+from . import Edge
+
+# Scales that reach the edges of each dtype's range without leaving it for a correct kernel:
+# tiny: mean(x^2) near a norm's eps (1e-6), and squares that are subnormal in fp16;
+# huge: squares that overflow fp16 (> 65504) but not fp32 statistics (1e30 x 1e4 elements < 3e38).
+TINY_SCALE = 1e-3
+HUGE_SCALE = {torch.float16: 300.0, torch.float32: 1e13, torch.bfloat16: 1e13, torch.float64: 1e13}
+
+
+def scaled(key: str, name: str, scale) -> Edge:
+    """inputs[key] multiplied by `scale` (a number, or {dtype: number})."""
+    def apply(inputs, shape, dtype, gen):
+        factor = scale[dtype] if isinstance(scale, dict) else scale
+        inputs[key] = (inputs[key].to(torch.float32) * factor).to(inputs[key].dtype)
+        return inputs
+    return Edge(name, apply)
+
+
+def zero_rows(key: str, rows=(0,), name: str = "a zero row") -> Edge:
+    """inputs[key][r] = 0 for r in `rows` (the last index is -1): 0 / rms(0) must be 0, not NaN."""
+    def apply(inputs, shape, dtype, gen):
+        x = inputs[key]
+        for r in rows:
+            x[r] = 0
+        return inputs
+    return Edge(name, apply)
+
+
+def norm_edges(key: str = "x") -> list[Edge]:
+    """The edges of every RMS-style norm: a zero row (needs eps), mean(x^2) near eps (needs eps and fp32
+    statistics), squares past fp16's range (needs fp32 statistics)."""
+    return [zero_rows(key, (0, -1), "zero rows"), scaled(key, "tiny scale", TINY_SCALE),
+            scaled(key, "huge scale", HUGE_SCALE)]
