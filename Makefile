@@ -1,29 +1,37 @@
 # make lab   create .venv, install the course, start JupyterLab on the chapters
 # make test  create .venv, install the course, run every test (kernels, model, notebooks)
+# The course's command line is $(VENV)/bin/tritonllm-course (on PATH in JupyterLab's terminals).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tritonllm-installed
 LAB_ARGS ?=
 
-.PHONY: install lab test exercises student-copy gpu-check clean
+.PHONY: install lab test exercises student-copy student-branch gpu-check clean
 
 $(STAMP): requirements.txt pyproject.toml scripts/install.py
 	python3 scripts/install.py --venv $(VENV)
 
 install: $(STAMP)
 
+# JupyterLab's terminals inherit the server's PATH, .venv/bin first, so `tritonllm-course` is at hand there;
+# their shell is $SHELL started as a non-login shell (a login shell would reset PATH from /etc/profile)
 lab: $(STAMP)
-	$(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" --LabApp.default_url=/lab/tree/notebooks \
+	PATH="$(abspath $(VENV))/bin:$$PATH" $(VENV)/bin/jupyter lab --ServerApp.root_dir="$(CURDIR)" \
+		--LabApp.default_url=/lab/tree/notebooks --ServerApp.terminado_settings="shell_command=$${SHELL:-/bin/sh}" \
 		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
+# the solutions where there are some; in a student version (no solutions/) the learner's exercises
 test: $(STAMP)
-	TRITONLLM_KERNELS=solutions $(PY) -m pytest -q
+	TRITONLLM_KERNELS=$(if $(wildcard solutions),solutions,exercises) $(PY) -m pytest -q
 
 exercises: $(STAMP)   ## regenerate exercises/ from solutions/
 	$(VENV)/bin/tritonllm-course make-exercises
 
 student-copy: $(STAMP)   ## make DEST=dir: the course without solutions/
 	$(VENV)/bin/tritonllm-course student-copy $(DEST)
+
+student-branch: $(STAMP)   ## the student version of HEAD as a new commit on the branch `student` (BRANCH=...)
+	$(VENV)/bin/tritonllm-course student-branch --branch $(or $(BRANCH),student)
 
 gpu-check:   ## on a GPU machine: GPU tests, notebooks, benchmarks -> $(OUT)
 	scripts/gpu_check.sh $(OUT)

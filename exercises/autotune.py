@@ -48,7 +48,7 @@ def gemv_configs() -> list[triton.Config]:
     warps. num_stages (software pipelining, for loads feeding tl.dot) stays at its default of 3.
     """
     # BEGIN EXERCISE: triton.Config({"BLOCK_N": ..., "BLOCK_K": ...}, num_warps=...) over rows, widths, elements/thread
-    raise NotImplementedError("exercise autotune.py line 51: not implemented yet")
+    raise NotImplementedError("exercise autotune.py, gemv_configs: not implemented yet")
     # END EXERCISE
 
 
@@ -61,7 +61,7 @@ def select_gemv_configs(configs: list[triton.Config], N: int, K: int, sms: int) 
        config reaches that, those with the fewest rows per program, that is the most programs, stay.)
     """
     # BEGIN EXERCISE: rule 1 with triton.next_power_of_2, then rule 2 with triton.cdiv; never return an empty list
-    raise NotImplementedError("exercise autotune.py line 64: not implemented yet")
+    raise NotImplementedError("exercise autotune.py, select_gemv_configs: not implemented yet")
     # END EXERCISE
 
 
@@ -69,7 +69,7 @@ def bucket_m(M: int) -> int:
     """The GEMM's tuning key for a prompt of M tokens: M rounded up to a power of two, at least 16 (the
     smallest tile). Prompts of 65 to 128 tokens share one tuned config, 129 to 256 the next."""
     # BEGIN EXERCISE: one line: at least 16, else the next power of two
-    raise NotImplementedError("exercise autotune.py line 72: not implemented yet")
+    raise NotImplementedError("exercise autotune.py, bucket_m: not implemented yet")
     # END EXERCISE
 
 

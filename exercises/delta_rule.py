@@ -50,7 +50,7 @@ def recurrent_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr
     state = hv * DK * DV + rk[:, None] * DV + rv[None, :]   # [BK, BV] offsets into [HV, DK, DV]
     smask = mk[:, None] & mv[None, :]
     # BEGIN EXERCISE: S = the [BK, BV] state slice (zeros without s0); per token t: decay, u = beta (v - S^T k), S += k u^T, o = S^T q (store in o's dtype); store S
-    raise NotImplementedError("exercise delta_rule.py line 53: not implemented yet")
+    raise NotImplementedError("exercise delta_rule.py, recurrent_kernel: not implemented yet")
     # END EXERCISE
 
 
@@ -70,7 +70,7 @@ def unit_lower_inverse(A, C: tl.constexpr, NC: tl.constexpr, PREC: tl.constexpr)
     Y = -tl.sum(tl.where(same4, A4, 0.0), axis=2)                # [NC, 16, 16]: minus the diagonal blocks
     row = tl.arange(0, SUB)[None, :, None]
     # BEGIN EXERCISE: forward substitution on every diagonal block at once: row i of Y = a + sum_j a_j Y[j] where a = row i of -A (rows 0 and 1 are already right)
-    raise NotImplementedError("exercise delta_rule.py line 73: not implemented yet")
+    raise NotImplementedError("exercise delta_rule.py, unit_lower_inverse: not implemented yet")
     # END EXERCISE
     Y = Y + (row == tl.arange(0, SUB)[None, None, :]).to(tl.float32)     # (I + D_b)^-1 per block
     Td4 = tl.where(same4, tl.expand_dims(Y, 2), 0.0)             # [NC, 16, NC, 16], block-diagonal
@@ -113,7 +113,7 @@ def chunk_prepare_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, T, sk, sv,
     v = tl.load(v_ptr + rc[:, None] * sv + hv * DV + rv[None, :], mask=mt[:, None] & mv[None, :],
                 other=0.0).to(tl.float32)                        # [C, BV]
     # BEGIN EXERCISE: gamma = cumsum(g); A = strictly_lower(beta_i k_i.k_j exp(gamma_i - gamma_j)); Tm = unit_lower_inverse(A, C, NC, PREC); w = Tm (beta exp(gamma) k), u = Tm (beta v)
-    raise NotImplementedError("exercise delta_rule.py line 116: not implemented yet")
+    raise NotImplementedError("exercise delta_rule.py, chunk_prepare_kernel: not implemented yet")
     # END EXERCISE
     tl.store(w_ptr + (rc[:, None] * HV + hv) * DK + rk[None, :], w.to(w_ptr.dtype.element_ty),
              mask=mt[:, None] & mk[None, :])
@@ -157,7 +157,7 @@ def chunk_scan_kernel(k_ptr, w_ptr, u_ptr, g_ptr, s0_ptr, hs_ptr, vn_ptr, st_ptr
         k = tl.load(k_ptr + rc[:, None] * sk + h * DK + rk[None, :], mask=mt[:, None] & mk[None, :],
                     other=0.0).to(w_ptr.dtype.element_ty)        # [C, BK], in w's dtype (see below)
         # BEGIN EXERCISE: store S as chunk n's start state (hs[n, hv], offsets `tile`); v_new = u - w S (store it in vn); S = exp(gamma_C) S + k^T (exp(gamma_C - gamma) v_new); tl.dot operands in w's / k's dtype
-        raise NotImplementedError("exercise delta_rule.py line 160: not implemented yet")
+        raise NotImplementedError("exercise delta_rule.py, chunk_scan_kernel: not implemented yet")
         # END EXERCISE
     tl.store(st_ptr + hv * DK * DV + tile, S, mask=smask)
 
@@ -186,7 +186,7 @@ def chunk_output_kernel(q_ptr, k_ptr, g_ptr, hs_ptr, vn_ptr, o_ptr, T, sq, sk, z
                     other=0.0)                                   # [C, BV]
     g = tl.load(g_ptr + rc * HV + hv, mask=mt, other=0.0)
     # BEGIN EXERCISE: o = exp(gamma) * (q S) + (lower_incl(q k^T) * Gamma) v_new
-    raise NotImplementedError("exercise delta_rule.py line 189: not implemented yet")
+    raise NotImplementedError("exercise delta_rule.py, chunk_output_kernel: not implemented yet")
     # END EXERCISE
     if GATED_NORM:  # chapter 17's gated RMSNorm on whole heads (BV >= DV), of o as it would be stored
         o = o.to(o_ptr.dtype.element_ty).to(tl.float32)

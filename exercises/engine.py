@@ -24,7 +24,7 @@ MAX_COUNTERS = 1024   # one program holds them all
 def advance_kernel(steps_ptr, n, BLOCK: tl.constexpr):
     """steps[i] += 1 for i < n, in place (one program)."""
     # BEGIN EXERCISE: offsets 0..BLOCK-1 masked to n; load the counters, add 1, store them back in place
-    raise NotImplementedError("exercise engine.py line 27: not implemented yet")
+    raise NotImplementedError("exercise engine.py, advance_kernel: not implemented yet")
     # END EXERCISE
 
 

@@ -42,7 +42,7 @@ def _chunk_rows(length, num_splits, BLOCK_N: tl.constexpr):
     """Cache rows per split for this length: cdiv(length, num_splits), but at least one BLOCK_N block
     (short caches use few splits, not many nearly empty ones; a zero length cannot divide by zero)."""
     # BEGIN EXERCISE: cdiv(length, num_splits), at least BLOCK_N
-    raise NotImplementedError("exercise flash_decoding.py line 45: not implemented yet")
+    raise NotImplementedError("exercise flash_decoding.py, _chunk_rows: not implemented yet")
     # END EXERCISE
 
 
@@ -54,7 +54,7 @@ def flash_decoding_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, length_ptr, acc
     are before the length. Partials of (head, split) at index head * num_splits + split: m, l [H * splits],
     acc [H * splits, D], all fp32. A split with no row before the length writes nothing."""
     # BEGIN EXERCISE: length from device memory (at most max_len); this split's rows start .. end from _chunk_rows; only if start < length: load the G query rows (padded to BLOCK_H), loop over the chunk in BLOCK_N rows (scores in log2 units, -inf past end, online_softmax_update); store m, l, acc of each head at head * num_splits + split
-    raise NotImplementedError("exercise flash_decoding.py line 57: not implemented yet")
+    raise NotImplementedError("exercise flash_decoding.py, flash_decoding_split_kernel: not implemented yet")
     # END EXERCISE
 
 
@@ -65,7 +65,7 @@ def flash_decoding_merge_kernel(acc_ptr, m_ptr, l_ptr, length_ptr, out_ptr, gate
     """Program (head, d block): out[head, d] from the partials of the splits in use (BLOCK_S >= splits).
     HAS_GATE: times sigmoid(gate[head, d]) (Qwen's output gate, fused)."""
     # BEGIN EXERCISE: the splits in use = cdiv(length, chunk) (same length and _chunk_rows as the split kernel); load their m and l (others: -inf and 0, never read); M = max m; w = exp2(m - M), 0 for unused splits; out = sum w * acc / sum w * l (the gate and the store follow)
-    raise NotImplementedError("exercise flash_decoding.py line 68: not implemented yet")
+    raise NotImplementedError("exercise flash_decoding.py, flash_decoding_merge_kernel: not implemented yet")
     # END EXERCISE
     if HAS_GATE:    # the output gate before the one rounding: one kernel fewer per attention layer
         out = out * sigmoid(tl.load(gate_ptr + head * D + d, mask=d_ok, other=0.0).to(tl.float32))

@@ -29,7 +29,7 @@ def gemv_kernel(x_ptr, w_ptr, y_ptr, N, K,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """y[n] = sum_k W[n, k] x[k] for this program's BLOCK_N rows; x [K], W [N, K], y [N]."""
     # BEGIN EXERCISE: this program's rows; walk K in BLOCK_K chunks, fp32 products of W-tile and x; sum, store
-    raise NotImplementedError("exercise linear.py line 32: not implemented yet")
+    raise NotImplementedError("exercise linear.py, gemv_kernel: not implemented yet")
     # END EXERCISE
 
 
@@ -38,7 +38,7 @@ def gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """y[M, N] = x[M, K] @ W[N, K].T, one BLOCK_M x BLOCK_N tile of y per program."""
     # BEGIN EXERCISE: tile offsets; over K: an x tile [BM, BK], a W.T tile [BK, BN], tl.dot into fp32; store
-    raise NotImplementedError("exercise linear.py line 41: not implemented yet")
+    raise NotImplementedError("exercise linear.py, gemm_kernel: not implemented yet")
     # END EXERCISE
 
 

@@ -62,7 +62,7 @@ def gumbel(seed, offsets):
 def first_max(keys, idx):
     """(largest key, smallest index holding it) of a block of (key, index) pairs."""
     # BEGIN EXERCISE: reduce to the maximum key, then to the lowest index among the keys equal to it
-    raise NotImplementedError("exercise sampling.py line 65: not implemented yet")
+    raise NotImplementedError("exercise sampling.py, first_max: not implemented yet")
     # END EXERCISE
 
 
@@ -92,7 +92,7 @@ def argmax_partial_kernel(logits_ptr, part_key_ptr, part_idx_ptr, bounds_ptr, se
             key = tl.where(key >= threshold, noisy, KEY_NONE)
         key = tl.where(mask, key, KEY_NONE)
         # BEGIN EXERCISE: update each lane's (best_key, best_idx); on a tie the lane keeps its earlier index
-        raise NotImplementedError("exercise sampling.py line 95: not implemented yet")
+        raise NotImplementedError("exercise sampling.py, argmax_partial_kernel: not implemented yet")
         # END EXERCISE
     top, first = first_max(best_key, best_idx)
     tl.store(part_key_ptr + row * n_blocks + block, top)
@@ -104,7 +104,7 @@ def argmax_merge_kernel(part_key_ptr, part_idx_ptr, out_ptr, n_blocks, BLOCKS: t
     """Stage 2: one program per row reduces the row's n_blocks pairs and writes the index as int64."""
     row = tl.program_id(0).to(tl.int64)
     # BEGIN EXERCISE: load the row's pairs (masked past n_blocks), reduce them with first_max, store the index
-    raise NotImplementedError("exercise sampling.py line 107: not implemented yet")
+    raise NotImplementedError("exercise sampling.py, argmax_merge_kernel: not implemented yet")
     # END EXERCISE
 
 

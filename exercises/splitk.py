@@ -43,7 +43,7 @@ def piece_sum(x_ptr, w_ptr, N, K, K_SPLIT, BLOCK_N: tl.constexpr, BLOCK_K: tl.co
     """This program's rows and piece of K; grid (row blocks, pieces). Returns (rows [BLOCK_N], piece,
     the fp32 sums over the piece's columns [piece * K_SPLIT, min((piece + 1) * K_SPLIT, K)) [BLOCK_N])."""
     # BEGIN EXERCISE: rows from program_id(0), the piece from program_id(1), its columns; gemv_rows sums them
-    raise NotImplementedError("exercise splitk.py line 46: not implemented yet")
+    raise NotImplementedError("exercise splitk.py, piece_sum: not implemented yet")
     # END EXERCISE
 
 
@@ -52,7 +52,7 @@ def splitk_partial_kernel(x_ptr, w_ptr, part_ptr, N, K, K_SPLIT,
                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """Stage 1: part[piece, n] = the piece's sum for row n; part is fp32 [SPLIT, N]."""
     # BEGIN EXERCISE: piece_sum, then store the sums in row `piece` of part (mask the rows past N)
-    raise NotImplementedError("exercise splitk.py line 55: not implemented yet")
+    raise NotImplementedError("exercise splitk.py, splitk_partial_kernel: not implemented yet")
     # END EXERCISE
 
 
@@ -61,7 +61,7 @@ def splitk_atomic_kernel(x_ptr, w_ptr, acc_ptr, N, K, K_SPLIT,
                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """acc[n] += the piece's sum for row n, for every piece; acc is fp32 [N] and holds zeros before."""
     # BEGIN EXERCISE: piece_sum, then tl.atomic_add the sums into acc (mask the rows past N)
-    raise NotImplementedError("exercise splitk.py line 64: not implemented yet")
+    raise NotImplementedError("exercise splitk.py, splitk_atomic_kernel: not implemented yet")
     # END EXERCISE
 
 
@@ -73,7 +73,7 @@ def splitk_reduce_kernel(part_ptr, y_ptr, N, SPLIT, SPLIT_P2: tl.constexpr, BLOC
     stage 1's programs finished. CLEAR: also write zeros into the part values read (the atomic
     accumulator, ready for its next call)."""
     # BEGIN EXERCISE: a [SPLIT_P2, BLOCK] tile of part (masked to SPLIT rows, N columns), tl.sum over axis 0
-    raise NotImplementedError("exercise splitk.py line 76: not implemented yet")
+    raise NotImplementedError("exercise splitk.py, splitk_reduce_kernel: not implemented yet")
     # END EXERCISE
 
 
@@ -87,7 +87,7 @@ def choose_split(N: int, K: int, sms: int, block_n: int = BLOCK_N, block_k: int 
     At the H200's 132 SMs: 1024 x 2048 -> 4, 1024 x 3584 -> 7, the 248,320-row LM head -> 1.
     """
     # BEGIN EXERCISE: pieces wanted = cdiv(programs_per_sm x sms, row blocks); whole block_k steps per piece
-    raise NotImplementedError("exercise splitk.py line 90: not implemented yet")
+    raise NotImplementedError("exercise splitk.py, choose_split: not implemented yet")
     # END EXERCISE
 
 

@@ -25,7 +25,7 @@ from tritonllm_course.triton_helpers import silu
 def swiglu_kernel(gate_ptr, up_ptr, out_ptr, inter, stride_gate, stride_up, stride_out,
                   BLOCK: tl.constexpr):
     # BEGIN EXERCISE: program (row, block of columns); load gate and up of that row as fp32, store silu(gate) * up
-    raise NotImplementedError("exercise swiglu.py line 28: not implemented yet")
+    raise NotImplementedError("exercise swiglu.py, swiglu_kernel: not implemented yet")
     # END EXERCISE
 
 

@@ -13,7 +13,7 @@ from tritonllm_course import validate
 @triton.jit
 def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
     # BEGIN EXERCISE: offsets of this program's block, a mask for the tail, load x and y, store x + y
-    raise NotImplementedError("exercise vector_add.py line 16: not implemented yet")
+    raise NotImplementedError("exercise vector_add.py, add_kernel: not implemented yet")
     # END EXERCISE
 
 

@@ -1,16 +1,53 @@
-"""Test session set-up: solutions selected, runtime chosen before triton is imported, `gpu` marker."""
-import os
+"""Test session set-up: solutions selected, runtime chosen before triton is imported, `gpu` marker.
 
-os.environ.setdefault("TRITONLLM_KERNELS", "solutions")
+In a student version of the course (no solutions/: `tritonllm-course student-copy` or `student-branch`)
+the tests check the learner's kernels: every kernel they load comes from exercises/, a test whose exercise
+is not filled in yet is skipped saying which, and a test marked `needs_solutions` (it reads solutions/
+itself) is skipped.
+"""
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDENT = not (ROOT / "solutions").is_dir()
+os.environ.setdefault("TRITONLLM_KERNELS", "exercises" if STUDENT else "solutions")
 
 import pytest  # noqa: E402
 
 import tritonllm_course  # noqa: E402
+from tritonllm_course import kernels  # noqa: E402
 
 RT = tritonllm_course.setup()
 
 
+def _load_exercises_instead(load):
+    """`kernels.load` for a student version: the exercise whatever the source asked for; one not filled in
+    yet skips the test (at import: its whole module). A course root of a test's own (course_copy) is
+    loaded as asked."""
+    def load_exercise(family, source=None, function=None, *args, **kwargs):
+        if kernels.course_root().resolve() != ROOT:
+            return load(family, source, function, *args, **kwargs)
+        try:
+            return load(family, "exercises", function, *args, **kwargs)
+        except kernels.NotImplementedYet as e:
+            pytest.skip(f"{e} (this copy has no solutions/ to test instead)", allow_module_level=True)
+    return load_exercise
+
+
+if STUDENT:
+    kernels.load = _load_exercises_instead(kernels.load)
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "needs_solutions: reads solutions/ itself (skipped in a student version)")
+
+
 def pytest_collection_modifyitems(config, items):
+    if STUDENT:
+        skip = pytest.mark.skip(reason="needs solutions/, which a student version does not have")
+        for item in items:
+            if "needs_solutions" in item.keywords:
+                item.add_marker(skip)
     if RT.on_gpu:
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU")

@@ -14,3 +14,13 @@ def randn(*shape, dtype=torch.float32, scale=1.0, seed=0) -> torch.Tensor:
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     """||a - b|| / ||b|| in fp64 (inf for NaN or a shape mismatch), as the checks compute it."""
     return compare(a, b, "value")[0]
+
+
+def filled(exercise: str, solution: str) -> str:
+    """The exercise with every region's body taken from its solution: a learner who wrote the solution."""
+    from tritonllm_course import regions
+    lines, out, pos = exercise.splitlines(), [], 0
+    for mine, theirs in zip(regions.regions(exercise), regions.regions(solution), strict=True):
+        out += lines[pos:mine.begin + 1] + theirs.body
+        pos = mine.end
+    return "\n".join(out + lines[pos:]) + "\n"

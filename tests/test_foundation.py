@@ -13,7 +13,8 @@ from tritonllm_course.colab import SETUP_CELL
 from tritonllm_course.notebooks_tools import first_code_cell, notebooks
 
 ROOT = Path(__file__).resolve().parents[1]
-SOLUTION = (ROOT / "solutions" / "vector_add.py").read_text()
+SOLUTION_PATH = ROOT / "solutions" / "vector_add.py"
+SOLUTION = SOLUTION_PATH.read_text() if SOLUTION_PATH.exists() else ""   # "": a student version
 
 
 def test_runtime_summary(rt):
@@ -38,12 +39,12 @@ def _out(inp):
 def test_check_passes_the_solution(rt):
     report = check("vector_add", "solutions", verbose=False)
     # x + y is exact in fp64; the only error left is the rounding of the output dtype
-    assert report.passed and report.max_error < report.tol / 2, report
+    assert report.passed and all(max(c.errors) < c.tol / 2 for c in report.cases), report
 
 
 def test_check_catches_an_unwritten_tail(rt):
     """A grid one block short leaves the tail unwritten: the NaN poison shows it."""
-    from tritonllm_kernels.solutions.vector_add import add_kernel  # loaded by the check above
+    add_kernel = kernels.load("vector_add", "solutions").module.add_kernel   # the course's (a student's: theirs)
 
     def short_grid(x, y, out):
         add_kernel[(x.numel() // 256,)](x, y, out, x.numel(), BLOCK_SIZE=256)
@@ -72,6 +73,7 @@ def test_fresh_inputs_each_trial(rt):
 
 
 # --- the exercise pipeline --------------------------------------------------------------------------
+@pytest.mark.needs_solutions
 def test_exercise_generation_round_trip():
     ex = regions.make_exercise(SOLUTION, "vector_add")
     assert "BEGIN SOLUTION" not in ex and "tl.store" not in ex
@@ -90,6 +92,7 @@ def test_committed_exercises_match_solutions():
     assert cli.drifted() == []
 
 
+@pytest.mark.needs_solutions
 def test_drift_is_detected_but_filled_regions_are_not_drift(course_copy):
     (course_copy / "solutions" / "vector_add.py").write_text(SOLUTION)
     ex = regions.make_exercise(SOLUTION, "vector_add")
@@ -101,18 +104,22 @@ def test_drift_is_detected_but_filled_regions_are_not_drift(course_copy):
     assert len(cli.drifted()) == 1
 
 
+@pytest.mark.needs_solutions
 def test_unfilled_exercise_reports_not_implemented(course_copy, rt):
     (course_copy / "solutions" / "vector_add.py").write_text(SOLUTION)
     (course_copy / "exercises" / "vector_add.py").write_text(regions.make_exercise(SOLUTION, "vector_add"))
     report = check("vector_add", "exercises", verbose=False)
     assert not report.passed and "not implemented yet" in str(report)
-    # auto falls back to the solution, and says so
+    # auto checks the learner's kernel too: unfilled is never a pass (what follows in a chapter falls
+    # back to the solution, and says so)
     report = check("vector_add", "auto", verbose=False)
-    assert report.passed and "using the solution" in report.note
+    assert not report.passed and report.status == "not implemented yet" and "[TODO]" in str(report)
+    assert "using the solution" in kernels.load("vector_add", "auto").note
     with pytest.raises(kernels.NotImplementedYet, match="not implemented yet"):
         kernels.load("vector_add", "exercises")
 
 
+@pytest.mark.needs_solutions
 def test_a_wrong_exercise_fails_through_the_cli(course_copy, rt):
     (course_copy / "solutions" / "vector_add.py").write_text(SOLUTION)
     wrong = SOLUTION.replace("x + y, mask=mask", "x - y, mask=mask").replace("BEGIN SOLUTION", "BEGIN EXERCISE") \
@@ -122,9 +129,10 @@ def test_a_wrong_exercise_fails_through_the_cli(course_copy, rt):
     r = subprocess.run([sys.executable, "-m", "tritonllm_course.cli", "check", "vector_add",
                         "--source", "exercises"], capture_output=True, text=True, env=env, timeout=300)
     assert r.returncode == 1, r.stdout + r.stderr
-    assert "[FAIL] vector_add (exercises)" in r.stdout and "relative error" in r.stdout
+    assert "[FAIL] vector_add (exercises)" in r.stdout and "tolerance" in r.stdout and "expected" in r.stdout
 
 
+@pytest.mark.needs_solutions
 def test_student_copy_has_no_solutions(tmp_path):
     dest = tmp_path / "student"
     assert cli.main(["student-copy", str(dest)]) == 0
@@ -180,6 +188,7 @@ def test_ci_calls_the_readme_test_command():
 
 @pytest.mark.parametrize("slot", [s for s in __import__("tritonllm_course.slots", fromlist=["x"]).all_slots()
                                   if s.ready], ids=lambda s: s.name)
+@pytest.mark.needs_solutions
 def test_every_fresh_exercise_reports_not_implemented(slot, course_copy, rt):
     """Each generated exercise, before it is filled in, fails its check with 'not implemented yet'."""
     text = (ROOT / "solutions" / f"{slot.family}.py").read_text()
@@ -219,7 +228,7 @@ def test_one_kernel_of_a_family_can_be_checked_before_the_others(course_copy):
     (course_copy / "solutions" / "two.py").write_text(TWO_KERNELS)
     ex = regions.make_exercise(TWO_KERNELS, "two")
     head, tail = ex.split("def second_kernel")
-    filled_first = head.replace('raise NotImplementedError("exercise two.py line 7: not implemented yet")',
+    filled_first = head.replace('raise NotImplementedError("exercise two.py, first_kernel: not implemented yet")',
                                 "pass") + "def second_kernel" + tail
     assert filled_first != ex
     (course_copy / "exercises" / "two.py").write_text(filled_first)

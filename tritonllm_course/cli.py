@@ -2,8 +2,9 @@
 
   progress              every kernel slot: planned or ready, your exercise filled in?, does it pass?
   check SLOT            check your kernel for one slot and print the report
-  make-exercises        regenerate exercises/ from solutions/ (--check: only report drift)
+  make-exercises        bring exercises/ in step with solutions/, keeping your code (--check: report drift)
   student-copy DEST     a copy of the course without solutions/ (for handing out)
+  student-branch        the same as one new commit on a git branch (default `student`) learners pull
   sync-notebooks        write the standard first cell into every notebook and strip outputs
   colab-links           the "Open in Colab" address of every chapter (needs REPO_URL in colab.py)
   generate ...          run the model (see `generate --help`)
@@ -12,11 +13,10 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
-from pathlib import Path
 
-from . import kernels, regions
+from . import exercise_files, kernels, regions, student_version
+from .exercise_files import drifted  # noqa: F401  (`cli.drifted()`: what the tests call)
 
 
 def _setup():
@@ -29,74 +29,85 @@ def cmd_progress(args) -> int:
     from . import slots
     from .checking import check
     print(rt.summary())
-    print(f"{'slot':<24}{'op':>4}  {'chapter':<24}{'status':<9}{'exercise':<12}check")
+    print(f"{'slot':<28}{'op':>4}  {'chapter':<24}{'status':<9}{'exercise':<12}check")
     order = {s.name: i for i, s in enumerate(slots.all_slots())}
     base = lambda s: order.get(s.name.split(".")[0], order[s.name])  # noqa: E731  (variants by their slot)
     for slot in sorted(slots.all_slots(), key=lambda s: (s.chapter, base(s), s.name)):
         op = str(slot.op) if slot.op else ""
         if not slot.ready:
-            print(f"{slot.name:<24}{op:>4}  {slot.chapter:<24}{'planned':<9}")
+            print(f"{slot.name:<28}{op:>4}  {slot.chapter:<24}{'planned':<9}")
             continue
         filled, _ = kernels.exercise_status(slot.family, slot.function)
-        verdict = ""
-        if filled and args.run:
-            verdict = "pass" if check(slot.name, "exercises", trials=1, verbose=False).passed else "FAIL"
-        print(f"{slot.name:<24}{op:>4}  {slot.chapter:<24}{'ready':<9}{'filled' if filled else 'to do':<12}"
+        verdict = "not implemented yet"
+        if filled:
+            verdict = check(slot.name, "exercises", trials=1, verbose=False).status if args.run else ""
+        print(f"{slot.name:<28}{op:>4}  {slot.chapter:<24}{'ready':<9}{'filled' if filled else 'to do':<12}"
               f"{verdict}")
     return 0
 
 
 def cmd_check(args) -> int:
+    """Exit 0 when every case passes, 1 when one fails or the exercise is not implemented yet."""
+    if args.trials < 1:
+        print(f"--trials must be at least 1, got {args.trials}", file=sys.stderr)
+        return 2
     _setup()
+    from . import slots
     from .checking import check
-    report = check(args.slot, args.source, trials=args.trials)
+    try:
+        slots.get(args.slot)
+        dtypes = [d for d in (args.dtype or "").split(",") if d]
+        report = check(args.slot, args.source, trials=args.trials, dtype=dtypes or None, verbose=False)
+    except (KeyError, ValueError) as e:
+        print(str(e).strip('"'), file=sys.stderr)
+        return 2
+    print(report)
     return 0 if report.passed else 1
 
 
-def exercise_files() -> dict[Path, str]:
-    """{exercise path: the text it should have} for every solution module."""
-    root = kernels.course_root()
-    return {root / "exercises" / p.name: regions.make_exercise(p.read_text(), p.stem)
-            for p in sorted((root / "solutions").glob("*.py")) if p.name != "__init__.py"}
-
-
-def drifted() -> list[str]:
-    """Exercises that differ from their solution outside the regions (or are missing)."""
-    problems = []
-    root = kernels.course_root()
-    for path, expected in exercise_files().items():
-        if not path.exists():
-            problems.append(f"{path.relative_to(root)} is missing")
-        elif regions.mask(path.read_text(), str(path)) != regions.mask(expected):
-            problems.append(f"{path.relative_to(root)} differs from solutions/{path.name} outside the "
-                            "exercise regions: run `tritonllm-course make-exercises`")
-    return problems
-
-
 def cmd_make_exercises(args) -> int:
-    if args.check:
-        problems = drifted()
-        print("\n".join(problems) or "exercises/ matches solutions/")
-        return 1 if problems else 0
-    for path, text in exercise_files().items():
-        if path.exists() and regions.mask(path.read_text()) == regions.mask(text) and not args.force:
-            continue  # same outside the regions: keep the learner's work
-        path.write_text(text)
-        print(f"wrote {path.relative_to(kernels.course_root())}")
+    if not kernels.has_solutions():
+        print(f"{kernels.course_root()} has no solutions/ (a student version): its exercises come from the "
+              "course and are yours to fill in", file=sys.stderr)
+        return 2
+    try:
+        if args.check:
+            problems = exercise_files.drifted()
+            print("\n".join(problems) or "exercises/ matches solutions/")
+            return 1 if problems else 0
+        print("\n".join(exercise_files.update(force=args.force)) or "exercises/ already matches solutions/")
+    except regions.RegionError as e:   # a solution's markers are broken: nothing written for it
+        print(e, file=sys.stderr)
+        return 1
     return 0
 
 
 def cmd_student_copy(args) -> int:
-    root, dest = kernels.course_root(), Path(args.dest).resolve()
-    if dest.exists() and any(dest.iterdir()):
-        print(f"{dest} exists and is not empty", file=sys.stderr)
-        return 1
-    ignore = shutil.ignore_patterns("solutions", ".git", ".venv", "__pycache__", "*.egg-info",
-                                    ".pytest_cache", ".ipynb_checkpoints", ".whl")
-    shutil.copytree(root, dest, ignore=ignore, dirs_exist_ok=True)
-    for path, text in exercise_files().items():   # fresh, unfilled exercises
-        (dest / "exercises" / path.name).write_text(text)
+    try:
+        dest = student_version.copy(args.dest)
+    except (student_version.StudentVersionError, regions.RegionError) as e:
+        print(e, file=sys.stderr)
+        return 2
     print(f"student copy written to {dest} (no solutions/; every exercise unfilled)")
+    return 0
+
+
+def cmd_student_branch(args) -> int:
+    try:
+        done = student_version.commit_branch(args.branch, args.rev)
+    except (student_version.StudentVersionError, regions.RegionError) as e:
+        print(e, file=sys.stderr)
+        return 2
+    if done["dirty"]:
+        print(f"note: made from the commit {done['source'][:12]}; uncommitted changes are not in it",
+              file=sys.stderr)
+    if done["commit"] is None:
+        print(f"branch {args.branch!r} already holds the student version of {done['source'][:12]}")
+        return 0
+    after = f"after {done['parent'][:12]}" if done["parent"] else "its first commit"
+    print(f"branch {args.branch!r}: commit {done['commit'][:12]} ({after}): {done['files']} files, no solutions/, "
+          f"{done['exercises']} fresh exercises\n"
+          f"publish it: git push <remote> {args.branch}; learners merge it with git pull")
     return 0
 
 
@@ -129,15 +140,24 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="check your kernel for one slot")
     p.add_argument("slot")
     p.add_argument("--source", choices=kernels.SOURCES, default=None)
-    p.add_argument("--trials", type=int, default=2)
+    p.add_argument("--trials", type=int, default=2, help="fresh random inputs per shape (default 2)")
+    p.add_argument("--dtype", default=None,
+                   help="float32, float16 or bfloat16, or a comma-separated list (default: the mode's)")
     p.set_defaults(func=cmd_check)
-    p = sub.add_parser("make-exercises", help="regenerate exercises/ from solutions/")
-    p.add_argument("--check", action="store_true", help="only report exercises that drifted")
-    p.add_argument("--force", action="store_true", help="overwrite filled-in exercises too")
+    p = sub.add_parser("make-exercises", help="bring exercises/ in step with solutions/, keeping your code",
+                       description=exercise_files.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--check", action="store_true", help="only report what drifted, and how to resolve it")
+    p.add_argument("--force", action="store_true",
+                   help="rewrite every exercise unfilled (a filled-in one is backed up first)")
     p.set_defaults(func=cmd_make_exercises)
     p = sub.add_parser("student-copy", help="copy the course without solutions/")
-    p.add_argument("dest")
+    p.add_argument("dest", help="a new or empty folder outside the course")
     p.set_defaults(func=cmd_student_copy)
+    p = sub.add_parser("student-branch", help="commit the student version onto a git branch",
+                       description=student_version.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--branch", default="student", help="the branch to create or update (default: student)")
+    p.add_argument("--rev", default="HEAD", help="the commit of the course to make it from (default: HEAD)")
+    p.set_defaults(func=cmd_student_branch)
     p = sub.add_parser("sync-notebooks", help="standard first cell, no outputs, in every notebook")
     p.set_defaults(func=cmd_sync_notebooks)
     p = sub.add_parser("colab-links", help="the Open-in-Colab address of every chapter")

@@ -9,12 +9,14 @@ In `solutions/<family>.py` the part a learner writes sits between
 `make_exercise()` turns each region into
 
     # BEGIN EXERCISE: optional hint for the learner
-    raise NotImplementedError("exercise <family>.py line N: not implemented yet")
+    raise NotImplementedError("exercise <family>.py, <function>: not implemented yet")
     # END EXERCISE
 
-which keeps the module importable. The learner replaces the `raise` line with code. `mask()` blanks the
-inside of every region of either kind, so a filled-in exercise still compares equal to its solution
-everywhere else: that is the drift test.
+which keeps the module importable. The learner replaces the `raise` line with code. The stub names the
+function around the region, not its line: a line added above the region in the solution leaves the stub as
+it is, so a learner's filled-in region merges with an updated exercise (a student branch) without a
+conflict. `mask()` blanks the inside of every region of either kind, so a filled-in exercise still compares
+equal to its solution everywhere else: that is the drift test.
 """
 from __future__ import annotations
 
@@ -73,6 +75,7 @@ def make_exercise(solution_text: str, family: str) -> str:
     regs = regions(solution_text, f"solutions/{family}.py")
     if not regs:
         raise RegionError(f"solutions/{family}.py has no '# BEGIN SOLUTION' region")
+    tree = ast.parse(solution_text)
     out, pos = [], 0
     for r in regs:
         if r.kind != "SOLUTION":
@@ -80,7 +83,8 @@ def make_exercise(solution_text: str, family: str) -> str:
         out += lines[pos:r.begin]
         hint = f": {r.hint}" if r.hint else ""
         out.append(f"{r.indent}# BEGIN EXERCISE{hint}")
-        out.append(f'{r.indent}raise NotImplementedError("exercise {family}.py line {len(out) + 1}: '
+        where = enclosing_function(tree, r.begin + 1)
+        out.append(f'{r.indent}raise NotImplementedError("exercise {family}.py{f", {where}" if where else ""}: '
                    f'{STUB_TAG}")')
         out.append(f"{r.indent}# END EXERCISE")
         pos = r.end + 1

@@ -25,13 +25,14 @@ Systems (the same random weights of Qwen3.5-0.8B's real shapes, bf16, batch 1, g
   Triton, fewest kernels + CUDA Graph
                                  the same, replayed from a CUDA graph
 With a CUDA graph, a prompt length met before also replays its prefill from a graph (captured in the
-set-up's warm-up; `Engine(prefill_graph=...)`).
+set-up's warm-up; `Engine(prefill_graph=...)`). The Triton rows run the kernels TRITONLLM_KERNELS selects
+(`auto` when unset: yours where filled in, else the solutions); the run prints which, per level.
 
 Method. Every system generates the same way: it hands each new token to the host as it is produced
 (streaming, one host read per token), and the time of each token's arrival is recorded. Prefill = time
 to the first token for a 128-token prompt; decode at context L = mean time between consecutive tokens
 after a prompt of L tokens (STEPS tokens; median over REPEATS runs). Bandwidth: bytes a decode step must
-move at context L (spec section 6: 1,544,820,416 + 12,288 L bytes in bf16) per second, and the floor
+move at context L (docs/qwen35.md §6: 1,544,820,416 + 12,288 L bytes in bf16) per second, and the floor
 time (those bytes at the measured copy bandwidth) as a percentage of the measured time.
 Kernels per decode token: the slot calls of one traced decode step of each level (an engine of the
 real shapes on the meta device, no memory) and the kernels they launch (`OpTable.launches`).
@@ -51,7 +52,7 @@ from pathlib import Path
 
 from .ops import levels_markdown
 
-WEIGHT_AND_STATE_BYTES = 1_544_820_416     # per decode token, bf16 (spec section 6)
+WEIGHT_AND_STATE_BYTES = 1_544_820_416     # per decode token, bf16 (docs/qwen35.md §6)
 KV_BYTES_PER_TOKEN = 12_288                # 6 layers x (K, V) x 2 heads x 256 x 2 bytes, per cached token
 
 OPERATORS, FUSED, FAST = "Triton (one kernel per operator)", "Triton + fusion + split-K", "Triton, fewest kernels"
@@ -313,6 +314,7 @@ def run(args) -> dict:
     import triton
     from ..benchmark import ceiling_gbps
     from ..benchmark import gpu_tag
+    from .. import kernels
     from ..model import Qwen35Model
     from .engine import Engine
 
@@ -353,8 +355,9 @@ def run(args) -> dict:
             ref_engine = Engine(config, weights, max_seq_len=max_len, default_source="reference", cuda_graph=False)
             return _engine_runner(ref_engine.compile(fullgraph=True), graph=False)
         level = LEVEL_OF[name]
-        if level not in engines:
+        if level not in engines:   # the kernels TRITONLLM_KERNELS selects ("auto": yours where filled in)
             engines[level] = Engine(config, weights, max_seq_len=max_len, level=level)
+            print(f"    {level}: {kernels.sources_line(engines[level].ops.sources())}", file=sys.stderr)
         return _engine_runner(engines[level], graph=name.endswith(GRAPH))
 
     for name in [n for n in RUN_ORDER if n in rows]:

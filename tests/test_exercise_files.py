@@ -1,0 +1,120 @@
+"""`tritonllm-course make-exercises` never loses a learner's code: stubs are regenerated, a filled-in
+exercise that drifted gets its regions carried over and a dated backup, `--check` names the drift."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers import filled
+from tritonllm_course import cli, exercise_files, kernels, regions
+
+ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.needs_solutions
+
+
+@pytest.fixture
+def course(course_copy):
+    """A scratch course with two families: their solutions and fresh exercises."""
+    for family in ("vector_add", "rmsnorm"):
+        text = (ROOT / "solutions" / f"{family}.py").read_text()
+        (course_copy / "solutions" / f"{family}.py").write_text(text)
+        (course_copy / "exercises" / f"{family}.py").write_text(regions.make_exercise(text, family))
+    return course_copy
+
+
+def fill(course, family) -> str:
+    """Fill exercises/<family>.py with the solution's region bodies; returns the filled text."""
+    path = course / "exercises" / f"{family}.py"
+    text = filled(path.read_text(), (course / "solutions" / f"{family}.py").read_text())
+    path.write_text(text)
+    return text
+
+
+def make_exercises(capsys, *argv) -> tuple[int, str]:
+    status = cli.main(["make-exercises", *argv])
+    out, err = capsys.readouterr()
+    return status, out + err
+
+
+def backups(course, family) -> list[Path]:
+    return sorted((course / "exercises").glob(f"{family}.py.*.bak"))
+
+
+def test_a_filled_exercise_edited_outside_its_regions_keeps_the_learners_code(course, capsys, rt):
+    mine = fill(course, "vector_add")
+    path = course / "exercises" / "vector_add.py"
+    path.write_text(mine + "# my note\n")
+    status, out = make_exercises(capsys, "--check")
+    last = len(mine.splitlines()) + 1
+    assert status == 1
+    assert f"exercises/vector_add.py differs from solutions/vector_add.py outside the exercise regions (line {last}" in out
+    assert "-# my note" in out and "your region bodies carried over" in out and "make-exercises" in out
+
+    status, out = make_exercises(capsys)
+    assert status == 0
+    [kept] = backups(course, "vector_add")
+    assert kept.name.startswith("vector_add.py.20") and str(kept.relative_to(course)) in out
+    assert kept.read_text() == mine + "# my note\n"          # the file as it was, the note included
+    assert path.read_text() == mine                          # the learner's code, the note gone
+    assert make_exercises(capsys, "--check") == (0, "exercises/ matches solutions/\n")
+    add = kernels.get("vector_add", "add", "exercises")      # still the learner's kernel, and it runs
+    x = torch.randn(300)
+    torch.testing.assert_close(add(x, x), 2 * x)
+
+
+def test_a_solution_changed_outside_its_regions_updates_the_exercise_around_the_learners_code(course, capsys):
+    mine = fill(course, "rmsnorm")
+    solution, before = course / "solutions" / "rmsnorm.py", (course / "solutions" / "rmsnorm.py").read_text()
+    solution.write_text('"""A new first line."""\n' + before)
+    status, out = make_exercises(capsys)
+    text = (course / "exercises" / "rmsnorm.py").read_text()
+    assert text == '"""A new first line."""\n' + mine and "your code carried over" in out
+    assert backups(course, "rmsnorm")[0].read_text() == mine
+    # the stubs name their function, not their line: a line added above them leaves them as they were
+    stubs = lambda text: [r.body for r in regions.regions(regions.make_exercise(text, "rmsnorm"))]  # noqa: E731
+    assert stubs(solution.read_text()) == stubs(before)
+
+
+def test_regions_that_no_longer_correspond_leave_the_code_in_the_backup(course, capsys):
+    mine = fill(course, "vector_add")
+    solution = course / "solutions" / "vector_add.py"
+    solution.write_text(solution.read_text().replace("# BEGIN SOLUTION: offsets", "# BEGIN SOLUTION: the offsets"))
+    status, out = make_exercises(capsys, "--check")
+    assert status == 1 and "another hint" in out and "copy your code into the new regions" in out
+    status, out = make_exercises(capsys)
+    [kept] = backups(course, "vector_add")
+    assert kept.read_text() == mine and f"kept as {kept.relative_to(course)}" in out
+    assert exercise_files.is_stub((course / "exercises" / "vector_add.py").read_text())
+
+
+def test_unfilled_and_missing_exercises_are_regenerated_without_backup(course, capsys):
+    (course / "exercises" / "rmsnorm.py").unlink()
+    path = course / "exercises" / "vector_add.py"
+    path.write_text(path.read_text() + "# drifted\n")
+    status, out = make_exercises(capsys, "--check")
+    assert status == 1 and "rmsnorm.py is missing" in out and "still unfilled" in out
+    status, out = make_exercises(capsys)
+    assert "wrote exercises/rmsnorm.py (new)" in out and "wrote exercises/vector_add.py (still unfilled" in out
+    assert not list((course / "exercises").glob("*.bak"))
+    for family in ("vector_add", "rmsnorm"):
+        fresh = regions.make_exercise((course / "solutions" / f"{family}.py").read_text(), family)
+        assert (course / "exercises" / f"{family}.py").read_text() == fresh
+
+
+def test_a_filled_exercise_that_matches_is_left_alone_and_force_backs_it_up(course, capsys):
+    mine = fill(course, "vector_add")
+    assert make_exercises(capsys) == (0, "exercises/ already matches solutions/\n")
+    assert (course / "exercises" / "vector_add.py").read_text() == mine and not backups(course, "vector_add")
+    status, out = make_exercises(capsys, "--force")
+    [kept] = backups(course, "vector_add")
+    assert kept.read_text() == mine and "--force" in out and str(kept.relative_to(course)) in out
+    assert exercise_files.is_stub((course / "exercises" / "vector_add.py").read_text())
+
+
+def test_backups_are_not_kernel_modules(course):
+    mine = fill(course, "vector_add")
+    kept = exercise_files.backup(course / "exercises" / "vector_add.py")
+    again = exercise_files.backup(course / "exercises" / "vector_add.py")
+    assert kept != again and kept.read_text() == again.read_text() == mine
+    assert {p.name for p in (course / "exercises").glob("*.py")} == {"vector_add.py", "rmsnorm.py"}
+    assert kernels.exercise_status("vector_add")[0]
