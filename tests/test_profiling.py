@@ -1,5 +1,5 @@
-"""The profiling helpers of chapter 20: the byte model against the spec, kernel calls per token against the
-engine's step table, the attribution of a trace's kernels to slots, and the GPU breakdown."""
+"""The profiling helpers of chapter 20: the byte model against docs/qwen35.md §6, kernel calls per token
+against the engine's step table, the attribution of a trace's kernels to slots, and the GPU breakdown."""
 from collections import Counter
 
 import pytest
@@ -22,7 +22,7 @@ def test_bytes_per_token_is_the_specs(context):
 
 
 def test_bytes_per_token_item_by_item():
-    """The spec's section 6 table, line by line."""
+    """The table of docs/qwen35.md §6, line by line."""
     b = P.step_bytes(QWEN35_0_8B, 100)
     assert b["dn_in_proj"] + b["out_proj"] == 18 * 21_037_056                  # GDN matrices
     assert b["conv"] == 18 * 24_576 * 2 + 1_769_472                            # taps; state read + written

@@ -20,19 +20,24 @@ def colab_url(notebook: str, repo_url: str | None = None, branch: str = "main") 
                          f"it is {repo_url!r} (set it in tritonllm_course/colab.py)")
     return f"https://colab.research.google.com/github/{repo_url[len(prefix):]}/blob/{branch}/notebooks/{notebook}"
 
+
+COLAB_ROOT = "/content/tritonllm-course"   # where the first cell clones the course in Colab
+
 SETUP_CELL = f'''# Set-up: run this cell first. In Colab it clones and installs the course (never reinstalling torch).
 import importlib.util, os, subprocess, sys
 REPO_URL = "{REPO_URL}"  # kept in tritonllm_course/colab.py
-if importlib.util.find_spec("tritonllm_course") is None:
-    if "google.colab" not in sys.modules:
-        raise RuntimeError("tritonllm_course is not installed: start the course with `make lab`")
-    if not REPO_URL:
-        raise RuntimeError("set REPO_URL above to the course's git address")
-    root = "/content/tritonllm-course"
-    if not os.path.isdir(root):
-        subprocess.run(["git", "clone", "--depth", "1", REPO_URL, root], check=True)
-    subprocess.run([sys.executable, os.path.join(root, "scripts", "install.py"), "--colab"], check=True)
-    sys.path.insert(0, root)
-    os.chdir(os.path.join(root, "notebooks"))
+if "google.colab" in sys.modules:
+    root = "{COLAB_ROOT}"
+    if importlib.util.find_spec("tritonllm_course") is None:
+        if not REPO_URL:
+            raise RuntimeError("set REPO_URL above to the course's git address")
+        if not os.path.isdir(root):
+            subprocess.run(["git", "clone", "--depth", "1", REPO_URL, root], check=True)
+        subprocess.run([sys.executable, os.path.join(root, "scripts", "install.py"), "--colab"], check=True)
+    if root not in sys.path:
+        sys.path.insert(0, root)
+    os.chdir(os.path.join(root, "notebooks"))   # on every run: a runtime restart keeps the install, not the folder
+elif importlib.util.find_spec("tritonllm_course") is None:
+    raise RuntimeError("tritonllm_course is not installed: start the course with `make lab`")
 import tritonllm_course
 rt = tritonllm_course.setup()'''

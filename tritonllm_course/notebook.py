@@ -2,8 +2,22 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
+from .colab import COLAB_ROOT
 from .kernels import exercise_status, module_path
+
+
+def _hint(family: str, path: Path, state: str, colab: bool) -> str:
+    if colab:
+        root = Path(COLAB_ROOT)
+        shown = path.relative_to(root.parent) if path.is_relative_to(root.parent) else path
+        return (f"Your exercise: `{path}` ({state}). It opens in Colab's file editor, beside this notebook; "
+                f"if not, open **Files** (the folder icon on the left) and double-click `{shown}`. "
+                "Edit it there, save (Ctrl+S), then re-run the check.")
+    rel = f"../exercises/{family}.py"
+    return (f"Your exercise: [{rel}]({rel}) ({state}). Open it beside this notebook "
+            "(right-click the tab, *New View*, or drag it to the side); save, then re-run the check.")
 
 
 def exercise(family: str) -> str:
@@ -11,14 +25,13 @@ def exercise(family: str) -> str:
     path = module_path("exercises", family)
     filled, message = exercise_status(family)
     state = "filled in" if filled else "not filled in yet"
-    if "google.colab" in sys.modules:
+    colab = "google.colab" in sys.modules
+    if colab:
         from google.colab import files  # type: ignore[import-not-found]
         files.view(str(path))
     try:
         from IPython.display import Markdown, display
-        rel = f"../exercises/{family}.py"
-        display(Markdown(f"Your exercise: [{rel}]({rel}) ({state}). Open it beside this notebook "
-                         "(right-click the tab, *New View*, or drag it to the side); save, then re-run the check."))
+        display(Markdown(_hint(family, Path(path), state, colab)))
     except ImportError:
         print(f"Your exercise: {path} ({state})")
     return str(path)

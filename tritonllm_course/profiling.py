@@ -2,7 +2,7 @@
 bytes it must move (chapter 20).
 
 - `step_bytes` / `slot_bytes` / `bytes_per_token`: the HBM bytes one decode token must move, per step of
-  the engine, per kernel slot and in total (the spec's section 6), computed from the config alone;
+  the engine, per kernel slot and in total (docs/qwen35.md §6), computed from the config alone;
   `floor_us`: those bytes at the measured copy bandwidth.
 - `expected_calls` / `traced_calls`: the kernel slots one decode token calls, predicted from the engine's
   step table (`engine.ops.STEPS`) and recorded with `engine.tracing()` (works on the CPU).
@@ -37,7 +37,7 @@ def step_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> dict
     """HBM bytes one greedy decode token moves in each step of the engine (`engine.ops.STEPS` names), all
     the step's calls of the token together.
 
-    Counted, as the spec's section 6 does: every weight read once (matrices, norms, conv taps, `A_log`,
+    Counted as docs/qwen35.md §6 does: every weight read once (matrices, norms, conv taps, `A_log`,
     `dt_bias`) in `dtype`, except `A_log` and the gated norm's weight, which the checkpoint keeps in fp32;
     the DeltaNet conv state (model dtype) and recurrent state (fp32), each read and written; the KV cache:
     the new token's K and V written (`kv_write`) and `context` tokens' K and V read (`attention`), where

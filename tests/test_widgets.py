@@ -1,0 +1,163 @@
+"""Every chapter with an ipywidgets control, run top to bottom in one kernel, then its widgets worked as a
+learner works them after Run All: each interact function called over its controls' ranges (both ends and a
+few values between), each button clicked. A widget that reads a name a later cell reassigns fails here,
+though it passed while its own cell ran."""
+import json
+import os
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from tritonllm_course.notebooks_tools import widget_chapters
+
+MARK = "WIDGET-PROBE "
+
+
+# Runs in the chapter's kernel after its last cell. Errors inside widget callbacks never reach the cell:
+# ipywidgets hands them to the shell's showtraceback (interact's update, a button's click handlers, an
+# Output widget's `with` block), so the probe replaces showtraceback and records them.
+PROBE = r'''
+def _widget_probe():
+    import itertools, json, resource, sys, time, traceback
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    import ipywidgets as W
+    from IPython import get_ipython
+    try:
+        from ipywidgets.widgets.widget import _instances as live
+    except ImportError:                                   # ipywidgets 7
+        live = W.Widget.widgets
+    live = list(live.values())
+    ip, errors = get_ipython(), []
+
+    def record(exc_tuple=None, *args, **kwargs):
+        etype, value, tb = exc_tuple or sys.exc_info()
+        errors.append("".join(traceback.format_exception(etype, value, tb)))
+
+    def values(c):                                        # a few values of one control, both ends included
+        if isinstance(c, W.fixed):
+            return [c.value]
+        if hasattr(c, "_options_values"):                 # Dropdown, Select, RadioButtons, SelectionSlider...
+            opts = list(c._options_values)
+            return opts if len(opts) <= 5 else [opts[0], opts[1], opts[len(opts) // 2], opts[-2], opts[-1]]
+        if isinstance(c.value, bool):
+            return [False, True]
+        if hasattr(c, "min") and hasattr(c, "max") and not isinstance(c.value, tuple):
+            lo, hi = c.min, c.max
+            step = getattr(c, "step", None) or 1
+            n = int(round((hi - lo) / step))
+            picks = range(n + 1) if n <= 8 else sorted({0, 1, n // 2, n - 1, n})
+            vals = [min(hi, lo + i * step) for i in picks]
+            if isinstance(c.value, int):
+                vals = [int(v) for v in vals]
+            else:
+                vals = [round(v, 12) for v in vals]
+            if isinstance(c, W.FloatLogSlider):
+                vals = [c.base ** v for v in vals]
+            return vals
+        if hasattr(c, "min") and isinstance(c.value, tuple):   # range sliders
+            return [(c.min, c.min), (c.min, c.max), (c.max, c.max)]
+        return [c.value]
+
+    def combos(controls):
+        vals = [values(c) for c in controls]
+        total = 1
+        for v in vals:
+            total *= len(v)
+        if total <= 40:
+            return list(itertools.product(*vals))
+        default = [c.value for c in controls]
+        out = [tuple(v[0] for v in vals), tuple(v[-1] for v in vals)]
+        if len(vals) <= 5:                                # every corner: each control at one of its ends
+            out += list(itertools.product(*[(v[0], v[-1]) for v in vals]))
+        for i, v in enumerate(vals):                      # each control over its values, the others as left
+            out += [tuple(default[:i] + [x] + default[i + 1:]) for x in v]
+        return list(dict.fromkeys(out))
+
+    report, interactives = [], [w for w in live if isinstance(w, W.interactive)]
+    manual_buttons = {id(getattr(w, "manual_button", None)) for w in interactives}
+    saved, ip.showtraceback = ip.showtraceback, record
+    try:
+        for w in interactives:
+            controls, detached = list(w.kwargs_widgets), []
+            for c in controls:                            # one call per combination, made below
+                try:
+                    c.unobserve(w.update, names="value")
+                    detached.append(c)
+                except (ValueError, KeyError):
+                    pass
+            default = [c.value for c in controls]
+            entry = {"widget": f"interact({getattr(w.f, '__name__', w.f)})", "calls": 0, "errors": [],
+                     "controls": {c._kwarg: values(c) for c in controls}}
+            for combo in combos(controls):
+                for c, v in zip(controls, combo):
+                    if not isinstance(c, W.fixed):
+                        c.value = v
+                before = len(errors)
+                w.update()
+                entry["calls"] += 1
+                kwargs = {c._kwarg: v for c, v in zip(controls, combo)}
+                entry["errors"] += [f"{kwargs}:\n{e}" for e in errors[before:]]
+            for c, v in zip(controls, default):
+                if not isinstance(c, W.fixed):
+                    c.value = v
+            for c in detached:
+                c.observe(w.update, names="value")
+            report.append(entry)
+        buttons = [b for b in live if isinstance(b, W.Button) and b._click_handlers.callbacks
+                   and id(b) not in manual_buttons]
+        texts = [t for t in live if isinstance(t, (W.Text, W.Textarea))]
+        for b in buttons:                                 # in the order they were made, each twice in a row
+            for _ in range(2):
+                for t in texts:                           # a message to send, where a box is empty
+                    if not t.value:
+                        t.value = "Hello"
+                before = len(errors)
+                b.click()
+                report.append({"widget": f"button {b.description!r}", "calls": 1, "errors": errors[before:]})
+    finally:
+        ip.showtraceback = saved
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    timing = {"probe_s": time.perf_counter() - t0, "probe_cpu_s": time.process_time() - cpu0,
+              "kernel_cpu_s": usage.ru_utime + usage.ru_stime}
+    print("''' + MARK + r'''" + json.dumps({"widgets": report, "timing": timing}, default=str))
+
+_widget_probe()
+'''
+
+
+def probe_chapter(path: Path) -> tuple[list[dict], dict]:
+    """Run the chapter, then the probe in the same kernel: the probe's report per widget, and the seconds it
+    took (`seconds`: all of it; `probe_s`: the widget calls; `kernel_cpu_s`: the kernel's CPU time)."""
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.append(nbformat.v4.new_code_cell(PROBE))
+    t0 = time.perf_counter()
+    client = NotebookClient(nb, timeout=900, kernel_name="python3",
+                            resources={"metadata": {"path": str(path.parent)}})
+    client.execute()
+    seconds = time.perf_counter() - t0
+    text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
+    line = next((ln for ln in text.splitlines() if ln.startswith(MARK)), None)
+    assert line is not None, f"{path.name}: the widget probe printed no report:\n{text}"
+    probe = json.loads(line[len(MARK):])
+    return probe["widgets"], {"seconds": seconds, **probe["timing"]}
+
+
+def test_the_chapters_with_widgets_are_found():
+    names = [p.name for p in widget_chapters()]
+    assert "22_flash_attention.ipynb" in names and "01_triton_basics.ipynb" in names, names
+
+
+@pytest.mark.parametrize("path", widget_chapters(), ids=lambda p: p.stem)
+def test_every_widget_works_after_run_all(path, monkeypatch):
+    monkeypatch.setenv("TRITONLLM_KERNELS", os.environ.get("TRITONLLM_KERNELS", "solutions"))
+    report, timing = probe_chapter(path)
+    assert report, f"{path.name} has widget code but the probe found no interact function or button"
+    failures = [f"{e['widget']}: {err}" for e in report for err in e["errors"]]
+    assert not failures, f"{path.name}: {len(failures)} widget call(s) failed after Run All:\n" + "\n".join(failures)
+    calls = sum(e["calls"] for e in report)
+    print(f"{path.name}: {calls} widget calls after Run All; {timing['seconds']:.0f} s in all, of which "
+          f"{timing['probe_s']:.0f} s the widget calls (kernel CPU {timing['kernel_cpu_s']:.0f} s, "
+          f"{timing['probe_cpu_s']:.0f} s of it in the calls)")
