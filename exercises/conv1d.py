@@ -21,7 +21,8 @@ columns of its channels: it reads a column before it overwrites it, which makes 
 
 Fused (chapter 17): conv + SiLU + the L2 norm of q and k, written straight into q [T, H, D], k and v.
 One program per head of D = 128 channels, so the norm is a reduction inside the program, and q and k
-never make a round trip through memory before it.
+never make a round trip through memory before it; v, which needs no norm, goes in chunks of D channels
+too, whatever its own head dim.
 """
 import torch
 import triton
@@ -36,7 +37,7 @@ def conv_prefill_tile(x_ptr, stride_xt, w_ptr, state_ptr, t, c, cmask, T,
                       K: tl.constexpr, HAS_STATE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
     """The conv (before SiLU) of tokens t [BLOCK_T] and channels c [BLOCK_C] (where cmask), in fp32."""
     # BEGIN EXERCISE: for each tap j, the source token s = t - (K - 1) + j: read x[s, c] where 0 <= s < T, state[c, K + s] where s < 0 (only if HAS_STATE; else the zero padding); accumulate w[c, j] * input in fp32
-    raise NotImplementedError("exercise conv1d.py line 39: not implemented yet")
+    raise NotImplementedError("exercise conv1d.py, conv_prefill_tile: not implemented yet")
     # END EXERCISE
 
 
@@ -45,7 +46,7 @@ def conv_prefill_new_state(x_ptr, stride_xt, state_ptr, new_state_ptr, c, cmask,
                            K: tl.constexpr, HAS_STATE: tl.constexpr):
     """new_state[c, i] = input T - K + i of cat(state, x): the last K inputs, newest last."""
     # BEGIN EXERCISE: column i holds token s = T - K + i: x[s] when s >= 0, else the old state column K + s (zeros without a state); store into new_state[c, i]
-    raise NotImplementedError("exercise conv1d.py line 48: not implemented yet")
+    raise NotImplementedError("exercise conv1d.py, conv_prefill_new_state: not implemented yet")
     # END EXERCISE
 
 
@@ -54,7 +55,7 @@ def conv_decode_step(x_ptr, w_ptr, state_ptr, c, cmask, K: tl.constexpr, BLOCK_C
     """One token through channels c [BLOCK_C] (where cmask): shifts the state in place, returns the conv
     in fp32."""
     # BEGIN EXERCISE: window column i = state column i + 1 (i < K - 1), then x; write window column i into state column i (each thread reads a column before it overwrites it); return sum_i w[c, i] * window_i in fp32
-    raise NotImplementedError("exercise conv1d.py line 57: not implemented yet")
+    raise NotImplementedError("exercise conv1d.py, conv_decode_step: not implemented yet")
     # END EXERCISE
 
 
@@ -212,34 +213,39 @@ def _buffer(buf, name, shape, dtype, device):
     return validate.tensor(buf, name, dtype=validate.FLOATS, shape=shape, device=device.type)
 
 
-def _qkv_buffers(T, C, key_heads, head_dim, x, device, q, k, v):
-    """Check the head split of C; the q and k (fp32 by default) and v (x's dtype) buffers; the grid size."""
-    if key_heads < 1 or head_dim < 1:
-        raise ValueError(f"key_heads and head_dim must be positive, got {key_heads} and {head_dim}")
+def _qkv_buffers(T, C, key_heads, head_dim, value_head_dim, x, device, q, k, v):
+    """Check the head split of C; the q and k (fp32 by default) and v (x's dtype) buffers; the grid size.
+
+    One program per q head and k head (the L2 norm needs a whole head), and one per head_dim channels of
+    v: v needs no norm, so its chunks need not be its heads, and every program has the same width."""
+    if min(key_heads, head_dim, value_head_dim) < 1:
+        raise ValueError(f"key_heads, head_dim and value_head_dim must be positive, got {key_heads}, "
+                         f"{head_dim} and {value_head_dim}")
     value_dim = C - 2 * key_heads * head_dim
-    if value_dim <= 0 or value_dim % head_dim:
+    if value_dim <= 0 or value_dim % value_head_dim:
         raise ValueError(f"C = {C} channels do not split into q and k of {key_heads} x {head_dim} and a v "
-                         f"of whole heads of {head_dim}")
-    value_heads = value_dim // head_dim
+                         f"of whole heads of {value_head_dim}")
     q = _buffer(q, "q", (T, key_heads, head_dim), torch.float32, device)
     k = _buffer(k, "k", (T, key_heads, head_dim), torch.float32, device)
-    v = validate.output(v, "v", (T, value_heads, head_dim), x.dtype, device)
-    return q, k, v, 2 * key_heads + value_heads    # one program per q head, k head and v head
+    v = validate.output(v, "v", (T, value_dim // value_head_dim, value_head_dim), x.dtype, device)
+    return q, k, v, 2 * key_heads + triton.cdiv(value_dim, head_dim)
 
 
 def conv1d_l2norm_prefill(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor | None,
                           key_heads: int, head_dim: int, eps: float = 1e-6,
                           q: torch.Tensor | None = None, k: torch.Tensor | None = None,
-                          v: torch.Tensor | None = None, new_state: torch.Tensor | None = None):
+                          v: torch.Tensor | None = None, new_state: torch.Tensor | None = None,
+                          value_head_dim: int | None = None):
     """Fused prefill: conv + SiLU, split into q, k, v, L2 norm of q and k (q scaled by head_dim^-0.5).
 
-    x, weight, conv_state: as `conv1d_prefill`, with C = 2 * key_heads * head_dim + value_heads * head_dim
-    returns (q [T, key_heads, head_dim], k, v [T, value_heads, head_dim], new_state [C, K]); q and k are
-    fp32 unless other buffers are given (the delta rule reads them in fp32), v is in x's dtype.
+    x, weight, conv_state: as `conv1d_prefill`, with C = 2 * key_heads * head_dim + value_heads * value_head_dim
+    value_head_dim: v's head dim (default head_dim, as in Qwen3.5-0.8B)
+    returns (q [T, key_heads, head_dim], k, v [T, value_heads, value_head_dim], new_state [C, K]); q and k
+    are fp32 unless other buffers are given (the delta rule reads them in fp32), v is in x's dtype.
     """
     C, K, device = _check_inputs(x, weight, conv_state)
     T = x.shape[0]
-    q, k, v, heads = _qkv_buffers(T, C, key_heads, head_dim, x, device, q, k, v)
+    q, k, v, heads = _qkv_buffers(T, C, key_heads, head_dim, value_head_dim or head_dim, x, device, q, k, v)
     new_state = _new_state_buffer(new_state, conv_state, C, K, x.dtype, device)
     block_d = triton.next_power_of_2(head_dim)
     block_t, num_warps = _prefill_blocks(T)
@@ -254,14 +260,14 @@ def conv1d_l2norm_prefill(x: torch.Tensor, weight: torch.Tensor, conv_state: tor
 def conv1d_l2norm_decode(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tensor,
                          key_heads: int, head_dim: int, eps: float = 1e-6,
                          q: torch.Tensor | None = None, k: torch.Tensor | None = None,
-                         v: torch.Tensor | None = None):
+                         v: torch.Tensor | None = None, value_head_dim: int | None = None):
     """Fused decode step: `conv1d_decode` (state rolled in place) + split + L2 norm of q and k, one launch.
 
-    returns (q [1, key_heads, head_dim], k, v [1, value_heads, head_dim], conv_state); dtypes as
-    `conv1d_l2norm_prefill`.
+    returns (q [1, key_heads, head_dim], k, v [1, value_heads, value_head_dim], conv_state); dtypes and
+    value_head_dim as `conv1d_l2norm_prefill`.
     """
     C, K, device = _check_inputs(x, weight, conv_state, tokens=1)
-    q, k, v, heads = _qkv_buffers(1, C, key_heads, head_dim, x, device, q, k, v)
+    q, k, v, heads = _qkv_buffers(1, C, key_heads, head_dim, value_head_dim or head_dim, x, device, q, k, v)
     conv1d_l2norm_decode_kernel[(heads,)](x, weight, conv_state, q, k, v, C, key_heads, head_dim,
                                           head_dim ** -0.5, eps, K=K,
                                           BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4)

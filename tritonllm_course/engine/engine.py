@@ -48,12 +48,13 @@ import torch
 from .. import reference as R
 from .. import validate
 from ..config import Qwen35Config
+from ..generation import check_sampling
 from ..model.cache import Qwen35Cache
 from ..weights import check_weights, load_weights, random_weights
 from .buffers import Activations, Counters
 from .graph import GraphedStep
 from .merged import merge_weights
-from .ops import OpTable
+from .ops import OpTable, check_limits
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,11 @@ class Sampling:
     temperature: float
     top_k: int = 0
     top_p: float = 1.0
+
+
+class StreamSuperseded(RuntimeError):
+    """A stream resumed after a newer `stream` (or `generate`) on the same Engine began: the engine holds
+    one sequence, which the newer one now owns."""
 
 
 class TokenReader:
@@ -101,7 +107,8 @@ class Engine:
                      the merged projections are new tensors
     max_seq_len:     tokens the cache holds (prompt + generated, over all turns until `reset`)
     sources:         {slot name: "solutions" | "exercises" | "auto" | "reference" | callable} per slot,
-                     `default_source` for the others (see `ops.py`)
+                     `default_source` for the others (see `ops.py`); None: TRITONLLM_KERNELS, else "auto"
+                     (the learner's kernel where it is filled in, else the solution), as in the chapters
     cuda_graph:      replay the decode step from a CUDA graph (on a GPU; ignored on the CPU)
     prefill_graph:   with cuda_graph, also replay prompt chunks from CUDA graphs, one per (chunk length,
                      start) met twice: a prompt length seen once runs op by op (capturing would cost more
@@ -111,9 +118,10 @@ class Engine:
     """
 
     def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], *, max_seq_len: int = 4096,
-                 sources: dict | None = None, default_source: str = "solutions", cuda_graph: bool = True,
+                 sources: dict | None = None, default_source: str | None = None, cuda_graph: bool = True,
                  prefill_chunk: int = 512, level: str = "operators", prefill_graph: bool = True):
         check_weights(config, weights)
+        check_limits(config)            # shapes no level takes: refused before anything is allocated
         embed = weights["embed_tokens.weight"]
         c = self.config = config
         self.dtype, self.device = embed.dtype, embed.device
@@ -123,7 +131,7 @@ class Engine:
         self.max_seq_len = max_seq_len
         self.weights = merge_weights(c, weights)
         self.level = level
-        self.ops = OpTable(sources, default_source, level)
+        self.ops = OpTable(sources, default_source, level, config=c)
         if self.device.type == "cpu" and self.dtype == torch.bfloat16 and any(
                 op.source != "reference" for op in self.ops.ops.values()):
             raise ValueError("bfloat16 arithmetic is wrong under Triton's CPU interpreter: use float32 or float16 "
@@ -157,6 +165,7 @@ class Engine:
         self._decode_fn, self._prefill_fn = self._decode_impl, self._prefill_impl
         self.length = 0          # tokens in the cache (host count; the device counters follow it)
         self.pending = None      # the last token handed out, not yet in the cache
+        self.streams = 0         # streams begun: only the newest may run (`StreamSuperseded`)
 
     @property
     def residual_dtype(self) -> torch.dtype:
@@ -224,7 +233,8 @@ class Engine:
             return
         fresh = start == 0
         conv = dict(x=a.dn_qkv, weight=layer.small["conv"], conv_state=None if fresh else conv_state,
-                    key_heads=c.linear_num_key_heads, head_dim=c.linear_key_head_dim, q=a.dq, k=a.dk, v=a.dv)
+                    key_heads=c.linear_num_key_heads, head_dim=c.linear_key_head_dim,
+                    value_head_dim=c.linear_value_head_dim, q=a.dq, k=a.dk, v=a.dv)
         if start is None:   # the state is rolled in place
             op.conv(**conv)
         elif fresh:         # no program reads the old state: the new one goes straight into the cache
@@ -579,18 +589,24 @@ class Engine:
                                    cached=0 if reset else self.length)
         if len(prompt) == len(history):
             raise ValueError("the prompt is empty: give at least one token")
-        if not greedy and (temperature < 0 or top_k < 0 or not 0 < top_p <= 1):
-            raise ValueError(f"need temperature >= 0, top_k >= 0 and 0 < top_p <= 1; got {temperature}, "
-                             f"{top_k}, {top_p}")
+        if not greedy:
+            check_sampling(temperature, top_k, top_p)
         sampling = None if greedy or temperature == 0 else Sampling(float(temperature), int(top_k), float(top_p))
         eos = self.config.eos_token_id if eos_token_id == "config" else eos_token_id
         eos = set() if eos is None else {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
+        self.streams += 1             # an older stream, resumed, raises StreamSuperseded
         if reset:
             self.reset()
-        return self._tokens(prompt, max_new_tokens, sampling, eos, seed)
+        return self._tokens(prompt, max_new_tokens, sampling, eos, seed, self.streams)
+
+    def _check_newest(self, stream: int) -> None:
+        """Two streams interleaved would feed each other's tokens through one cache: only the newest runs."""
+        if stream != self.streams:
+            raise StreamSuperseded("this stream was superseded: a newer stream() or generate() began on the "
+                                   "same Engine, which holds one sequence at a time")
 
     def _tokens(self, prompt: list[int], max_new_tokens: int, sampling: Sampling | None, eos: set[int],
-                seed: int) -> Iterator[int]:
+                seed: int, stream: int) -> Iterator[int]:
         """The token loop, one step ahead: the step that consumes token n (it reads it from device memory)
         is queued before the host reads token n, so the GPU never waits for the host between tokens
         (measured on an H200, fast level, context 128: 6-24 us a token over two runs). The price: at an
@@ -598,6 +614,7 @@ class Engine:
         pending) when `stream` returns; a next turn (`reset=False`) goes on from there."""
         if max_new_tokens == 0:
             return
+        self._check_newest(stream)
         self.prefill(prompt, sampling=sampling, seed=seed)
         reader = TokenReader(self.counters.ids)
         reader.push()                                   # token 0, copied behind the prefill
@@ -611,6 +628,7 @@ class Engine:
             yield token
             if token in eos:
                 return
+            self._check_newest(stream)
 
     def generate(self, prompt_ids, max_new_tokens: int, **kwargs) -> list[int]:
         """`stream` collected into a list (the same signature as `generation.generate`, minus the model)."""
@@ -655,6 +673,7 @@ class Engine:
                  f"{str(self.dtype).replace('torch.', '')}, cache of {self.max_seq_len} tokens, prompts in chunks "
                  f"of {self.prefill_chunk}; {graph}"]
         lines += [f"  {name:<30} {n / 2**20:10.2f} MiB" for name, n in self.memory().items()]
+        lines += [f"  {note}" for note in self.ops.fallbacks]   # fused kernels the config's shapes do not fit
         return "\n".join(lines)
 
     def __repr__(self) -> str:

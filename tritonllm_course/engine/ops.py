@@ -1,12 +1,14 @@
 """Which kernel each step of the engine runs, for prefill and for decode, and where it comes from.
 
 Every step names a kernel slot (`tritonllm_course.slots`). Each slot runs, by choice:
-  solutions  the course's kernel, solutions/<family>.py (the default)
+  solutions  the course's kernel, solutions/<family>.py
   exercises  the learner's kernel, exercises/<family>.py (an unfilled one raises NotImplementedYet)
   auto       the learner's where it is filled in, else the solution (TRITONLLM_KERNELS overrides, as
              everywhere in the course)
   reference  the slot's PyTorch reference, run eagerly and copied into the engine's buffers
 or any callable with the kernel wrapper's signature (to try a variant, or to see a wrong one caught).
+A slot not named runs the default source: the one TRITONLLM_KERNELS selects, "auto" when it is unset, as
+in the chapters (so a student copy, without solutions/, runs the learner's kernels).
 Prefill and decode use different kernels where the shapes call for it (GEMM / GEMV, chunked / recurrent
 delta rule, causal / cached attention, conv over a prompt / one conv step).
 
@@ -17,6 +19,9 @@ Three optimisation levels, three step sequences (`LEVELS`; the CUDA graph is the
              split-K for the narrow decode GEMVs (o_proj / out_proj, down); FlashDecoding at decode and
              FlashAttention at prefill
   fast       the fewest kernels (`FAST_STEPS`): see the comment above it
+Every Qwen3.5 text config runs at every level: where its shapes do not fit a fused kernel (a value head dim
+that is not a power of two, heads wider than FlashAttention's tile), the level runs the plain kernels for
+those steps (`FALLBACKS`, named in the engine's summary); what no level runs is refused (`LIMITS`).
 """
 from __future__ import annotations
 
@@ -28,6 +33,7 @@ from typing import Callable
 import torch
 
 from .. import kernels, slots
+from ..config import ConfigError
 
 SOURCES = ("solutions", "exercises", "auto", "reference")
 
@@ -166,9 +172,102 @@ LEVELS = {"operators": STEPS, "fused": FUSED_STEPS, "fast": FAST_STEPS}
 LAUNCHES = {"splitk_gemv": 2, "flash_decoding": 2, "flash_decoding.gated": 2, "argmax_sample": 2}
 
 
+# Shapes the course's kernels take at every level: the delta rule keeps a [key dim, value dim] slice of the
+# state in registers (solutions/delta_rule.py, MAX_HEAD_DIM), the RMSNorms a whole row (solutions/rmsnorm.py,
+# MAX_DIM: ln1 at every level's prefill, q/k norms). A config beyond them is refused before any work.
+LIMITS = (("hidden_size", 32768, "the RMSNorm kernels keep a whole row in registers"),
+          ("head_dim", 32768, "the q/k RMSNorm kernels keep a whole head in registers"),
+          ("linear_key_head_dim", 256, "the delta-rule kernels keep a slice of the state in registers"),
+          ("linear_value_head_dim", 256, "the delta-rule kernels keep a slice of the state in registers"))
+
+
+def check_limits(config) -> None:
+    """Raise ConfigError naming the first field beyond what every level's kernels take (`LIMITS`)."""
+    for field, most, why in LIMITS:
+        value = getattr(config, field)
+        if value > most:
+            raise ConfigError(f"{field} = {value}: the engine runs at most {most} at every level ({why})")
+
+
+@dataclass(frozen=True)
+class Fallback:
+    """Steps of a level whose fused kernels cannot take some configs' shapes, and the plain kernels that
+    replace them there. `steps` replace the level's steps of the same names; a step the level does not
+    have goes after the one listed before it."""
+    levels: tuple[str, ...]
+    what: str                                   # the part of the model, for the engine's summary
+    misfit: Callable                            # config -> why the fused kernels do not fit, or None
+    steps: tuple[Step, ...]
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _deltanet_decode_misfit(c) -> str | None:
+    """The fast level's decode DeltaNet kernels (solutions/fusion.py): the conv's step inside the
+    in-projection holds a power-of-two window of at least 2 taps, the gated norm inside out_proj splits a
+    tile into power-of-two heads."""
+    if not c.linear_layers:
+        return None
+    why = []
+    if not (c.linear_conv_kernel_dim >= 2 and _power_of_two(c.linear_conv_kernel_dim)):
+        why.append(f"linear_conv_kernel_dim {c.linear_conv_kernel_dim} is not a power of two >= 2")
+    if not _power_of_two(c.linear_value_head_dim):
+        why.append(f"linear_value_head_dim {c.linear_value_head_dim} is not a power of two")
+    return "; ".join(why) or None
+
+
+def _flash_attention_misfit(c) -> str | None:
+    """FlashAttention keeps a whole head in one tile (solutions/flash_attention.py, MAX_HEAD_DIM)."""
+    if c.attention_layers and c.head_dim > 256:
+        return f"head_dim {c.head_dim} is over FlashAttention's 256"
+    return None
+
+
+FALLBACKS = (
+    # the fused level's decode DeltaNet kernels, out_proj still adding the residual stream in its epilogue
+    Fallback(("fast",), "DeltaNet decode", _deltanet_decode_misfit, (
+        Step("dn_in_proj", "DeltaNet layers", "qkv_proj.prefill", "fused_rmsnorm_linear"),
+        Step("conv", "DeltaNet layers", "conv1d_l2norm.prefill", "conv1d_l2norm.decode"),
+        Step("gates", "DeltaNet layers", None, "deltanet_gates"),
+        Step("delta_rule", "DeltaNet layers", "gated_delta_chunked.gates", "gated_delta_recurrent"),
+        Step("gated_norm", "DeltaNet layers", None, "gated_rmsnorm"),
+        Step("out_proj", "DeltaNet layers", "fused_linear_residual", "fused_linear_residual"))),
+    Fallback(("fused",), "attention prefill", _flash_attention_misfit, (
+        Step("attention", "attention layers", "prefill_attention", "flash_decoding"),)),
+    Fallback(("fast",), "attention prefill", _flash_attention_misfit, (
+        Step("attention", "attention layers", "prefill_attention", "flash_decoding.gated"),
+        Step("output_gate", "attention layers", "attn_output_gate", None))),
+)
+
+
+def fitted_steps(level: str, config=None) -> tuple[tuple[Step, ...], list[str]]:
+    """The steps of `level` for `config` (`FALLBACKS` applied where its shapes do not fit a fused kernel),
+    and one line per fallback saying what runs the plain kernels and why. No config: the level as it is."""
+    steps, notes = list(steps_of(level)), []
+    for fallback in FALLBACKS:
+        why = config is not None and level in fallback.levels and fallback.misfit(config)
+        if not why:
+            continue
+        notes.append(f"{fallback.what}: plain kernels ({why})")
+        names = [s.name for s in steps]
+        for i, step in enumerate(fallback.steps):
+            if step.name in names:
+                steps[names.index(step.name)] = step
+            else:
+                steps.insert(names.index(fallback.steps[i - 1].name) + 1, step)
+            names = [s.name for s in steps]
+    return tuple(steps), notes
+
+
+def _slots(steps) -> list[str]:
+    return list(dict.fromkeys(s for step in steps for s in (step.prefill, step.decode) if s))
+
+
 def slot_names(level: str = "operators") -> list[str]:
     """Every slot the engine uses at this level."""
-    return list(dict.fromkeys(s for step in steps_of(level) for s in (step.prefill, step.decode) if s))
+    return _slots(steps_of(level))
 
 
 def steps_of(level: str) -> tuple[Step, ...]:
@@ -282,18 +381,22 @@ class OpTable:
     """The resolved ops of both paths: `table.prefill.<step>(...)`, `table.decode.<step>(...)`.
 
     sources: {slot name: source} for the slots that differ from `default` (see the module doc).
-    level:   "operators" or "fused" (`LEVELS`): which step sequence
+    level:   "operators", "fused" or "fast" (`LEVELS`): which step sequence
+    config:  the model's config: where its shapes do not fit a fused kernel of the level, the plain
+             kernels run that step (`FALLBACKS`; `fallbacks` says which and why)
     """
 
-    def __init__(self, sources: dict | None = None, default: str = "solutions", level: str = "operators"):
+    def __init__(self, sources: dict | None = None, default: str | None = None, level: str = "operators",
+                 config=None):
         self.level = level
-        self.steps = steps_of(level)
-        names = slot_names(level)
+        self.steps, self.fallbacks = fitted_steps(level, config)
+        names = _slots(self.steps)
         sources = dict(sources or {})
-        unknown = sorted(set(sources) - set(names))
+        unknown = sorted(set(sources) - set(names) - set(slot_names(level)))   # a slot a fallback left is known
         if unknown:
             raise KeyError(f"the engine at level {level!r} has no slot {unknown}; its slots are: "
                            f"{', '.join(names)}")
+        default = default or kernels.selected()   # None: what TRITONLLM_KERNELS selects, else "auto"
         self.ops = {name: resolve(name, sources.get(name, default)) for name in names}
         self.prefill = SimpleNamespace(**{s.name: self.ops[s.prefill] for s in self.steps if s.prefill})
         self.decode = SimpleNamespace(**{s.name: self.ops[s.decode] for s in self.steps if s.decode})

