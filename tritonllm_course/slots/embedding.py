@@ -2,7 +2,7 @@
 import torch
 
 from ..reference.embedding import embedding
-from . import implement, tensor_bytes
+from . import Edge, implement, tensor_bytes
 
 _TABLE: dict = {}   # the last large table, shared by the input sets of a benchmark
 
@@ -25,6 +25,20 @@ def _inputs(shape, dtype, device, gen):
     return {"ids": ids, "weight": _table(shape["vocab"], shape["hidden"], dtype, device, gen)}
 
 
+def _odd_sizes(shape: dict) -> Edge:
+    """The inputs of `shape` on a GPU: the real shapes are block-aligned, so masks, partial blocks and
+    several programs per axis go unchecked there without it."""
+    return Edge("odd sizes", lambda inputs, shape, dtype, gen: inputs, shape=shape, presets=("real",))
+
+
+def _first_and_last_rows(inputs, shape, dtype, gen):
+    """Ids at both ends of the table (random ids rarely draw them): a range check off by one at either
+    end (`row > 0`, `row < vocab - 1`) turns a valid token into a NaN row."""
+    inputs["ids"][0] = shape["vocab"] - 1
+    inputs["ids"][-1] = 0
+    return inputs
+
+
 implement(
     "embedding_lookup", family="embedding", function="embedding",
     reference=embedding,
@@ -38,6 +52,9 @@ implement(
     # the T rows read and written, not the table: a gather touches only the rows it names
     bytes=lambda inp: 2 * inp["ids"].numel() * inp["weight"][0].numel() * inp["weight"].element_size()
     + tensor_bytes(inp["ids"]),
+    edges=[Edge("ids 0 and vocab - 1", _first_and_last_rows, shape={"T": 3}),
+           _odd_sizes({"T": 7, "vocab": 1000, "hidden": 1030})],
+    dims={"out": ("token", "column")},
     exact=True,   # a copy: every element must be bit-identical
     torch_impl=lambda ids, weight: torch.nn.functional.embedding(ids, weight),   # what nn.Embedding runs
 )

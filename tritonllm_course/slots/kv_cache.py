@@ -3,7 +3,7 @@ import torch
 
 from .. import reference as R
 from ..reference.attention_extra import kv_cache_read_static, kv_cache_write_static
-from . import implement, tensor_bytes
+from . import Edge, implement, tensor_bytes
 
 
 def _cache(shape, dtype, device, gen):
@@ -24,6 +24,32 @@ def _write_inputs(shape, dtype, device, gen):
             "pos": torch.arange(start, start + T, dtype=torch.int32, device=device)}   # device positions
 
 
+def _odd_sizes(shape: dict) -> Edge:
+    """The inputs of `shape` on a GPU: the real shapes are block-aligned, so masks, partial blocks and
+    several programs per axis go unchecked there without it."""
+    return Edge("odd sizes", lambda inputs, shape, dtype, gen: inputs, shape=shape, presets=("real",))
+
+
+def _first_and_last_rows(inputs, shape, dtype, gen):
+    """Two tokens at the last cache row and at row 0, in that order: positions are any distinct rows,
+    not a run from pos[0], and a bound check off by one at either end drops a row."""
+    pos = inputs["pos"]
+    inputs["pos"] = torch.tensor([shape["max_len"] - 1, 0], dtype=pos.dtype, device=pos.device)
+    return inputs
+
+
+def _strided_tokens(inputs, shape, dtype, gen):
+    """k and v as column slices of wider projection outputs, each at its own token stride (neither is
+    the row kv_heads * head_dim): a kernel that assumes packed tokens, or one stride for both, reads
+    the wrong rows."""
+    for key, width in (("k", 2), ("v", 3)):
+        x = inputs[key]
+        T, row = x.shape[0], x.shape[1] * x.shape[2]
+        wide = torch.randn(T, width * row, generator=gen, device=x.device).to(dtype)
+        inputs[key] = wide[:, row:2 * row].unflatten(1, x.shape[1:])     # [T, kv_heads, head_dim] view
+    return inputs
+
+
 def _read_inputs(shape, dtype, device, gen):
     k_cache, v_cache = _cache(shape, dtype, device, gen)
     n = shape["length"]
@@ -34,14 +60,36 @@ def _read_inputs(shape, dtype, device, gen):
 
 
 def _read_out(inp):
+    if "k_out" in inp:   # the buffers of the edge below
+        return {"k_out": inp["k_out"], "v_out": inp["v_out"]}
     n = int(inp["length"][0])
     return {"k_out": torch.empty_like(inp["k_cache"][:n]), "v_out": torch.empty_like(inp["v_cache"][:n])}
+
+
+def _whole_cache_buffers(inputs, shape, dtype, gen):
+    """Output buffers of all max_len rows, as a CUDA graph keeps them: rows past the length must come out
+    0, and must not be read (they hold NaN). With rows == length a kernel that ignores the length
+    passes."""
+    inputs["k_out"] = torch.empty_like(inputs["k_cache"])
+    inputs["v_out"] = torch.empty_like(inputs["v_cache"])
+    return inputs
+
+
+def _read_reference(k_cache, v_cache, length, k_out=None, v_out=None):
+    """The first `length` rows, then zero rows up to the buffers' rows (when buffers are given)."""
+    k, v = R.kv_cache_read(k_cache, v_cache, length)
+    rows = k.shape[0] if k_out is None else k_out.shape[0]
+    return tuple(torch.cat([x, x.new_zeros(rows - x.shape[0], *x.shape[1:])]) for x in (k, v))
 
 
 implement(
     "cache_kv_write", family="kv_cache", function="kv_cache_write",
     reference=R.kv_cache_write, torch_impl=kv_cache_write_static,
     make_inputs=_write_inputs, mutated=("k_cache", "v_cache"),
+    edges=[Edge("rows max_len - 1 and 0", _first_and_last_rows, shape={"tokens": 2}),
+           Edge("strided k and v", _strided_tokens, shape={"tokens": 5}),
+           _odd_sizes({"tokens": 5, "kv_heads": 3, "head_dim": 24, "max_len": 19})],
+    dims={"k_cache": ("position", "kv head", "dim"), "v_cache": ("position", "kv head", "dim")},
     shapes={"tiny": [{"tokens": 1, "kv_heads": 2, "head_dim": 32, "max_len": 45},
                      {"tokens": 37, "kv_heads": 2, "head_dim": 32, "max_len": 45},
                      {"tokens": 5, "kv_heads": 3, "head_dim": 24, "max_len": 19}],
@@ -53,8 +101,11 @@ implement(
 
 implement(
     "cache_kv_read", family="kv_cache", function="kv_cache_read",
-    reference=R.kv_cache_read, torch_impl=kv_cache_read_static,
+    reference=_read_reference, torch_impl=kv_cache_read_static,
     make_inputs=_read_inputs, make_out=_read_out,
+    edges=[Edge("buffers of max_len rows", _whole_cache_buffers, presets=("tiny",)),
+           Edge("buffers of max_len rows", _whole_cache_buffers, shape={"length": 4000}, presets=("real",))],
+    dims={"k_out": ("position", "kv head", "dim"), "v_out": ("position", "kv head", "dim")},
     shapes={"tiny": [{"length": 37, "kv_heads": 2, "head_dim": 32, "max_len": 45},
                      {"length": 1, "kv_heads": 3, "head_dim": 24, "max_len": 19}],
             "real": [{"length": 4096, "kv_heads": 2, "head_dim": 256, "max_len": 4096},

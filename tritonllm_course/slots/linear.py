@@ -6,13 +6,15 @@ merged weights the engine runs, one GEMV per layer and projection group:
 - DeltaNet in_proj_qkv 6144 + z 2048 + b 16 + a 16 = 8224 x 1024;
 - MLP gate 3584 + up 3584 = 7168 x 1024; down 1024 x 3584; o_proj / out_proj 1024 x 2048;
 - the tied LM head 248,320 x 1024.
-The tiny ones are odd sizes (masks on every edge) and the tiny model's own merged sizes.
+The tiny ones are odd sizes (masks on every edge), the tiny model's own merged sizes, a decode shape
+with K > 2048 (the GEMV's widest step: two steps, the last one partial) and a prefill shape with
+M > 64 (two programs along M, the last one partial).
 """
 import torch
 
 from ..reference.linear import linear
 from ..reference.lm_head import lm_head
-from . import implement, tensor_bytes
+from . import Edge, implement, tensor_bytes
 
 
 def _inputs(shape, dtype, device, gen):
@@ -36,10 +38,26 @@ def _flops(inp):
     return 2 * M * N * K
 
 
+def _small_activations(inputs, shape, dtype, gen):
+    """x ~ 3e-4 (down_proj's input, silu(gate) * up, is often this small): x * W products are then
+    subnormal in fp16, so a kernel that multiplies before casting to fp32 loses their low bits."""
+    inputs["x"] = (inputs["x"].to(torch.float32) * 3e-4).to(inputs["x"].dtype)
+    return inputs
+
+
+def _odd_sizes(shape: dict) -> Edge:
+    """The inputs of `shape` on a GPU: the real shapes are block-aligned, so masks, partial blocks and
+    several programs per axis go unchecked there without it."""
+    return Edge("odd sizes", lambda inputs, shape, dtype, gen: inputs, shape=shape, presets=("real",))
+
+
 def _projection(name, function, tiny, real, **fields):
     implement(name, family="linear", function=function, make_inputs=_inputs, make_out=_out,
               bytes=_bytes, flops=_flops, shapes={"tiny": tiny, "real": real},
-              reference=fields.pop("reference", linear), **fields)
+              reference=fields.pop("reference", linear),
+              edges=[Edge("small activations", _small_activations),
+                     _odd_sizes(LONG_K if function == "gemv" else LONG_M)],
+              dims={"out": ("token", "feature")}, **fields)
 
 
 def _shape(M, N, K):
@@ -47,38 +65,40 @@ def _shape(M, N, K):
 
 
 PROMPT = 128   # the prefill length of the course's measurements
+LONG_K = _shape(1, 67, 2085)   # decode: BLOCK_K stops at 2048, so the K loop takes a partial second step
+LONG_M = _shape(67, 131, 200)  # prefill: BLOCK_M is 64 below M = 256 (N < 4096): two programs along M
 
 # decode: one token, the GEMV
 _projection("qkv_proj", "gemv",
-            tiny=[_shape(1, 509, 131), _shape(1, 392, 128)],
+            tiny=[_shape(1, 509, 131), _shape(1, 392, 128), LONG_K],
             real=[_shape(1, 5120, 1024), _shape(1, 8224, 1024)])
 _projection("attn_out_proj", "gemv",
-            tiny=[_shape(1, 131, 509), _shape(1, 128, 128)],
+            tiny=[_shape(1, 131, 509), _shape(1, 128, 128), LONG_K],
             real=[_shape(1, 1024, 2048)])
 _projection("mlp_gate_up", "gemv",
-            tiny=[_shape(1, 512, 128), _shape(1, 509, 131)],
+            tiny=[_shape(1, 512, 128), _shape(1, 509, 131), LONG_K],
             real=[_shape(1, 7168, 1024)])
 _projection("mlp_down_proj", "gemv",
-            tiny=[_shape(1, 128, 256), _shape(1, 131, 509)],
+            tiny=[_shape(1, 128, 256), _shape(1, 131, 509), LONG_K],
             real=[_shape(1, 1024, 3584)])
 _projection("logits_head", "gemv", reference=lm_head,
-            tiny=[_shape(1, 512, 128), _shape(1, 509, 131)],
+            tiny=[_shape(1, 512, 128), _shape(1, 509, 131), LONG_K],
             real=[_shape(1, 248320, 1024)])
 
 # prefill: a prompt of M tokens, the GEMM
 _projection("qkv_proj.prefill", "gemm", title="QKV projection (prefill)", op=2, chapter="05_projections",
             qwen="the merged attention / DeltaNet input projections over a whole prompt",
-            tiny=[_shape(37, 509, 131), _shape(16, 392, 128)],
+            tiny=[LONG_M, _shape(37, 509, 131), _shape(16, 392, 128)],
             real=[_shape(PROMPT, 5120, 1024), _shape(PROMPT, 8224, 1024)])
 _projection("attn_out_proj.prefill", "gemm", title="output projection (prefill)", op=8,
             chapter="09_output_residual", qwen="o_proj / out_proj over a whole prompt",
-            tiny=[_shape(37, 131, 509)],
+            tiny=[LONG_M, _shape(37, 131, 509)],
             real=[_shape(PROMPT, 1024, 2048)])
 _projection("mlp_gate_up.prefill", "gemm", title="MLP gate/up projection (prefill)", op=10,
             chapter="10_mlp", qwen="merged gate + up, 1024 -> 7168, over a whole prompt",
-            tiny=[_shape(19, 512, 128)],
+            tiny=[LONG_M, _shape(19, 512, 128)],
             real=[_shape(PROMPT, 7168, 1024)])
 _projection("mlp_down_proj.prefill", "gemm", title="MLP down projection (prefill)", op=12,
             chapter="10_mlp", qwen="3584 -> 1024 over a whole prompt",
-            tiny=[_shape(19, 131, 509)],
+            tiny=[LONG_M, _shape(19, 131, 509)],
             real=[_shape(PROMPT, 1024, 3584)])

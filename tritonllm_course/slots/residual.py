@@ -1,7 +1,7 @@
 """Slot specs of the residual adds (operators 9 and 13): one kernel, two places in every layer."""
 import torch
 
-from . import implement, tensor_bytes
+from . import Edge, implement, tensor_bytes
 from ..reference import residual_add
 
 
@@ -11,15 +11,24 @@ def _inputs(shape, dtype, device, gen):
             "residual": torch.randn(size, generator=gen, device=device).to(dtype)}
 
 
+def _fp32_stream(inputs, shape, dtype, gen):
+    """The fp16 mode's residual stream: fp32, past fp16's 65,504 (why it is kept in fp32). The sum must
+    be stored in the residual's dtype: rounded to x's, it overflows to inf."""
+    inputs["residual"] = 1e5 * torch.randn(inputs["residual"].shape, generator=gen, device=inputs["x"].device)
+    return inputs
+
+
 for _name in ("attn_residual", "mlp_residual"):
     implement(
         _name, family="residual", function="residual_add",
         reference=residual_add,
         make_inputs=_inputs,
         make_out=lambda inp: {"out": torch.empty_like(inp["residual"])},
-        # decode (T = 1) and a 128-token prefill; tiny: odd sizes, a partial last block
-        shapes={"tiny": [{"T": 3, "hidden": 130}, {"T": 1, "hidden": 1000}],
+        # decode (T = 1) and a 128-token prefill; tiny: odd sizes, several blocks of 1024 (a partial last)
+        shapes={"tiny": [{"T": 3, "hidden": 1030}, {"T": 1, "hidden": 1000}],
                 "real": [{"T": 1, "hidden": 1024}, {"T": 128, "hidden": 1024}]},
         bytes=lambda inp: 3 * tensor_bytes(inp["x"]),                               # read x, residual; write
         flops=lambda inp: inp["x"].numel(),
+        edges=[Edge("an fp32 residual stream", _fp32_stream)],
+        dims={"out": ("token", "column")},
     )

@@ -2,7 +2,7 @@
 reference given the same Gumbel noise."""
 import torch
 
-from . import implement, tensor_bytes
+from . import Edge, implement, tensor_bytes
 from .. import kernels
 from ..reference import argmax, sample
 from ..reference.sampling_extra import sample_with_noise
@@ -24,14 +24,47 @@ def _logits_with_ties(shape, dtype, device, gen):
     return inputs
 
 
+_TILES = {"rows": 3, "vocab": 12000, "num_blocks": 3}   # 3 blocks of two 2048-wide tiles
+
+
+def _all_negative(inputs, shape, dtype, gen):
+    """Every logit below 0 (ties kept: the row's maximum stays 1 above the rest): the merge must pad its
+    masked blocks with the lowest key, not with key 0 (the logit +0.0), which would then win."""
+    inputs["logits"] = inputs["logits"] - 20
+    return inputs
+
+
 def _sampling_inputs(shape, dtype, device, gen):
     logits = (3 * torch.randn(shape["rows"], shape["vocab"], generator=gen, device=device)).to(dtype)
     seed = int(torch.randint(0, 2**31 - 1, (1,), generator=gen, device=device))
-    return {"logits": logits, "temperature": shape["temperature"], "top_k": shape["top_k"],
-            "top_p": shape["top_p"], "seed": seed}
+    inputs = {"logits": logits, "temperature": shape["temperature"], "top_k": shape["top_k"],
+              "top_p": shape["top_p"], "seed": seed}
+    if "num_blocks" in shape:
+        inputs["num_blocks"] = shape["num_blocks"]
+    if shape.get("sure_winners"):
+        inputs = _sure_winners(inputs, shape, dtype, gen)
+    return inputs
 
 
-def _sampling_reference(logits, temperature, top_k, top_p, seed):
+_WINNERS = {"rows": 2, "vocab": 4200, "num_blocks": 2, "top_k": 0, "top_p": 1.0}   # see _sure_winners
+
+
+def _sure_winners(inputs, shape, dtype, gen):
+    """A logit 40 above the rest in each row (no noise draw can beat it), where a merge or lane bug loses
+    it: row 0's in the second tile of block 0 (a lane that keeps its first key), row 1's in block 1 (a
+    merge that keeps block 0, or reads row 0's blocks). vocab 4200 in 2 blocks: tiles [0, 2048),
+    [2048, 4096) in block 0, [4096, 4200) in block 1."""
+    logits = inputs["logits"]
+    top = logits.max(dim=-1).values + 40                                          # [rows]
+    spans = [(2048, 4096), (4096, shape["vocab"])]
+    for r in range(logits.shape[0]):
+        lo, hi = spans[r % 2]
+        at = int(torch.randint(lo, hi, (1,), generator=gen, device=logits.device))
+        logits[r, at] = top[r]
+    return inputs
+
+
+def _sampling_reference(logits, temperature, top_k, top_p, seed, num_blocks=None):
     """The same draw from PyTorch: the kernel's noise (from the seed), the filter as a threshold."""
     gumbel_noise = kernels.get("sampling", "gumbel_noise")
     noise = gumbel_noise(seed, logits.shape[0], logits.shape[-1], logits.device)
@@ -45,14 +78,19 @@ def _out(inp):
 implement(
     "argmax_sample", family="sampling", function="argmax",
     reference=lambda logits, num_blocks=None: argmax(logits),    # num_blocks: how the kernel splits the row
-    torch_impl=lambda logits: torch.argmax(logits, dim=-1),   # the reference's NaN check syncs the host
+    # the reference's NaN check syncs the host
+    torch_impl=lambda logits, num_blocks=None: torch.argmax(logits, dim=-1),
     make_inputs=_logits_with_ties,
     make_out=_out,
     exact=True,
-    # tiny 2: two blocks of two 2048-wide tiles each, so lanes see several elements
-    shapes={"tiny": [{"rows": 1, "vocab": 1000}, {"rows": 3, "vocab": 5003, "num_blocks": 2}],
+    # tiny 1: three blocks of two 2048-wide tiles each (lanes see several elements; the merge masks a
+    # block count that is not a power of two) over several rows
+    shapes={"tiny": [_TILES, {"rows": 1, "vocab": 1000}],
             "real": [{"rows": 1, "vocab": 248320}, {"rows": 128, "vocab": 248320}]},
     bytes=lambda inp: tensor_bytes(inp["logits"]) + 8 * inp["logits"].shape[0],
+    # on a GPU too: the real rows have one tile per block, so no lane sees two elements there
+    edges=[Edge("all logits negative", _all_negative, shape=_TILES)],
+    dims={"out": ("row",)},
 )
 
 implement(
@@ -61,14 +99,20 @@ implement(
     chapter="12_sampling", family="sampling", function="sample",
     reference=_sampling_reference,
     # PyTorch's way: sort, softmax, cumsum, multinomial
-    torch_impl=lambda logits, temperature, top_k, top_p, seed: sample(logits, temperature, top_k, top_p),
+    torch_impl=lambda logits, temperature, top_k, top_p, seed, num_blocks=None:
+        sample(logits, temperature, top_k, top_p),
     make_inputs=_sampling_inputs,
     make_out=_out,
     exact=True,
-    shapes={"tiny": [{"rows": 2, "vocab": 777, "temperature": 0.8, "top_k": 40, "top_p": 0.9},
-                     {"rows": 1, "vocab": 3001, "temperature": 1.3, "top_k": 0, "top_p": 0.8}],
+    # tiny 1: temperature alone (no threshold search: the slow part under the interpreter), winners
+    # where a merge or lane bug loses them (an edge on a GPU); tiny 3: one block of two 2048-wide tiles
+    shapes={"tiny": [{**_WINNERS, "temperature": 0.8, "sure_winners": True},
+                     {"rows": 2, "vocab": 777, "temperature": 0.8, "top_k": 40, "top_p": 0.9},
+                     {"rows": 1, "vocab": 3001, "temperature": 1.3, "top_k": 0, "top_p": 0.8, "num_blocks": 1}],
             "real": [{"rows": 1, "vocab": 248320, "temperature": 0.7, "top_k": 50, "top_p": 0.9},
                      {"rows": 1, "vocab": 248320, "temperature": 1.0, "top_k": 0, "top_p": 0.95},
                      {"rows": 1, "vocab": 248320, "temperature": 1.0, "top_k": 0, "top_p": 1.0}]},
     bytes=lambda inp: tensor_bytes(inp["logits"]) + 8 * inp["logits"].shape[0],   # the logits, read once
+    edges=[Edge("sure winners late in the row", _sure_winners, shape=_WINNERS, presets=("real",))],
+    dims={"out": ("row",)},
 )
