@@ -4,6 +4,10 @@ decode and prefill attention, and the output gate.
 Shapes: "heads"/"kv_heads"/"head_dim" as in Qwen3.5 (8 / 2 / 256; tiny: 4 / 2 / 32, or odd sizes),
 "tokens" = T queries, "keys" = S keys. Queries sit at the last T positions of the S keys (a prefill
 after `S - T` cached tokens), so the causal mask has both full and partial rows.
+
+Tiny shapes cross every tile boundary the interpreter's kernels have: more than one program on each
+grid axis (keys past 64, head_dim past 32 or 64), a partial last tile, a newest position at the start
+of a key block (key 64 of 65: a loop that stops at the position instead of after it misses it).
 """
 import math
 
@@ -11,11 +15,14 @@ import torch
 
 from .. import reference as R
 from ..reference.attention_extra import decode_attention_static
-from . import implement, tensor_bytes
+from . import Edge, implement, tensor_bytes
+from .common import scaled
 
 TINY = {"heads": 4, "kv_heads": 2, "head_dim": 32}
 ODD = {"heads": 6, "kv_heads": 2, "head_dim": 24}     # G = 3, head_dim not a power of two
+WIDE = {"heads": 4, "kv_heads": 2, "head_dim": 80}    # head_dim past one 32- or 64-wide tile, not a power of two
 REAL = {"heads": 8, "kv_heads": 2, "head_dim": 256}
+RAMP = 8.0    # natural-log units the scaled scores rise by from the first key to the last
 
 
 def _randn(gen, dtype, device, *size, std=1.0):
@@ -37,6 +44,32 @@ def _scores(shape, dtype, device, gen):
     return _randn(gen, dtype, device, shape["heads"], shape["tokens"], shape["keys"], std=math.sqrt(D))
 
 
+def rising_scores(q, k, n: int, scale: float) -> None:
+    """In place: scores q . k[j] * scale that rise by RAMP from key 0 to key n-1, so that the maximum sits
+    in the last key block. An online softmax then raises its max block after block: one that never
+    rescales its accumulator or sum is far off (random scores give a late max only sometimes).
+    q [..., D]: its component along u = ones / sqrt(D) set to A; k [rows, KV, D]: k[j] += ramp(j) u for
+    j < n (rows past n, the NaN of a cache past its length, stay)."""
+    A = 3.0
+    D = q.shape[-1]
+    u = torch.full((D,), D ** -0.5, dtype=torch.float32, device=q.device)
+    qf = q.to(torch.float32)
+    q.copy_(qf - (qf @ u)[..., None] * u + A * u)
+    ramp = torch.arange(n, dtype=torch.float32, device=k.device) * (RAMP / (A * scale * max(n - 1, 1)))
+    k[:n] = (k[:n].to(torch.float32) + ramp[:, None, None] * u).to(k.dtype)
+
+
+def rising_edge(k_key: str, tiny: dict, real: dict) -> list[Edge]:
+    """The `rising_scores` edge of a kernel with inputs q, `k_key` (k or k_cache) and scale, at its own
+    tiny and real shapes, each of several key blocks (of the interpreter's and of the GPU's tiles)."""
+    def apply(inputs, shape, dtype, gen):
+        n = shape["length"] if "length" in shape else shape["keys"]
+        rising_scores(inputs["q"], inputs[k_key], n, inputs["scale"])
+        return inputs
+    name = "scores rising to the last key"
+    return [Edge(name, apply, tiny, presets=("tiny",)), Edge(name, apply, real, presets=("real",))]
+
+
 # --- op 5 ------------------------------------------------------------------------------------------
 def _qk_inputs(shape, dtype, device, gen):
     return {"q": _randn(gen, dtype, device, shape["tokens"], shape["heads"], shape["head_dim"]),
@@ -47,12 +80,14 @@ implement(
     "qk_score", family="attention", function="qk_scores", reference=R.qk_scores,
     make_inputs=_qk_inputs,
     make_out=lambda inp: {"out": inp["q"].new_empty(inp["q"].shape[1], inp["q"].shape[0], inp["k"].shape[0])},
-    shapes={"tiny": [{"tokens": 37, "keys": 45, **TINY}, {"tokens": 1, "keys": 45, **TINY},
-                     {"tokens": 7, "keys": 19, **ODD}],
+    # 70 keys: two 64-key programs; 74 rows: two 64-row programs; 80 dims: two 64-dim steps
+    shapes={"tiny": [{"tokens": 37, "keys": 70, **TINY}, {"tokens": 1, "keys": 45, **TINY},
+                     {"tokens": 7, "keys": 19, **ODD}, {"tokens": 3, "keys": 20, **WIDE}],
             "real": [{"tokens": 128, "keys": 128, **REAL}, {"tokens": 1, "keys": 4096, **REAL}]},
     bytes=lambda inp: tensor_bytes(inp["q"], inp["k"])
     + inp["q"].shape[0] * inp["q"].shape[1] * inp["k"].shape[0] * inp["q"].element_size(),
     flops=lambda inp: 2 * inp["q"].numel() * inp["k"].shape[0],
+    dims={"out": ("head", "token", "key")},
 )
 
 
@@ -66,21 +101,32 @@ implement(
     make_out=lambda inp: {"out": torch.empty(inp["pos"].shape[0], inp["kv_len"], dtype=torch.int8,
                                              device=inp["pos"].device)},
     exact=True,
+    # 37 tokens: three 16-token programs; 200 keys: two 128-key programs; T != S (a prompt continued
+    # after cached tokens): rows S apart, not T
     shapes={"tiny": [{"tokens": 37, "keys": 45}, {"tokens": 1, "keys": 45}, {"tokens": 200, "keys": 200}],
-            "real": [{"tokens": 128, "keys": 128}, {"tokens": 1, "keys": 4096}]},
+            "real": [{"tokens": 128, "keys": 128}, {"tokens": 1, "keys": 4096}, {"tokens": 100, "keys": 612}]},
     bytes=lambda inp: inp["pos"].shape[0] * (inp["kv_len"] + inp["pos"].element_size()),
+    extra={"bench": [0, 1]},         # timed: prefill and decode; the continued prompt is for the check
+    dims={"out": ("token", "key")},
 )
 
 
 # --- ops 21 and 6 ----------------------------------------------------------------------------------
+# Scaled scores of std 50: exp of the largest overflows fp32 unless the row max is subtracted first.
+HUGE_SCORES = scaled("scores", "huge scores", 50.0)
+SOFTMAX_DIMS = {"out": ("head", "token", "key")}
+
 implement(
     "scale_softmax", family="attention", function="scaled_softmax", reference=R.scaled_softmax,
     make_inputs=lambda shape, dtype, device, gen: {"scores": _scores(shape, dtype, device, gen),
                                                    "scale": _scale(shape)},
     make_out=lambda inp: {"out": torch.empty_like(inp["scores"])},
-    shapes={"tiny": [{"tokens": 13, "keys": 21, **TINY}, {"tokens": 1, "keys": 3000, **TINY}],
+    # 3000 keys: two 2048-key steps per lane, so lanes' running sums are rescaled and combined
+    shapes={"tiny": [{"tokens": 5, "keys": 21, **TINY}, {"tokens": 1, "keys": 3000, **TINY}],
             "real": [{"tokens": 128, "keys": 128, **REAL}, {"tokens": 1, "keys": 4096, **REAL}]},
     bytes=lambda inp: 2 * tensor_bytes(inp["scores"]),
+    edges=[HUGE_SCORES],
+    dims=SOFTMAX_DIMS,
 )
 
 
@@ -93,9 +139,12 @@ implement(
     "softmax_mask", family="attention", function="masked_softmax", reference=R.masked_softmax,
     make_inputs=_masked_inputs,
     make_out=lambda inp: {"out": torch.empty_like(inp["scores"])},
-    shapes={"tiny": [{"tokens": 13, "keys": 21, **TINY}, {"tokens": 5, "keys": 2500, **TINY}],
+    # 2100 keys: two 2048-key steps, the mask partial in the second
+    shapes={"tiny": [{"tokens": 5, "keys": 21, **TINY}, {"tokens": 2, "keys": 2100, **TINY}],
             "real": [{"tokens": 128, "keys": 128, **REAL}, {"tokens": 1, "keys": 4096, **REAL}]},
     bytes=lambda inp: 2 * tensor_bytes(inp["scores"]) + tensor_bytes(inp["mask"]),
+    edges=[HUGE_SCORES],
+    dims=SOFTMAX_DIMS,
 )
 
 
@@ -110,12 +159,15 @@ implement(
     "pv_agg", family="attention", function="pv", reference=R.pv,
     make_inputs=_pv_inputs,
     make_out=lambda inp: {"out": inp["v"].new_empty(inp["p"].shape[1], inp["p"].shape[0], inp["v"].shape[2])},
-    shapes={"tiny": [{"tokens": 37, "keys": 45, **TINY}, {"tokens": 1, "keys": 45, **TINY},
+    # 70 keys: two 64-key steps; 74 rows: two 64-row programs; decode (2 rows) at 80 dims: three
+    # 32-dim programs
+    shapes={"tiny": [{"tokens": 37, "keys": 70, **TINY}, {"tokens": 1, "keys": 45, **WIDE},
                      {"tokens": 7, "keys": 19, **ODD}],
             "real": [{"tokens": 128, "keys": 128, **REAL}, {"tokens": 1, "keys": 4096, **REAL}]},
     bytes=lambda inp: tensor_bytes(inp["p"], inp["v"])
     + inp["p"].shape[0] * inp["p"].shape[1] * inp["v"].shape[2] * inp["v"].element_size(),
     flops=lambda inp: 2 * inp["p"].numel() * inp["v"].shape[2],
+    dims={"out": ("token", "head", "dim")},
 )
 
 
@@ -149,6 +201,10 @@ implement(
                      {"length": 128, "max_len": 4096, **REAL}]},
     bytes=_decode_bytes,
     flops=lambda inp: 4 * inp["q"].numel() * int(inp["length"][0]),
+    # several 32- and 64-row steps; tiny: the whole cache in use (length = max_len), real: a length that
+    # ends inside a 64-row step (the real shapes' lengths are multiples of 64)
+    edges=rising_edge("k_cache", {"length": 130, "max_len": 130, **ODD}, {"length": 4000, "max_len": 4096}),
+    dims={"out": ("head", "dim")},
 )
 
 
@@ -166,12 +222,18 @@ implement(
     family="attention", function="attention", reference=R.attention,
     make_inputs=_attention_inputs,
     make_out=lambda inp: {"out": torch.empty_like(inp["q"])},
-    shapes={"tiny": [{"tokens": 37, "keys": 37, **TINY}, {"tokens": 7, "keys": 45, **ODD},
-                     {"tokens": 1, "keys": 45, **TINY}],
-            "real": [{"tokens": 128, "keys": 128, **REAL}, {"tokens": 1, "keys": 1024, **REAL}]},
+    # 1 token at position 64 (1,024 on the GPU): the first key of a 64-key block
+    shapes={"tiny": [{"tokens": 37, "keys": 37, **TINY}, {"tokens": 1, "keys": 65, **TINY},
+                     {"tokens": 7, "keys": 45, **ODD}],
+            "real": [{"tokens": 128, "keys": 128, **REAL}, {"tokens": 1, "keys": 1024, **REAL},
+                     {"tokens": 1, "keys": 1025, **REAL}]},
+    extra={"bench": [0, 1]},         # timed: prefill and decode; the block-start position is for the check
     bytes=lambda inp: tensor_bytes(inp["q"], inp["k"], inp["v"], inp["pos"], inp["q"]),
     # causal: token t does 4 * head_dim FLOPs per head for each of its pos[t] + 1 keys
     flops=lambda inp: 4 * inp["q"].shape[1] * inp["q"].shape[2] * int((inp["pos"].long() + 1).sum()),
+    # three 64-key blocks: pass 1 raises its max block after block
+    edges=rising_edge("k", {"tokens": 3, "keys": 130, **ODD}, {"tokens": 128, "keys": 1024}),
+    dims={"out": ("token", "head", "dim")},
 )
 
 
@@ -186,15 +248,18 @@ def with_gate(make_inputs):
 
 
 def _gate_inputs(shape, dtype, device, gen):
-    return {"o": _randn(gen, dtype, device, shape["tokens"], shape["width"]),
-            "gate": _randn(gen, dtype, device, shape["tokens"], shape["width"])}
+    # the gate as the model has it: a column slice of a wider projection output, tokens 2 * width apart
+    T, W = shape["tokens"], shape["width"]
+    return {"o": _randn(gen, dtype, device, T, W), "gate": _randn(gen, dtype, device, T, 2 * W)[:, W:]}
 
 
 implement(
     "attn_output_gate", family="attention", function="output_gate", reference=R.output_gate,
     make_inputs=_gate_inputs,
     make_out=lambda inp: {"out": torch.empty_like(inp["o"])},
-    shapes={"tiny": [{"tokens": 7, "width": 100}, {"tokens": 1, "width": 128}],
+    # 2200 elements: three 1024-element programs, the last partial
+    shapes={"tiny": [{"tokens": 11, "width": 200}, {"tokens": 1, "width": 128}],
             "real": [{"tokens": 1, "width": 2048}, {"tokens": 128, "width": 2048}]},
     bytes=lambda inp: 3 * tensor_bytes(inp["o"]),
+    dims={"out": ("token", "column")},
 )

@@ -1,14 +1,17 @@
 """Slot spec of chapter 22: FlashAttention for prefill, against the reference `attention`.
 
 Shapes as in chapter 08 ("tokens" queries at the last T of "keys" positions). Tiny: the interpreter's
-32-row, 16-key tiles cross several row blocks, whole (bulk) key blocks and diagonal ones. Real: the
-prefill of a 128-, 1,024- and 4,096-token prompt, and a prompt continued after cached tokens.
+32-row, 16-key tiles cross several row blocks, whole (bulk) key blocks and diagonal ones; one token at
+position 64, the first key of a block (a diagonal loop that stops at the newest position misses it).
+Real: the prefill of a 128-, 1,024- and 4,096-token prompt, a prompt continued after cached tokens, and
+one token at position 1,024 (the first key of a 64-key block).
+Edge: scores rising along the keys, so that every key block raises the online softmax's max.
 """
 import torch
 
 from .. import reference as R
 from . import implement, tensor_bytes
-from .attention import ODD, REAL, TINY, _attention_inputs, with_gate
+from .attention import ODD, REAL, TINY, _attention_inputs, rising_edge, with_gate
 
 
 def _bytes(inp):
@@ -21,17 +24,24 @@ def _flops(inp):
     return 4 * inp["q"].shape[1] * inp["q"].shape[2] * int((inp["pos"].long() + 1).sum())
 
 
+# 7 tokens at 63 .. 69: four whole (bulk) key blocks, then the diagonal one
+RISING = rising_edge("k", {"tokens": 7, "keys": 70, **ODD}, {"tokens": 100, "keys": 612})
+DIMS = {"out": ("token", "head", "dim")}
+
 implement(
     "flash_attention", family="flash_attention", function="flash_attention", reference=R.attention,
     make_inputs=_attention_inputs,
     make_out=lambda inp: {"out": torch.empty_like(inp["q"])},
-    shapes={"tiny": [{"tokens": 37, "keys": 37, **TINY}, {"tokens": 29, "keys": 70, **ODD},
-                     {"tokens": 1, "keys": 45, **TINY}],
+    shapes={"tiny": [{"tokens": 37, "keys": 37, **TINY}, {"tokens": 1, "keys": 65, **TINY},
+                     {"tokens": 29, "keys": 70, **ODD}],
             "real": [{"tokens": 128, "keys": 128, **REAL}, {"tokens": 1024, "keys": 1024, **REAL},
-                     {"tokens": 4096, "keys": 4096, **REAL}, {"tokens": 100, "keys": 612, **REAL}]},
+                     {"tokens": 4096, "keys": 4096, **REAL}, {"tokens": 100, "keys": 612, **REAL},
+                     {"tokens": 1, "keys": 1025, **REAL}]},
     bytes=_bytes,
     flops=_flops,
-    extra={"bench": [0, 1, 2]},      # timed: the three prompt lengths; the continued prompt is for the check
+    extra={"bench": [0, 1, 2]},      # timed: the three prompt lengths; the others are for the check
+    edges=RISING,
+    dims=DIMS,
 )
 
 
@@ -52,4 +62,6 @@ implement(
     bytes=lambda inp: _bytes(inp) + tensor_bytes(inp["gate"]),
     flops=_flops,
     extra={"bench": [0]},
+    edges=RISING,
+    dims=DIMS,
 )

@@ -1,36 +1,71 @@
 """Slot spec of chapter 24: FlashDecoding, against the reference `decode_attention` (the length in
 device memory, cache rows past it filled with NaN so that a kernel reading them fails).
 
-Tiny: the interpreter's 16-row steps split caches of a few dozen rows; lengths that are not a multiple
-of a step, length 1 in a 200-row cache (one split in use of 13), odd heads and head_dim. Real: the
-cache lengths 128 .. 16,384 with max_len = length (timed), then a short length in a long cache, where
-most splits are empty.
+Tiny: the interpreter's 16-row steps split a cache of a few dozen rows, its length not a multiple of a
+step, head_dim 80 (two merge programs of 64 dims); odd heads and head_dim, and length 1 in a 200-row
+cache, in the edges. Real: the cache lengths 128 .. 16,384 with max_len = length (timed), then a short
+length in a long cache, where most splits are empty.
+
+Edges pass `num_splits` (the default gives tiny caches one 16-row block per split) and a NaN-poisoned
+`partials` scratch. Scores rising to the cache's last row over 3 splits of 44 rows: an online softmax
+that never rescales is far off, a floored chunk (43) loses the last row, where the maximum is, and a split
+masked at the length, not at its end, adds rows of the next one. Length 1 over 5 splits: a merge that
+reads the partials of the 4 past the length reads NaN.
 """
 import torch
 
 from .. import reference as R
 from ..reference.attention_extra import decode_attention_static
-from . import implement, tensor_bytes
-from .attention import ODD, REAL, TINY, _decode_bytes, _decode_inputs, with_gate
+from . import Edge, implement, tensor_bytes
+from .attention import ODD, REAL, TINY, WIDE, _decode_bytes, _decode_inputs, rising_scores, with_gate
+
+
+def split_edge(name: str, splits: int, tiny: dict, real: dict, rising: bool = False) -> list[Edge]:
+    """The inputs at `tiny` / `real` with num_splits = `splits` and the partials scratch full of NaN
+    (rising: and `rising_scores` over the cache rows in use)."""
+    def apply(inputs, shape, dtype, gen):
+        q = inputs["q"]
+        if rising:
+            rising_scores(q, inputs["k_cache"], shape["length"], inputs["scale"])
+        inputs["num_splits"] = splits
+        inputs["partials"] = torch.full((q.shape[0] * splits * (q.shape[1] + 2),), float("nan"),
+                                        dtype=torch.float32, device=q.device)
+        return inputs
+    return [Edge(name, apply, tiny, presets=("tiny",)), Edge(name, apply, real, presets=("real",))]
+
+
+RISING = split_edge("scores rising to the last row, 3 splits", 3, {"length": 130, "max_len": 130, **ODD},
+                    {"length": 4096, "max_len": 4096}, rising=True)
+EDGES = RISING + split_edge("length 1, splits past it", 5, {"length": 1, "max_len": 200, **TINY},
+                            {"length": 1, "max_len": 4096})
+DIMS = {"out": ("head", "dim")}
+
+
+def decode_reference(q, k_cache, v_cache, length, scale, num_splits=None, partials=None):
+    """`decode_attention`; the split count and scratch that the edges pass change nothing in the result."""
+    return R.decode_attention(q, k_cache, v_cache, length, scale)
+
 
 implement(
-    "flash_decoding", family="flash_decoding", function="flash_decoding", reference=R.decode_attention,
+    "flash_decoding", family="flash_decoding", function="flash_decoding", reference=decode_reference,
     torch_impl=decode_attention_static,
     make_inputs=_decode_inputs,
     make_out=lambda inp: {"out": torch.empty_like(inp["q"])},
-    shapes={"tiny": [{"length": 37, "max_len": 45, **TINY}, {"length": 1, "max_len": 200, **TINY},
-                     {"length": 100, "max_len": 130, **ODD}],
+    shapes={"tiny": [{"length": 37, "max_len": 45, **WIDE}],     # length 1 and odd sizes in the edges
             "real": [{"length": n, "max_len": n, **REAL} for n in (128, 1024, 4096, 16384)]
             + [{"length": 1, "max_len": 4096, **REAL}, {"length": 1000, "max_len": 16384, **REAL}]},
     bytes=_decode_bytes,
     flops=lambda inp: 4 * inp["q"].numel() * int(inp["length"][0]),
     extra={"bench": [0, 1, 2, 3]},   # timed: the four lengths; the short-in-long caches are for the check
+    edges=EDGES,
+    dims=DIMS,
 )
 
 
 # --- with the output gate (the engine's fast level) ---------------------------------------------------
-def gated_decode_attention(q, k_cache, v_cache, length, scale, gate):
-    """The reference chain the fused kernels replace: decode attention, then the output gate."""
+def gated_decode_attention(q, k_cache, v_cache, length, scale, gate, num_splits=None, partials=None):
+    """The reference chain the fused kernels replace: decode attention, then the output gate (the edges'
+    split count and scratch change nothing in the result)."""
     return R.output_gate(R.decode_attention(q, k_cache, v_cache, length, scale), gate)
 
 
@@ -46,9 +81,11 @@ implement(
     torch_impl=gated_decode_attention_static,
     make_inputs=with_gate(_decode_inputs),
     make_out=lambda inp: {"out": torch.empty_like(inp["q"])},
-    shapes={"tiny": [{"length": 37, "max_len": 45, **TINY}, {"length": 100, "max_len": 130, **ODD}],
+    shapes={"tiny": [{"length": 37, "max_len": 45, **TINY}],     # odd sizes in the edge
             "real": [{"length": 128, "max_len": 128, **REAL}, {"length": 4096, "max_len": 4096, **REAL}]},
     bytes=lambda inp: _decode_bytes(inp) + tensor_bytes(inp["gate"]),
     flops=lambda inp: 4 * inp["q"].numel() * int(inp["length"][0]),
     extra={"bench": [0, 1]},
+    edges=RISING,
+    dims=DIMS,
 )
