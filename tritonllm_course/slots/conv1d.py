@@ -25,9 +25,11 @@ def _decode_inputs(shape, dtype, device, gen):
 
 
 def _heads_inputs(shape, dtype, device, gen, T, with_state):
-    C = (2 * shape["H"] + shape["HV"]) * shape["D"]
+    """x of 2 * H key heads of D channels and HV value heads of DV (default D)."""
+    DV = shape.get("DV", shape["D"])
+    C = 2 * shape["H"] * shape["D"] + shape["HV"] * DV
     inputs = _conv_inputs(T, C, shape["K"], with_state, dtype, device, gen)
-    return {**inputs, "key_heads": shape["H"], "head_dim": shape["D"]}
+    return {**inputs, "key_heads": shape["H"], "head_dim": shape["D"], "value_head_dim": DV}
 
 
 def _new_state(inp):
@@ -40,11 +42,11 @@ def _prefill_out(inp):
 
 def _qkv_out(inp):
     """q, k in fp32 (what the delta rule reads), v in x's dtype."""
-    T, H, D, x = inp["x"].shape[0], inp["key_heads"], inp["head_dim"], inp["x"]
-    HV = x.shape[1] // D - 2 * H
+    T, H, D, DV, x = inp["x"].shape[0], inp["key_heads"], inp["head_dim"], inp["value_head_dim"], inp["x"]
+    HV = (x.shape[1] - 2 * H * D) // DV
     return {"q": torch.empty(T, H, D, dtype=torch.float32, device=x.device),
             "k": torch.empty(T, H, D, dtype=torch.float32, device=x.device),
-            "v": torch.empty(T, HV, D, dtype=x.dtype, device=x.device)}
+            "v": torch.empty(T, HV, DV, dtype=x.dtype, device=x.device)}
 
 
 def _read_and_written(make_out, state_rewritten):
@@ -55,14 +57,20 @@ def _read_and_written(make_out, state_rewritten):
     return count
 
 
+_STATE = ("channel", "tap")
+_QKV = {"q": ("token", "key head", "column"), "k": ("token", "key head", "column"),
+        "v": ("token", "value head", "column")}
+
 implement(
     "conv1d_prefill", family="conv1d", function="conv1d_prefill", reference=conv1d_prefill,
     make_inputs=_prefill_inputs, make_out=_prefill_out,
-    shapes={"tiny": [{"T": 9, "C": 96, "K": 4, "state": 1}, {"T": 3, "C": 40, "K": 4, "state": 1},
+    # T = 21, C = 160: two tiles of 16 tokens x 128 channels on each grid axis, the last ones partial
+    shapes={"tiny": [{"T": 21, "C": 160, "K": 4, "state": 1}, {"T": 3, "C": 40, "K": 4, "state": 1},
                      {"T": 5, "C": 37, "K": 4, "state": 0}],
             "real": [{"T": 128, "C": 6144, "K": 4, "state": 0}, {"T": 4096, "C": 6144, "K": 4, "state": 0},
                      {"T": 128, "C": 6144, "K": 4, "state": 1}]},
     bytes=_read_and_written(_prefill_out, False),
+    dims={"out": ("token", "channel"), "new_state": _STATE},
 )
 
 implement(
@@ -71,6 +79,7 @@ implement(
     mutated=("conv_state",),
     shapes={"tiny": [{"C": 70, "K": 4}, {"C": 300, "K": 4}], "real": [{"C": 6144, "K": 4}]},
     bytes=_read_and_written(lambda inp: {"out": inp["x"]}, True),
+    dims={"out": ("token", "channel"), "conv_state": _STATE},
 )
 
 implement(
@@ -81,9 +90,11 @@ implement(
                                                                 shape["state"]),
     make_out=lambda inp: {**_qkv_out(inp), "new_state": _new_state(inp)},
     shapes={"tiny": [{"T": 5, "H": 2, "HV": 4, "D": 24, "K": 4, "state": 1},
-                     {"T": 18, "H": 1, "HV": 1, "D": 32, "K": 4, "state": 0}],
+                     {"T": 18, "H": 1, "HV": 1, "D": 32, "K": 4, "state": 0},
+                     {"T": 4, "H": 1, "HV": 3, "D": 16, "DV": 12, "K": 4, "state": 1}],
             "real": [{"T": 128, "H": 16, "HV": 16, "D": 128, "K": 4, "state": 0}]},
     bytes=_read_and_written(lambda inp: {**_qkv_out(inp), "new_state": _new_state(inp)}, False),
+    dims={**_QKV, "new_state": _STATE},
 )
 
 implement(
@@ -93,7 +104,9 @@ implement(
     family="conv1d", function="conv1d_l2norm_decode", reference=conv1d_l2norm_decode,
     make_inputs=lambda shape, dtype, device, gen: _heads_inputs(shape, dtype, device, gen, 1, True),
     make_out=_qkv_out, mutated=("conv_state",),
-    shapes={"tiny": [{"H": 2, "HV": 4, "D": 24, "K": 4}, {"H": 1, "HV": 3, "D": 16, "K": 4}],
+    shapes={"tiny": [{"H": 2, "HV": 4, "D": 24, "K": 4}, {"H": 1, "HV": 3, "D": 16, "K": 4},
+                     {"H": 1, "HV": 2, "D": 16, "DV": 24, "K": 4}],
             "real": [{"H": 16, "HV": 16, "D": 128, "K": 4}]},
     bytes=_read_and_written(_qkv_out, True),
+    dims={**_QKV, "conv_state": _STATE},
 )

@@ -6,7 +6,7 @@ the definition gives, not merely what another chunked formula gives.
 import torch
 import torch.nn.functional as F
 
-from . import implement, tensor_bytes
+from . import Edge, implement, tensor_bytes
 from ..reference import gated_delta_rule_chunked, gated_delta_rule_recurrent, l2norm_qk
 
 
@@ -20,12 +20,26 @@ def make_inputs(shape, dtype, device, gen):
         return torch.randn(*size, device=device, generator=gen)
 
     q, k = l2norm_qk(randn(T, H, DK), randn(T, H, DK))
-    inputs = {"q": q.to(dtype), "k": k.to(dtype), "v": randn(T, HV, DV).to(dtype),
+    q, k, v = q.to(dtype), k.to(dtype), randn(T, HV, DV).to(dtype)
+    if shape.get("views"):
+        q, k, v = (_token_view(x, pad, gen) for x, pad in ((q, 8), (k, 24), (v, 40)))
+    inputs = {"q": q, "k": k, "v": v,
               "g": F.logsigmoid(randn(T, HV) + 4.0), "beta": torch.sigmoid(randn(T, HV)).to(dtype),
               "initial_state": 0.5 * randn(HV, DK, DV) if shape.get("state", True) else None}
     if "chunk" in shape:
         inputs["chunk_size"] = shape["chunk"]
     return inputs
+
+
+def _token_view(x, pad, gen):
+    """x [T, heads, D] as a token-strided view, as the model slices q, k, v out of one projection: each
+    token's row sits `pad` columns into a row of heads * D + pad, the other columns random. Distinct pads
+    give q, k and v distinct token strides: a kernel that assumes packed rows, or reads one tensor at
+    another's stride, reads the wrong tokens."""
+    T, heads, D = x.shape
+    rows = torch.randn(T, heads * D + pad, device=x.device, generator=gen).to(x.dtype)
+    rows[:, pad:] = x.reshape(T, heads * D)
+    return rows[:, pad:].view(T, heads, D)
 
 
 def make_out(inp):
@@ -62,24 +76,39 @@ def chunked_flops(inp):
     return 2 * T * HV * (C * (3 * DK + 2 * DV) + 3 * DK * DV)
 
 
+def _same(inputs, shape, dtype, gen):
+    return inputs
+
+
+DIMS = {"out": ("token", "value head", "value column"), "final_state": ("value head", "key row", "value column")}
+
 _REAL = {"H": 16, "HV": 16, "DK": 128, "DV": 128}     # Qwen3.5-0.8B: 16 key and 16 value heads of 128
 
 implement(
     "gated_delta_recurrent", family="delta_rule", function="gated_delta_rule_recurrent",
     reference=recurrence, make_inputs=make_inputs, make_out=make_out,
+    # T = 7: every token through views at distinct token strides (q, k and v sliced out of wider rows),
+    # and HV != H, so that a token's g, beta and o rows (HV wide) are not confused with q's and k's (H)
     shapes={"tiny": [{"T": 1, "H": 2, "HV": 4, "DK": 32, "DV": 24},
-                     {"T": 7, "H": 3, "HV": 3, "DK": 24, "DV": 40, "state": False}],
-            "real": [{"T": 1, **_REAL}, {"T": 16, **_REAL}]},
-    bytes=moved, flops=recurrent_flops,
+                     {"T": 7, "H": 1, "HV": 2, "DK": 24, "DV": 24, "state": False, "views": 1}],
+            "real": [{"T": 1, **_REAL}, {"T": 16, **_REAL, "views": 1}]},
+    bytes=moved, flops=recurrent_flops, dims=DIMS,
     extra={"bench": [0]},    # the decode step; T = 16 is there for the check
 )
 
 implement(
     "gated_delta_chunked", family="delta_rule", function="gated_delta_rule_chunked",
     reference=recurrence, torch_impl=gated_delta_rule_chunked, make_inputs=make_inputs, make_out=make_out,
-    shapes={"tiny": [{"T": 37, "H": 2, "HV": 4, "DK": 32, "DV": 24, "chunk": 16},
-                     {"T": 70, "H": 1, "HV": 2, "DK": 24, "DV": 40, "chunk": 32, "state": False},
-                     {"T": 67, "H": 1, "HV": 1, "DK": 32, "DV": 32, "chunk": 64}],
+    # every chunk size, the last chunk always partial; the cheapest shape first (a fail_fast check stops
+    # at the first failing case, and each of these catches a wrong chunk formula)
+    shapes={"tiny": [{"T": 67, "H": 1, "HV": 1, "DK": 32, "DV": 32, "chunk": 64},
+                     {"T": 37, "H": 1, "HV": 2, "DK": 32, "DV": 24, "chunk": 16},
+                     {"T": 70, "H": 1, "HV": 2, "DK": 24, "DV": 40, "chunk": 32, "state": False}],
             "real": [{"T": 128, **_REAL, "chunk": 64}, {"T": 1024, **_REAL, "chunk": 64}]},
-    bytes=moved, flops=chunked_flops,
+    # on the GPU, the chunk sizes the model runs (`chunk_size_for`: 16 up to 128 tokens, 32 beyond), with a
+    # partial last chunk (the real shapes above, the benchmark's, are whole chunks of 64)
+    edges=[Edge("chunks of 16, the last partial", _same, shape={"T": 100, "chunk": 16}, presets=("real",)),
+           Edge("chunks of 32, the last partial", _same, shape={"T": 300, "chunk": 32, "state": False},
+                presets=("real",))],
+    bytes=moved, flops=chunked_flops, dims=DIMS,
 )
