@@ -4,7 +4,8 @@ Same inputs, output, reference and byte count as the projections of chapter 05 (
 kernel differs: its tiles are tuned on first use for each (N, K, dtype), and for the GEMM each bucket of
 prompt lengths. The real shapes are the merged attention and DeltaNet input projections (5120 and 8224 x
 1024), the MLP down projection (1024 x 3584) and, for the GEMM, a prompt of 128 tokens and one of 100 (the
-same bucket). The tiny ones are odd sizes (masks on every edge).
+same bucket). The tiny ones are odd sizes (masks on every edge), and for the GEMV a K narrower than every
+config's BLOCK_K (pruning must still leave a config to run).
 """
 from ..reference.linear import linear
 from . import implement
@@ -16,16 +17,16 @@ def _shape(M, N, K):
 
 
 _COMMON = dict(family="autotune", reference=linear, make_inputs=_inputs, make_out=_out, bytes=_bytes,
-               flops=_flops, chapter="25_autotune")
+               flops=_flops, chapter="25_autotune", dims={"out": ("token", "row")})
 
 implement("qkv_proj.autotuned", function="autotuned_gemv", op=2, title="QKV projection (decode, autotuned)",
           qwen="the merged attention / DeltaNet input projections of one token, tiles tuned per shape",
-          shapes={"tiny": [_shape(1, 509, 131), _shape(1, 392, 128)],
+          shapes={"tiny": [_shape(1, 40, 24), _shape(1, 509, 131), _shape(1, 392, 128)],
                   "real": [_shape(1, 5120, 1024), _shape(1, 8224, 1024)]},
           **_COMMON)
 implement("mlp_down_proj.autotuned", function="autotuned_gemv", op=12,
           title="MLP down projection (decode, autotuned)", qwen="3584 -> 1024 for one token, tiles tuned",
-          shapes={"tiny": [_shape(1, 131, 509)], "real": [_shape(1, 1024, 3584)]},
+          shapes={"tiny": [_shape(1, 40, 24), _shape(1, 131, 509)], "real": [_shape(1, 1024, 3584)]},
           **_COMMON)
 implement("qkv_proj.prefill_autotuned", function="autotuned_gemm", op=2,
           title="QKV projection (prefill, autotuned)",

@@ -5,6 +5,8 @@ Real shapes are the engine's: one token (decode, the case fusion is for: a launc
 128-token prompt. Projections use the merged weights: attention q+gate+k+v 5120 x 1024, DeltaNet
 in_proj 8224 x 1024, MLP gate/up 2 x 3584 x 1024. Bytes are what the fused kernel itself must move.
 """
+import dataclasses
+
 import torch
 
 from ..reference.fused import gate_up_swiglu, rms_norm_linear
@@ -13,7 +15,8 @@ from ..reference.fusion_extra import (gate_up_swiglu_merged, gated_delta_rule_ch
                                      qk_norm_rope_cache, rms_norm_gate_up_swiglu, rms_norm_linear_conv)
 from ..reference.rope import rope_cache
 from ..reference.residual import residual_rms_norm
-from . import implement, tensor_bytes
+from . import Edge, implement, tensor_bytes
+from .common import HUGE_SCALE, TINY_SCALE, norm_edges, scaled, zero_rows
 from .delta_rule import make_inputs as delta_rule_inputs, make_out as delta_rule_out
 
 CHAPTER = "21_fusion"
@@ -34,6 +37,41 @@ def _out_like_rows(inp, width):
     return {"out": x.new_empty(x.shape[0], width)}
 
 
+def _in_place(name, keys, change, shape=None):
+    """An edge that changes inputs[key] in place for each key (views stay views: their strides are
+    part of what is checked); change(tensor, dtype) does it."""
+    def apply(inputs, shape, dtype, gen):
+        for key in keys:
+            change(inputs[key], dtype)
+        return inputs
+    return Edge(name, apply, shape=shape or {})
+
+
+def _at(shape, edges):
+    """`edges` at a smaller variant of the first shape (fewer programs: what they test is per row)."""
+    return [dataclasses.replace(e, shape={**e.shape, **shape}) for e in edges]
+
+
+def _times(scale):
+    return lambda x, dtype: x.mul_(scale[dtype] if isinstance(scale, dict) else scale)
+
+
+def _zero_first(x, dtype):
+    x[0] = 0
+
+
+def _zero_first_head(x, dtype):
+    x[0, 0] = 0
+
+
+def _norm_edges_of(keys, zero=_zero_first, zero_name="zero rows"):
+    """`norm_edges` for a norm whose input is several tensors (x + residual) or views (q, k heads):
+    a zero row (needs eps), mean(x^2) near eps (needs eps and fp32 statistics), squares past fp16's
+    range (needs fp32 statistics)."""
+    return [_in_place(zero_name, keys, zero), _in_place("tiny scale", keys, _times(TINY_SCALE)),
+            _in_place("huge scale", keys, _times(HUGE_SCALE))]
+
+
 # residual + RMSNorm ---------------------------------------------------------------------------------
 def _residual_inputs(shape, dtype, device, gen):
     size = (shape["T"], shape["hidden"])
@@ -45,12 +83,15 @@ implement(
     "residual_rmsnorm", family="fusion", function="residual_rms_norm", reference=residual_rms_norm,
     make_inputs=_residual_inputs,
     make_out=lambda inp: {"h_out": torch.empty_like(inp["residual"]), "out": torch.empty_like(inp["x"])},
-    # tiny: a partial block, one long row, and several short rows per program
-    shapes={"tiny": [{"T": 3, "hidden": 130}, {"T": 1, "hidden": 1000}, {"T": 5, "hidden": 64}],
+    # tiny: a partial block, one long row, and several short rows per program; each with several
+    # programs, the last one partial (a missing program offset or row mask)
+    shapes={"tiny": [{"T": 7, "hidden": 130}, {"T": 1, "hidden": 1000}, {"T": 21, "hidden": 64}],
             "real": [{"T": 1, "hidden": 1024}, {"T": PROMPT, "hidden": 1024}]},
     # read x and residual, write h and its normalised copy; the weight once
     bytes=lambda inp: 4 * tensor_bytes(inp["x"]) + tensor_bytes(inp["weight"]),
     flops=lambda inp: 5 * inp["x"].numel(),
+    edges=_norm_edges_of(("x", "residual")),      # h = x + residual: both scaled, both zero in a row
+    dims={"h_out": ("token", "column"), "out": ("token", "column")},
 )
 
 
@@ -65,15 +106,16 @@ implement(
     "fused_rmsnorm_linear", family="fusion", function="rms_norm_linear", reference=rms_norm_linear,
     make_inputs=_norm_linear_inputs,
     make_out=lambda inp: _out_like_rows(inp, inp["weight"].shape[0]),
-    # tiny: decode (GEMV) with odd sizes and several K steps, then a prompt (GEMM)
-    shapes={"tiny": [{"M": 1, "N": 509, "K": 131}, {"M": 1, "N": 392, "K": 128},
-                     {"M": 19, "N": 131, "K": 130}],
+    # tiny: decode (GEMV) with odd sizes and several K steps (unrolled), one with more steps than the GEMV
+    # unrolls (its loop over K), then a prompt (GEMM)
+    shapes={"tiny": [{"M": 1, "N": 200, "K": 131}, {"M": 1, "N": 40, "K": 600}, {"M": 19, "N": 131, "K": 130}],
             "real": [{"M": 1, "N": 5120, "K": 1024}, {"M": 1, "N": 8224, "K": 1024},
                      {"M": 1, "N": 7168, "K": 1024},
                      {"M": PROMPT, "N": 5120, "K": 1024}, {"M": PROMPT, "N": 8224, "K": 1024}]},
     bytes=lambda inp: (tensor_bytes(inp["x"], inp["norm_weight"], inp["weight"])
                        + inp["x"].shape[0] * inp["weight"].shape[0] * inp["x"].element_size()),
     flops=lambda inp: 2 * inp["x"].numel() * inp["weight"].shape[0],
+    edges=_at({"N": 70}, norm_edges("x")), dims={"out": ("token", "column")},
 )
 
 
@@ -94,12 +136,14 @@ implement(
     make_inputs=_norm_linear_conv_inputs, mutated=("conv_state",),
     make_out=lambda inp: _out_like_rows(inp, inp["weight"].shape[0]),
     # tiny: odd sizes, the conv's channels ending inside a program's rows and several K steps
-    shapes={"tiny": [{"N": 509, "K": 131, "C": 301, "KC": 4}, {"N": 70, "K": 64, "C": 70, "KC": 2}],
+    shapes={"tiny": [{"N": 200, "K": 131, "C": 150, "KC": 4}, {"N": 70, "K": 64, "C": 70, "KC": 2}],
             "real": [{"N": 8224, "K": 1024, "C": 6144, "KC": 4}]},
     # x, the norm's and the projection's weights, the output; the conv's taps, its state read and written
     bytes=lambda inp: (tensor_bytes(inp["x"], inp["norm_weight"], inp["weight"], inp["conv_weight"])
                        + inp["weight"].shape[0] * inp["x"].element_size() + 2 * tensor_bytes(inp["conv_state"])),
     flops=lambda inp: 2 * inp["x"].numel() * inp["weight"].shape[0],
+    edges=_at({"N": 70, "C": 70}, [zero_rows("x", name="a zero x (needs eps)")]),
+    dims={"out": ("token", "column"), "conv_state": ("channel", "tap")},
 )
 
 
@@ -138,14 +182,17 @@ def _gate_up_flops(inp):
     return 2 * inp["x"].numel() * _weight_rows(inp)
 
 
-_GATE_UP_SHAPES = {"tiny": [{"M": 1, "I": 333, "K": 131}, {"M": 19, "I": 200, "K": 130}],
+# tiny: decode with odd sizes (unrolled K steps), decode with more steps than the GEMV unrolls (its loop),
+# a prompt (GEMM)
+_GATE_UP_SHAPES = {"tiny": [{"M": 1, "I": 200, "K": 131}, {"M": 1, "I": 40, "K": 600},
+                            {"M": 19, "I": 100, "K": 130}],
                    "real": [{"M": 1, "I": 3584, "K": 1024}, {"M": PROMPT, "I": 3584, "K": 1024}]}
 
 implement(
     "fused_gate_up_silu", family="fusion", function="gate_up_swiglu", reference=gate_up_swiglu,
     make_inputs=_gate_up_inputs,
     make_out=lambda inp: _out_like_rows(inp, inp["gate_weight"].shape[0]),
-    shapes=_GATE_UP_SHAPES, bytes=_gate_up_bytes, flops=_gate_up_flops,
+    shapes=_GATE_UP_SHAPES, bytes=_gate_up_bytes, flops=_gate_up_flops, dims={"out": ("token", "column")},
     extra={"bench": [0]},   # the GPU table: the stacked variant below times the same kernel at both shapes
 )
 
@@ -155,7 +202,7 @@ implement(
     family="fusion", function="gate_up_swiglu_merged", reference=gate_up_swiglu_merged,
     make_inputs=_merged_inputs,
     make_out=lambda inp: _out_like_rows(inp, inp["gate_up_weight"].shape[0] // 2),
-    shapes=_GATE_UP_SHAPES, bytes=_gate_up_bytes, flops=_gate_up_flops,
+    shapes=_GATE_UP_SHAPES, bytes=_gate_up_bytes, flops=_gate_up_flops, dims={"out": ("token", "column")},
 )
 
 implement(
@@ -165,6 +212,7 @@ implement(
     make_inputs=_norm_merged_inputs,
     make_out=lambda inp: _out_like_rows(inp, inp["gate_up_weight"].shape[0] // 2),
     shapes=_GATE_UP_SHAPES, bytes=_gate_up_bytes, flops=_gate_up_flops,
+    edges=_at({"I": 70}, norm_edges("x")), dims={"out": ("token", "column")},
 )
 
 
@@ -186,22 +234,33 @@ implement(
     # x, the weight, the stream read and written
     bytes=lambda inp: tensor_bytes(inp["x"], inp["weight"]) + 2 * tensor_bytes(inp["residual"]),
     flops=lambda inp: 2 * inp["x"].numel() * inp["weight"].shape[0],
+    dims={"out": ("token", "column")},
 )
 
 
 # q/k norm + RoPE + KV cache write ----------------------------------------------------------------------
 def _prologue_inputs(shape, dtype, device, gen):
-    """q, k, v as views of one projection output [T, (H + 2 KV) * D] (the engine's layout is close:
-    each head contiguous, tokens strided), caches full of old rows, positions after a random start."""
+    """q, k, v as views of one projection output [T, H * 2D + 2 KV * D], Qwen3.5's merged attention
+    projection: per query head [query | gate], then k, then v. Each head contiguous, tokens strided, and
+    q's heads 2D apart (a kernel that assumes D, or packed tokens, reads the wrong rows). Caches full of
+    old rows, positions after a random start."""
     T, H, KV, D, R, L = (shape[n] for n in ("T", "heads", "kv_heads", "head_dim", "rotary_dim", "max_len"))
-    qkv = _randn((T, (H + 2 * KV) * D), dtype, device, gen)
-    q, k, v = qkv.split([H * D, KV * D, KV * D], dim=-1)
+    qkv = _randn((T, (2 * H + 2 * KV) * D), dtype, device, gen)
+    qg, k, v = qkv.split([2 * H * D, KV * D, KV * D], dim=-1)
     cos, sin = rope_cache(L, R, dtype=dtype, device=device)
     start = int(torch.randint(0, L - T + 1, (1,), generator=gen, device=device))
-    return {"q": q.view(T, H, D), "k": k.view(T, KV, D), "v": v.view(T, KV, D),    # [T, heads, D] views
+    return {"q": qg.view(T, H, 2 * D)[:, :, :D], "k": k.view(T, KV, D), "v": v.view(T, KV, D),  # [T, heads, D]
             "q_weight": _norm_weight(D, dtype, device, gen), "k_weight": _norm_weight(D, dtype, device, gen),
             "cos": cos, "sin": sin, "pos": torch.arange(start, start + T, dtype=torch.int32, device=device),
             "k_cache": _randn((L, KV, D), dtype, device, gen), "v_cache": _randn((L, KV, D), dtype, device, gen)}
+
+
+def _last_positions(inputs, shape, dtype, gen):
+    """The T tokens at the cache's (and the tables') last positions: a write bounded one short, or a
+    table row read one off, shows here."""
+    L, T = shape["max_len"], shape["T"]
+    inputs["pos"] = torch.arange(L - T, L, dtype=inputs["pos"].dtype, device=inputs["pos"].device)
+    return inputs
 
 
 implement(
@@ -210,47 +269,66 @@ implement(
     make_out=lambda inp: {"out": torch.empty(inp["q"].shape, dtype=inp["q"].dtype, device=inp["q"].device)},
     # tiny: a partial rotary part, GQA, odd head_dim; then the real attention layer's heads
     shapes={"tiny": [{"T": 1, "heads": 4, "kv_heads": 2, "head_dim": 32, "rotary_dim": 8, "max_len": 19},
-                     {"T": 7, "heads": 3, "kv_heads": 1, "head_dim": 24, "rotary_dim": 24, "max_len": 11}],
+                     {"T": 4, "heads": 3, "kv_heads": 1, "head_dim": 24, "rotary_dim": 24, "max_len": 11}],
             "real": [{"T": 1, "heads": 8, "kv_heads": 2, "head_dim": 256, "rotary_dim": 64, "max_len": 4096},
                      {"T": PROMPT, "heads": 8, "kv_heads": 2, "head_dim": 256, "rotary_dim": 64,
                       "max_len": 4096}]},
     # the q, k, v rows read, q written, k and v written into the cache; the weights and table rows
     bytes=lambda inp: (2 * tensor_bytes(inp["q"]) + 3 * tensor_bytes(inp["k"]) + tensor_bytes(inp["v"])
                        + tensor_bytes(inp["q_weight"], inp["k_weight"])),
+    # q and k changed in place: still views of one projection row per token
+    edges=_norm_edges_of(("q", "k"), _zero_first_head, "a zero q head and k head")
+    + [Edge("the cache's last positions", _last_positions)],
+    dims={"out": ("token", "head", "column"), "k_cache": ("position", "kv head", "column"),
+          "v_cache": ("position", "kv head", "column")},
 )
 
 
 # DeltaNet gates + recurrent delta rule --------------------------------------------------------------------
+_DELTA_DIMS = {"out": ("token", "value head", "column"), "final_state": ("value head", "key dim", "value dim")}
+
+
 def _recurrent_gates_inputs(shape, dtype, device, gen):
     """The delta rule's inputs (chapter 15's spec) with the gates' raw inputs instead of g and beta:
-    a, b ~ N(0, 1) as views of one projection row per token, A_log and dt_bias as Qwen initialises them."""
+    a, b ~ N(0, 1) as views of one projection row per token, A_log = log U(1, 16) as Qwen initialises it,
+    dt_bias ~ N(-4, 1): decays g = -exp(A_log) softplus(a + dt_bias) of about e^-0.15 per token (most
+    between e^-0.01 and e^-1), so the state carries over tens of tokens and what one chunk hands the next
+    matters. (With dt_bias ~ N(0, 1) the decays are about e^-8: each token all but erases the state, and a
+    chunk's cumulative log-decay reaches -300, where fp32 loses the differences gamma_i - gamma_j.)"""
     inputs = delta_rule_inputs(shape, dtype, device, gen)
     T, HV = inputs["g"].shape
     ab = _randn((T, 2 * HV + 3), dtype, device, gen)                   # [T, ...]: a token-strided layout
     del inputs["g"], inputs["beta"]
-    if shape.get("qk_norm"):    # q and k as the conv leaves them: not unit length, normalised in the kernel
-        inputs.update(q=3 * inputs["q"], k=0.5 * inputs["k"], qk_norm=True)
+    if shape.get("qk_norm"):    # q and k as the conv leaves them: not unit length, normalised in the kernel,
+        q, k = inputs["q"].mul_(3), inputs["k"].mul_(0.5)   # (in place: views stay views), and one head of
+        q[0, 0], k[-1, -1] = 0, 0                             # each zero (only the norm's eps maps it to 0)
+        inputs["qk_norm"] = True
     if shape.get("norm"):       # the gated RMSNorm after it: z as a view of a wider row per token
         HV, DV = inputs["v"].shape[1:]
         z = _randn((T, HV * DV + 5), dtype, device, gen)[:, :HV * DV].view(T, HV, DV)
         inputs.update(z=z, norm_weight=1.0 + _norm_weight(DV, dtype, device, gen))
     return {**inputs, "a": ab[:, :HV], "b": ab[:, HV:2 * HV],
             "A_log": torch.log(torch.empty(HV, device=device).uniform_(1, 16, generator=gen)),
-            "dt_bias": torch.randn(HV, device=device, generator=gen)}
+            "dt_bias": torch.randn(HV, device=device, generator=gen) - 4.0}
 
 
 implement(
     "gated_delta_recurrent_gates", family="fusion", function="gated_delta_rule_recurrent_gates",
     reference=gated_delta_rule_recurrent_gates, make_inputs=_recurrent_gates_inputs, make_out=delta_rule_out,
-    # qk_norm: q and k straight from the conv (rms_norm_linear_conv), L2-normalised inside the kernel
+    # qk_norm: q and k straight from the conv (rms_norm_linear_conv), L2-normalised inside the kernel.
+    # tiny (the interpreter's cost is per program and token: a few of each): decode; several tokens with
+    # qk_norm (two key heads: one zero head leaves the other's tokens in play); from no state, odd head
+    # dims. GQA but in the second; with several tokens q, k, v token-strided views (views: as the model
+    # slices them from the conv's output), a and b always
     shapes={"tiny": [{"T": 1, "H": 2, "HV": 4, "DK": 32, "DV": 24},
-                     {"T": 7, "H": 3, "HV": 3, "DK": 24, "DV": 40, "state": False},
-                     {"T": 3, "H": 2, "HV": 4, "DK": 24, "DV": 40, "qk_norm": True}],
+                     {"T": 2, "H": 2, "HV": 2, "DK": 24, "DV": 24, "qk_norm": True, "views": True},
+                     {"T": 3, "H": 1, "HV": 2, "DK": 24, "DV": 40, "state": False, "views": True}],
             "real": [{"T": 1, "H": 16, "HV": 16, "DK": 128, "DV": 128},
                      {"T": 1, "H": 16, "HV": 16, "DK": 128, "DV": 128, "qk_norm": True}]},
     # q, k, v, a, b read once, the state read and written once, o written
     bytes=lambda inp: (tensor_bytes(inp["q"], inp["k"], inp["v"], inp["a"], inp["b"], inp["initial_state"])
                        + tensor_bytes(inp["v"]) + inp["v"].shape[1] * inp["k"].shape[-1] * inp["v"].shape[-1] * 4),
+    dims=_DELTA_DIMS,
 )
 
 
@@ -260,11 +338,13 @@ implement(
     "other two; the gated RMSNorm in the last one's epilogue (two launches fewer per layer)",
     family="delta_rule", function="gated_delta_rule_chunked_gates",
     reference=gated_delta_rule_chunked_gates, make_inputs=_recurrent_gates_inputs, make_out=delta_rule_out,
-    # tiny: partial last chunks (of 16: chunk_size_for), no initial state, GQA, the gated norm after it
-    # (norm: what the engine runs); real: the engine's prompt of 128 and an odd length (chunks of 32)
-    shapes={"tiny": [{"T": 37, "H": 2, "HV": 4, "DK": 32, "DV": 24},
-                     {"T": 21, "H": 1, "HV": 2, "DK": 24, "DV": 40, "state": False},
-                     {"T": 19, "H": 2, "HV": 4, "DK": 32, "DV": 24, "norm": True}],
+    dims=_DELTA_DIMS,
+    # tiny (chunks of 16: chunk_size_for; the interpreter's cost is per chunk and value head): two chunks,
+    # the second partial, after an initial state, q, k, v token-strided views (as the model slices them);
+    # one partial chunk without a state, odd head dims and the gated norm after it (norm: what the engine
+    # runs); both GQA. real: the engine's prompt of 128 and an odd length (chunks of 32)
+    shapes={"tiny": [{"T": 21, "H": 1, "HV": 2, "DK": 32, "DV": 24, "views": True},
+                     {"T": 13, "H": 1, "HV": 2, "DK": 24, "DV": 40, "state": False, "norm": True}],
             "real": [{"T": 128, "H": 16, "HV": 16, "DK": 128, "DV": 128, "norm": True},
                      {"T": 999, "H": 16, "HV": 16, "DK": 128, "DV": 128}]},
     # q, k, v, a, b read once, the state read and written once, o written (the workspaces are extra)
@@ -292,4 +372,8 @@ implement(
     bytes=lambda inp: (tensor_bytes(inp["x"], inp["z"], inp["norm_weight"], inp["weight"])
                        + 2 * tensor_bytes(inp["residual"])),
     flops=lambda inp: 2 * inp["x"].numel() * inp["weight"].shape[0],
+    # a zero head needs eps; tiny and huge x: mean(x^2) near eps, squares past fp16's range
+    edges=_at({"N": 70}, [_in_place("a zero head", ("x",), lambda x, dtype: x[0, 1].zero_()),
+                          scaled("x", "tiny scale", TINY_SCALE), scaled("x", "huge scale", HUGE_SCALE)]),
+    dims={"out": ("token", "column")},
 )
