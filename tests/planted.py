@@ -7,7 +7,7 @@ loudly instead of testing nothing. The tables live in tests/bugs_<topic>.py.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,3 +43,10 @@ def plant(bug: Bug, root: Path) -> Path:
     path = root / "exercises" / f"{bug.family}.py"
     path.write_text(planted_text(bug))
     return path
+
+
+def out_of_bounds(bugs: list[Bug], *whats: str) -> list[Bug]:
+    """`bugs` with those named by `whats` marked `out_of_bounds` (each name must match a bug)."""
+    missing = set(whats) - {b.what for b in bugs}
+    assert not missing, f"no bug named {sorted(missing)}"
+    return [replace(b, out_of_bounds=True) if b.what in whats else b for b in bugs]

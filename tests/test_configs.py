@@ -18,6 +18,10 @@ from tritonllm_course.engine import Engine
 from tritonllm_course.engine.ops import LEVELS, fitted_steps
 from tritonllm_course.hf_compat import hf_model
 from tritonllm_course.weights import load_weights, random_weights, write_hub_checkpoint
+from tritonllm_course.runtime import runtime
+
+# tiny configs against transformers on the CPU (fp32, the interpreter); the GPU runs the real shapes elsewhere
+pytestmark = pytest.mark.skipif(runtime().on_gpu, reason="compares tiny configs on the CPU interpreter")
 
 LIN, FULL = "linear_attention", "full_attention"
 BASE = dict(vocab_size=128, hidden_size=32, intermediate_size=48, num_attention_heads=2, num_key_value_heads=1,

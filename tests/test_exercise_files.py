@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from helpers import filled
+from tritonllm_course.runtime import runtime
 from tritonllm_course import cli, exercise_files, kernels, regions
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,7 +59,7 @@ def test_a_filled_exercise_edited_outside_its_regions_keeps_the_learners_code(co
     assert path.read_text() == mine                          # the learner's code, the note gone
     assert make_exercises(capsys, "--check") == (0, "exercises/ matches solutions/\n")
     add = kernels.get("vector_add", "add", "exercises")      # still the learner's kernel, and it runs
-    x = torch.randn(300)
+    x = torch.randn(300, device=runtime().device)
     torch.testing.assert_close(add(x, x), 2 * x)
 
 
