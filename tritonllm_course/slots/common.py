@@ -31,6 +31,12 @@ def zero_rows(key: str, rows=(0,), name: str = "a zero row") -> Edge:
     return Edge(name, apply)
 
 
+def odd_sizes(shape: dict) -> Edge:
+    """The inputs of `shape` on a GPU: the real shapes are block-aligned, so masks, partial blocks and
+    several programs per axis go unchecked there without it."""
+    return Edge("odd sizes", lambda inputs, shape, dtype, gen: inputs, shape=shape, presets=("real",))
+
+
 def norm_edges(key: str = "x") -> list[Edge]:
     """The edges of every RMS-style norm: a zero row (needs eps), mean(x^2) near eps (needs eps and fp32
     statistics), squares past fp16's range (needs fp32 statistics)."""

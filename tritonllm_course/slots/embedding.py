@@ -3,6 +3,7 @@ import torch
 
 from ..reference.embedding import embedding
 from . import Edge, implement, tensor_bytes
+from .common import odd_sizes
 
 _TABLE: dict = {}   # the last large table, shared by the input sets of a benchmark
 
@@ -23,12 +24,6 @@ def _inputs(shape, dtype, device, gen):
     ids_dtype = getattr(torch, shape.get("ids_dtype", "int64"))
     ids = torch.randint(0, shape["vocab"], (shape["T"],), dtype=ids_dtype, device=device, generator=gen)
     return {"ids": ids, "weight": _table(shape["vocab"], shape["hidden"], dtype, device, gen)}
-
-
-def _odd_sizes(shape: dict) -> Edge:
-    """The inputs of `shape` on a GPU: the real shapes are block-aligned, so masks, partial blocks and
-    several programs per axis go unchecked there without it."""
-    return Edge("odd sizes", lambda inputs, shape, dtype, gen: inputs, shape=shape, presets=("real",))
 
 
 def _first_and_last_rows(inputs, shape, dtype, gen):
@@ -53,7 +48,7 @@ implement(
     bytes=lambda inp: 2 * inp["ids"].numel() * inp["weight"][0].numel() * inp["weight"].element_size()
     + tensor_bytes(inp["ids"]),
     edges=[Edge("ids 0 and vocab - 1", _first_and_last_rows, shape={"T": 3}),
-           _odd_sizes({"T": 7, "vocab": 1000, "hidden": 1030})],
+           odd_sizes({"T": 7, "vocab": 1000, "hidden": 1030})],
     dims={"out": ("token", "column")},
     exact=True,   # a copy: every element must be bit-identical
     torch_impl=lambda ids, weight: torch.nn.functional.embedding(ids, weight),   # what nn.Embedding runs

@@ -4,6 +4,7 @@ import torch
 from .. import reference as R
 from ..reference.attention_extra import kv_cache_read_static, kv_cache_write_static
 from . import Edge, implement, tensor_bytes
+from .common import odd_sizes
 
 
 def _cache(shape, dtype, device, gen):
@@ -22,12 +23,6 @@ def _write_inputs(shape, dtype, device, gen):
             "v": torch.randn(size, dtype=dtype, device=device, generator=gen),
             "k_cache": k_cache, "v_cache": v_cache,
             "pos": torch.arange(start, start + T, dtype=torch.int32, device=device)}   # device positions
-
-
-def _odd_sizes(shape: dict) -> Edge:
-    """The inputs of `shape` on a GPU: the real shapes are block-aligned, so masks, partial blocks and
-    several programs per axis go unchecked there without it."""
-    return Edge("odd sizes", lambda inputs, shape, dtype, gen: inputs, shape=shape, presets=("real",))
 
 
 def _first_and_last_rows(inputs, shape, dtype, gen):
@@ -88,7 +83,7 @@ implement(
     make_inputs=_write_inputs, mutated=("k_cache", "v_cache"),
     edges=[Edge("rows max_len - 1 and 0", _first_and_last_rows, shape={"tokens": 2}),
            Edge("strided k and v", _strided_tokens, shape={"tokens": 5}),
-           _odd_sizes({"tokens": 5, "kv_heads": 3, "head_dim": 24, "max_len": 19})],
+           odd_sizes({"tokens": 5, "kv_heads": 3, "head_dim": 24, "max_len": 19})],
     dims={"k_cache": ("position", "kv head", "dim"), "v_cache": ("position", "kv head", "dim")},
     shapes={"tiny": [{"tokens": 1, "kv_heads": 2, "head_dim": 32, "max_len": 45},
                      {"tokens": 37, "kv_heads": 2, "head_dim": 32, "max_len": 45},

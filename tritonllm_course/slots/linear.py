@@ -15,6 +15,7 @@ import torch
 from ..reference.linear import linear
 from ..reference.lm_head import lm_head
 from . import Edge, implement, tensor_bytes
+from .common import odd_sizes
 
 
 def _inputs(shape, dtype, device, gen):
@@ -45,18 +46,12 @@ def _small_activations(inputs, shape, dtype, gen):
     return inputs
 
 
-def _odd_sizes(shape: dict) -> Edge:
-    """The inputs of `shape` on a GPU: the real shapes are block-aligned, so masks, partial blocks and
-    several programs per axis go unchecked there without it."""
-    return Edge("odd sizes", lambda inputs, shape, dtype, gen: inputs, shape=shape, presets=("real",))
-
-
 def _projection(name, function, tiny, real, **fields):
     implement(name, family="linear", function=function, make_inputs=_inputs, make_out=_out,
               bytes=_bytes, flops=_flops, shapes={"tiny": tiny, "real": real},
               reference=fields.pop("reference", linear),
               edges=[Edge("small activations", _small_activations),
-                     _odd_sizes(LONG_K if function == "gemv" else LONG_M)],
+                     odd_sizes(LONG_K if function == "gemv" else LONG_M)],
               dims={"out": ("token", "feature")}, **fields)
 
 

@@ -3,6 +3,7 @@ import torch
 
 from ..reference.rope import apply_rope, rope_cache
 from . import Edge, implement, tensor_bytes
+from .common import odd_sizes
 
 
 def _inputs(shape, dtype, device, gen):
@@ -21,12 +22,6 @@ def _bytes(inp):
             + tensor_bytes(inp["pos"]))
 
 
-def _odd_sizes(shape: dict) -> Edge:
-    """The inputs of `shape` on a GPU: the real shapes are block-aligned, so masks, partial blocks and
-    several programs per axis go unchecked there without it."""
-    return Edge("odd sizes", lambda inputs, shape, dtype, gen: inputs, shape=shape, presets=("real",))
-
-
 def _ends_of_the_cache(inputs, shape, dtype, gen):
     """Positions 0 and max_pos - 1 (the last one wins at T = 1), which random positions rarely draw: a
     range check off by one at either end turns a valid token into NaN."""
@@ -38,7 +33,7 @@ def _ends_of_the_cache(inputs, shape, dtype, gen):
 def _rope_slot(name, tiny, real):
     implement(name, family="rope", function="apply_rope_", reference=apply_rope, make_inputs=_inputs,
               make_out=lambda inp: {}, mutated=("x",), bytes=_bytes, shapes={"tiny": tiny, "real": real},
-              edges=[Edge("positions 0 and max_pos - 1", _ends_of_the_cache), _odd_sizes(tiny[0])],
+              edges=[Edge("positions 0 and max_pos - 1", _ends_of_the_cache), odd_sizes(tiny[0])],
               dims={"x": ("token", "head", "dim")})
 
 
