@@ -32,3 +32,17 @@ def test_every_ready_slot_has_both_shape_sets():
 def test_catalog_lists_the_21_operators():
     ops = sorted({s.op for s in slots.all_slots() if s.op})   # variants (prefill/decode) share an op
     assert ops == list(range(1, 22))
+
+
+def test_gpu_plan_holds_the_interpreters_plan():
+    """On a GPU the check runs the small odd shapes and edges too: the planted bugs are proven on them
+    (tests/test_planted_bugs.py, under the interpreter), and the real shapes alone are block-aligned."""
+    from tritonllm_course.checking import plan_cases
+
+    for s in slots.all_slots():
+        if not s.ready:
+            continue
+        small = [(shape, edge) for shape, edge, _ in plan_cases(s, "tiny")]
+        real = [(shape, edge) for shape, edge, _ in plan_cases(s, "qwen3.5-0.8b")]
+        assert all(case in real for case in small), s.name
+        assert real[:len(s.all_shapes("real"))] == [(shape, None) for shape in s.all_shapes("real")], s.name

@@ -235,9 +235,20 @@ def _kernel_line(exc: BaseException) -> str:
     return f" (at {Path(f.filename).parent.name}/{Path(f.filename).name}:{f.lineno}: {(f.line or '').strip()})"
 
 
+GPU_FAULT = "the kernel faulted on the GPU"
+
+
+def _gpu_fault(e: BaseException) -> str:
+    return (f"{GPU_FAULT} ({str(e).strip().splitlines()[0]}): most often a load or store past a tensor's end "
+            "(a mask or an offset). This process's CUDA context is now unusable: restart the Python kernel "
+            "(Colab: Runtime > Restart session). The interpreter names the access: run the check on the CPU "
+            "with TRITONLLM_FORCE_CPU=1.")
+
+
 def _call(fn, kwargs) -> str | None:
     """Run the kernel; under the interpreter with its accesses bounds-checked. Returns a problem or None:
-    an access outside every tensor argument, or an exception, named with the line that raised it."""
+    an access outside every tensor argument, or an exception, named with the line that raised it. On a
+    GPU it waits for the kernel, so that a fault it raises is this case's verdict, not a crash later."""
     from . import memcheck
     rt = runtime()
     try:
@@ -247,9 +258,13 @@ def _call(fn, kwargs) -> str | None:
                 fn(**kwargs)
         else:
             fn(**kwargs)
+            if rt.device == "cuda":
+                torch.cuda.synchronize()
     except kernels.NotImplementedYet:
         raise
     except Exception as e:   # noqa: BLE001  (any failure of the learner's code is a verdict, not a crash)
+        if not rt.interpreted and "CUDA error" in str(e):
+            return _gpu_fault(e)
         cause = e if isinstance(e, memcheck.OutOfBounds) else e.__cause__
         if isinstance(cause, memcheck.OutOfBounds):
             return f"out-of-bounds memory access: {cause}"
@@ -334,6 +349,29 @@ def _dtypes(dtype) -> list[torch.dtype]:
     return [dtype]
 
 
+SMALL_ODD = "small odd sizes"
+
+
+def plan_cases(slot, preset: str, shape: dict | None = None, edges: bool | None = None):
+    """The cases `check` runs, as (shape, edge or None, label): the slot's shapes for the preset, then its
+    edges. On a GPU the small shapes and edges of the interpreter's plan follow the real ones: the real
+    shapes are block-aligned (1024, 128, 16 heads of each kind), so a row padded to its block, a stride
+    taken from the wrong head count, a K loop one step short or a sequence shorter than the conv pass
+    there; the small plan is the one every planted bug is proven to fail on. `shape=` runs that shape
+    alone (and no edges unless `edges=True`)."""
+    def one(preset_, shapes, prefix=""):
+        edge_list = slot.edges if (edges if edges is not None else shape is None) else []
+        return ([(s, None, prefix) for s in shapes]
+                + [(e.shape_for(shapes[0]), e, f"{prefix}, {e.name}" if prefix else e.name)
+                   for e in edge_list if e.runs_in(preset_)])
+    if shape is not None:
+        return one(preset, [dict(shape)])
+    plan = one(preset, slot.all_shapes(preset))
+    if preset != "tiny" and slot.all_shapes("tiny"):
+        plan += one("tiny", slot.all_shapes("tiny"), SMALL_ODD)
+    return plan
+
+
 def check(name: str, source: str | None = None, *, shape: dict | None = None, dtype=None,
           trials: int = 2, seed: int | None = None, edges: bool | None = None,
           fail_fast: bool = False, verbose: bool = True) -> Report:
@@ -361,21 +399,20 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
         return report
     fn = getattr(loaded.module, slot.function)
     report = Report(name, loaded.source, loaded.note)
-    shapes = [dict(shape)] if shape is not None else slot.all_shapes(rt.preset)
-    edge_list = slot.edges if (edges if edges is not None else shape is None) else []
-    plan = [(s, None) for s in shapes] + [(e.shape_for(shapes[0]), e) for e in edge_list
-                                            if e.runs_in(rt.preset)]
     for dt in dtypes:
         tol = (slot.tol or {}).get(dt, TOLERANCE[dt])
-        for case_shape, edge in plan:
-            case = Case(_dtype_name(dt), case_shape, edge.name if edge else "", tol)
+        for case_shape, edge, label in plan_cases(slot, rt.preset, shape, edges):
+            case = Case(_dtype_name(dt), case_shape, label, tol)
             run_case(fn, slot.reference, slot.make_inputs, slot.make_out, case, dtype=dt, device=rt.device,
                      trials=trials, seed=seed, mutated=slot.mutated, exact=slot.exact, edge=edge,
                      dims=slot.dims)
             report.cases.append(case)
+            if any(p.startswith(GPU_FAULT) for p in case.problems):
+                report.problems.append("the check stopped: nothing more can run on this GPU until a restart")
+                break
             if fail_fast and not case.passed:
                 break
-        if fail_fast and not report.passed:
+        if report.problems or (fail_fast and not report.passed):
             break
     if verbose:
         print(report)

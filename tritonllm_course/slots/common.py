@@ -31,10 +31,10 @@ def zero_rows(key: str, rows=(0,), name: str = "a zero row") -> Edge:
     return Edge(name, apply)
 
 
-def odd_sizes(shape: dict) -> Edge:
-    """The inputs of `shape` on a GPU: the real shapes are block-aligned, so masks, partial blocks and
-    several programs per axis go unchecked there without it."""
-    return Edge("odd sizes", lambda inputs, shape, dtype, gen: inputs, shape=shape, presets=("real",))
+def sized(name: str, shape: dict, presets=("real",)) -> Edge:
+    """The slot's inputs at `shape` (fields over its first shape), unchanged: a size whose code path the
+    mode's shapes never take (on a GPU by default)."""
+    return Edge(name, lambda inputs, shape, dtype, gen: inputs, shape=shape, presets=presets)
 
 
 def norm_edges(key: str = "x") -> list[Edge]:

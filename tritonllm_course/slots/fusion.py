@@ -16,7 +16,7 @@ from ..reference.fusion_extra import (gate_up_swiglu_merged, gated_delta_rule_ch
 from ..reference.rope import rope_cache
 from ..reference.residual import residual_rms_norm
 from . import Edge, implement, tensor_bytes
-from .common import HUGE_SCALE, TINY_SCALE, norm_edges, scaled, zero_rows
+from .common import HUGE_SCALE, TINY_SCALE, norm_edges, scaled, sized, zero_rows
 from .delta_rule import make_inputs as delta_rule_inputs, make_out as delta_rule_out
 
 CHAPTER = "21_fusion"
@@ -45,6 +45,15 @@ def _in_place(name, keys, change, shape=None):
             change(inputs[key], dtype)
         return inputs
     return Edge(name, apply, shape=shape or {})
+
+
+# On a GPU the fused GEMV unrolls walks of up to 8 steps of up to 2048 columns (`fused_gemv_config`), so
+# no real shape takes its loop over K: this K does (9 steps of 2048, 65 of 256 with the norm).
+LOOPED_K = 16411
+
+
+def _looped(rows: str):
+    return sized("a walk along K long enough to loop", {"M": 1, rows: 40, "K": LOOPED_K})
 
 
 def _at(shape, edges):
@@ -115,7 +124,7 @@ implement(
     bytes=lambda inp: (tensor_bytes(inp["x"], inp["norm_weight"], inp["weight"])
                        + inp["x"].shape[0] * inp["weight"].shape[0] * inp["x"].element_size()),
     flops=lambda inp: 2 * inp["x"].numel() * inp["weight"].shape[0],
-    edges=_at({"N": 70}, norm_edges("x")), dims={"out": ("token", "column")},
+    edges=_at({"N": 70}, norm_edges("x")) + [_looped("N")], dims={"out": ("token", "column")},
 )
 
 
@@ -193,7 +202,7 @@ implement(
     make_inputs=_gate_up_inputs,
     make_out=lambda inp: _out_like_rows(inp, inp["gate_weight"].shape[0]),
     shapes=_GATE_UP_SHAPES, bytes=_gate_up_bytes, flops=_gate_up_flops, dims={"out": ("token", "column")},
-    extra={"bench": [0]},   # the GPU table: the stacked variant below times the same kernel at both shapes
+    edges=[_looped("I")], extra={"bench": [0]},   # the GPU table: the stacked variant below times the same kernel at both shapes
 )
 
 implement(
@@ -203,6 +212,7 @@ implement(
     make_inputs=_merged_inputs,
     make_out=lambda inp: _out_like_rows(inp, inp["gate_up_weight"].shape[0] // 2),
     shapes=_GATE_UP_SHAPES, bytes=_gate_up_bytes, flops=_gate_up_flops, dims={"out": ("token", "column")},
+    edges=[_looped("I")],
 )
 
 implement(
@@ -212,7 +222,7 @@ implement(
     make_inputs=_norm_merged_inputs,
     make_out=lambda inp: _out_like_rows(inp, inp["gate_up_weight"].shape[0] // 2),
     shapes=_GATE_UP_SHAPES, bytes=_gate_up_bytes, flops=_gate_up_flops,
-    edges=_at({"I": 70}, norm_edges("x")), dims={"out": ("token", "column")},
+    edges=_at({"I": 70}, norm_edges("x")) + [_looped("I")], dims={"out": ("token", "column")},
 )
 
 

@@ -15,7 +15,6 @@ import torch
 from ..reference.linear import linear
 from ..reference.lm_head import lm_head
 from . import Edge, implement, tensor_bytes
-from .common import odd_sizes
 
 
 def _inputs(shape, dtype, device, gen):
@@ -50,8 +49,7 @@ def _projection(name, function, tiny, real, **fields):
     implement(name, family="linear", function=function, make_inputs=_inputs, make_out=_out,
               bytes=_bytes, flops=_flops, shapes={"tiny": tiny, "real": real},
               reference=fields.pop("reference", linear),
-              edges=[Edge("small activations", _small_activations),
-                     odd_sizes(LONG_K if function == "gemv" else LONG_M)],
+              edges=[Edge("small activations", _small_activations)],
               dims={"out": ("token", "feature")}, **fields)
 
 

@@ -3,7 +3,6 @@ import torch
 
 from ..reference.rope import apply_rope, rope_cache
 from . import Edge, implement, tensor_bytes
-from .common import odd_sizes
 
 
 def _inputs(shape, dtype, device, gen):
@@ -33,7 +32,7 @@ def _ends_of_the_cache(inputs, shape, dtype, gen):
 def _rope_slot(name, tiny, real):
     implement(name, family="rope", function="apply_rope_", reference=apply_rope, make_inputs=_inputs,
               make_out=lambda inp: {}, mutated=("x",), bytes=_bytes, shapes={"tiny": tiny, "real": real},
-              edges=[Edge("positions 0 and max_pos - 1", _ends_of_the_cache), odd_sizes(tiny[0])],
+              edges=[Edge("positions 0 and max_pos - 1", _ends_of_the_cache)],
               dims={"x": ("token", "head", "dim")})
 
 
