@@ -20,9 +20,14 @@ lab: $(STAMP)
 		--LabApp.default_url=/lab/tree/notebooks --ServerApp.terminado_settings="shell_command=$${SHELL:-/bin/sh}" \
 		$(if $(filter 0,$(shell id -u)),--allow-root) $(LAB_ARGS)
 
-# the solutions where there are some; in a student version (no solutions/) the learner's exercises
+# the solutions where there are some; in a student version (no solutions/) the learner's exercises.
+# JOBS pytest workers (default: one per core; a chapter's cells stay together on one), then the tests
+# that assert a GPU timing alone (skipped without a GPU)
+JOBS ?= auto
+TEST_KERNELS = TRITONLLM_KERNELS=$(if $(wildcard solutions),solutions,exercises)
 test: $(STAMP)
-	TRITONLLM_KERNELS=$(if $(wildcard solutions),solutions,exercises) $(PY) -m pytest -q
+	$(TEST_KERNELS) $(PY) -m pytest -q -n $(JOBS) --dist load -m "not timing"
+	$(TEST_KERNELS) $(PY) -m pytest -q -m timing
 
 exercises: $(STAMP)   ## regenerate exercises/ from solutions/
 	$(VENV)/bin/tritonllm-course make-exercises

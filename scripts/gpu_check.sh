@@ -30,8 +30,8 @@ if ! $PY -c "import nbval" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
 fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TRITONLLM_KERNELS=solutions PYTHONUNBUFFERED=1
 JOBS=${JOBS:-4}
-PAR=""   # one notebook (or test file) per worker, all its cells in order
-$PY -c "import xdist" 2>/dev/null && [ "$JOBS" -gt 1 ] && PAR="-n $JOBS --dist loadfile"
+PAR=""   # tests spread one by one over the workers; a notebook's cells together, in order (notebooks/conftest.py)
+$PY -c "import xdist" 2>/dev/null && [ "$JOBS" -gt 1 ] && PAR="-n $JOBS --dist load"
 TMO=""   # per-test limit, where pytest-timeout is installed: a hung kernel fails one test, not the run
 $PY -c "import pytest_timeout" 2>/dev/null && TMO="--timeout=300"
 PYTEST="$PY -m pytest -q -p no:cacheprovider -o addopts= -p tritonllm_course.pytest_faillog"
