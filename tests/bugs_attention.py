@@ -1,6 +1,6 @@
 """Planted bugs of chapters 08, 22 and 24: the attention pipeline op by op, fused decode and prefill
 attention, the output gate, FlashAttention and FlashDecoding."""
-from planted import Bug
+from planted import Bug, out_of_bounds
 
 
 def _online_update(indent: str, assign: str, rescale_acc: bool = True, rescale_l: bool = True) -> str:
@@ -29,7 +29,8 @@ BUGS = [
         (("head = g * G + r % G\n    r_ok = r < T * G\n    s_ok = s < S",
           "head = g + (r % G) * KV\n    r_ok = r < T * G\n    s_ok = s < S"),)),
     Bug("qk_score", "attention", "q read head-major (right only for T = 1)",
-        (("q_rows = (t * H + head).to(tl.int64) * D          #", "q_rows = (head * T + t).to(tl.int64) * D          #"),)),
+        (("q_rows = (t * H + head).to(tl.int64) * D          #",
+          "q_rows = (head * T + t).to(tl.int64) * D          #"),)),
     Bug("qk_score", "attention", "scores stored token-major (right only for T = 1)",
         (("out_rows = (head * T + t).to(tl.int64) * S", "out_rows = (t * H + head).to(tl.int64) * S"),)),
     Bug("qk_score", "attention", "no head_dim mask (head_dim not a power of two)",
@@ -38,7 +39,8 @@ BUGS = [
          ("mask=d_ok[:, None] & s_ok[None, :], other=0.0)", "mask=s_ok[None, :], other=0.0)")),
         out_of_bounds=True),
     Bug("qk_score", "attention", "head_dim loop without its offset (first 64 dims every step)",
-        (("d = d0 + tl.arange(0, BLOCK_D)\n        d_ok = d < D\n        qt", "d = tl.arange(0, BLOCK_D)\n        d_ok = d < D\n        qt"),)),
+        (("d = d0 + tl.arange(0, BLOCK_D)\n        d_ok = d < D\n        qt",
+          "d = tl.arange(0, BLOCK_D)\n        d_ok = d < D\n        qt"),)),
 
     # --- op 20: the causal mask -------------------------------------------------------------------
     Bug("causal_mask_gen", "attention", "key equal to the position masked (s < pos)",
@@ -70,7 +72,8 @@ BUGS = [
     Bug("softmax_mask", "attention", "masked keys counted in the max and sum",
         (('x = tl.where(ok, x, float("-inf"))', 'x = tl.where(s < S, x, float("-inf"))'),)),
     Bug("softmax_mask", "attention", "masked keys given probability in the second pass",
-        (("p = tl.where(ok, tl.exp2(x - row_max), 0.0) / row_sum", "p = tl.where(s < S, tl.exp2(x - row_max), 0.0) / row_sum"),)),
+        (("p = tl.where(ok, tl.exp2(x - row_max), 0.0) / row_sum",
+          "p = tl.where(s < S, tl.exp2(x - row_max), 0.0) / row_sum"),)),
     Bug("softmax_mask", "attention", "mask row of the score row, not row % T",
         (("mask_row = mask_ptr + (row % T) * S", "mask_row = mask_ptr + row * S"),)),
 
@@ -99,7 +102,8 @@ BUGS = [
     Bug("decode_attention", "attention", "the last cached row never read",
         (("n_ok = n < length", "n_ok = n < length - 1"),)),
     Bug("decode_attention", "attention", "length clamped to max_len - 1",
-        (("length = tl.minimum(tl.load(length_ptr), max_len)", "length = tl.minimum(tl.load(length_ptr), max_len - 1)"),)),
+        (("length = tl.minimum(tl.load(length_ptr), max_len)",
+          "length = tl.minimum(tl.load(length_ptr), max_len - 1)"),)),
     Bug("decode_attention", "attention", "rows past the length read (mask at max_len)",
         (("n_ok = n < length", "n_ok = n < max_len"),)),
     Bug("decode_attention", "attention", "query heads of a group interleaved",
@@ -108,7 +112,8 @@ BUGS = [
         (('scores = tl.dot(q, tl.trans(k), input_precision="ieee") * scale_log2e',
           'scores = tl.dot(q, tl.trans(k), input_precision="ieee")'),)),
     Bug("decode_attention", "attention", "cache read head-major",
-        (("kv_offs = (n.to(tl.int64) * KV + g)[:, None] * D", "kv_offs = (n.to(tl.int64) + g * max_len)[:, None] * D"),)),
+        (("kv_offs = (n.to(tl.int64) * KV + g)[:, None] * D",
+          "kv_offs = (n.to(tl.int64) + g * max_len)[:, None] * D"),)),
 
     # --- causal prefill attention -----------------------------------------------------------------
     Bug("prefill_attention", "attention", "key equal to the position masked (n < pos)",
@@ -149,9 +154,11 @@ BUGS = [
     Bug("flash_attention", "flash_attention", "key equal to the position masked on the diagonal",
         (("s = tl.where(n[None, :] <= pos[:, None], s", "s = tl.where(n[None, :] < pos[:, None], s"),)),
     Bug("flash_attention", "flash_attention", "scores not scaled",
-        (('s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale_log2e', 's = tl.dot(q, tl.trans(k), input_precision="ieee")'),)),
+        (('s = tl.dot(q, tl.trans(k), input_precision="ieee") * scale_log2e',
+          's = tl.dot(q, tl.trans(k), input_precision="ieee")'),)),
     Bug("flash_attention", "flash_attention", "V tile loaded from K",
-        (("v = tl.load(v_head + offs, mask=kv_mask, other=0.0)", "v = tl.load(k_head + offs, mask=kv_mask, other=0.0)"),)),
+        (("v = tl.load(v_head + offs, mask=kv_mask, other=0.0)",
+          "v = tl.load(k_head + offs, mask=kv_mask, other=0.0)"),)),
     Bug("flash_attention", "flash_attention", "no row mask on the K/V tiles (reads past S)",
         (("kv_mask = (n < n_end)[:, None] & d_ok[None, :]", "kv_mask = d_ok[None, :]"),)),
     Bug("flash_attention", "flash_attention", "bulk (unmasked) keys up to the newest row, not the oldest",
@@ -194,3 +201,11 @@ BUGS = [
         (("out = tl.sum(w[:, None] * acc, axis=0) / tl.sum(w * l, axis=0)",
           "out = tl.sum(w[:, None] * acc, axis=0) / tl.max(w * l, axis=0)"),)),
 ]
+
+# these also stray past a tensor on the way to a wrong answer (the interpreter names the access)
+BUGS = out_of_bounds(BUGS,
+                     "causal_mask_gen: no key mask on the store",
+                     "softmax_mask: mask row of the score row, not row % T",
+                     "flash_decoding: chunk rows floored (the last rows in no split)",
+                     "flash_decoding: split end not clamped to the length",
+                     )

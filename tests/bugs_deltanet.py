@@ -11,12 +11,14 @@ CONV1D = [
         (("        s = t - (K - 1) + j                                                    # [BLOCK_T] source tokens\n",
           "        s = t - j\n"),)),
     Bug(_P, "conv1d", "the state read one column early (K - 1 + s)",
-        (("v += tl.load(state_ptr + c[None, :] * K + (K + s)[:, None]", "v += tl.load(state_ptr + c[None, :] * K + (K - 1 + s)[:, None]"),)),
+        (("v += tl.load(state_ptr + c[None, :] * K + (K + s)[:, None]",
+          "v += tl.load(state_ptr + c[None, :] * K + (K - 1 + s)[:, None]"),)),
     Bug(_P, "conv1d", "the token index taken within the tile (t % BLOCK_T)",
         (("        s = t - (K - 1) + j                                                    # [BLOCK_T] source tokens\n",
           "        s = t % BLOCK_T - (K - 1) + j\n"),)),
     Bug(_P, "conv1d", "the taps of the first channel block for every block",
-        (("w = tl.load(w_ptr + c * K + j, mask=cmask, other=0.0)", "w = tl.load(w_ptr + (c % BLOCK_C) * K + j, mask=cmask, other=0.0)"),)),
+        (("w = tl.load(w_ptr + c * K + j, mask=cmask, other=0.0)",
+          "w = tl.load(w_ptr + (c % BLOCK_C) * K + j, mask=cmask, other=0.0)"),)),
     Bug(_P, "conv1d", "the state ignored (zeros before token 0)",
         (("            v += tl.load(state_ptr + c[None, :] * K + (K + s)[:, None],\n"
           "                         mask=(s < 0)[:, None] & cmask[None, :], other=0.0).to(tl.float32)\n",
@@ -32,12 +34,14 @@ CONV1D = [
     Bug(_P, "conv1d", "the new state without the old one (zeros when T < K)",
         (("            v = tl.where(s >= 0, v, old)\n", ""),)),
     Bug(_P, "conv1d", "the new state's columns newest first",
-        (("tl.store(new_state_ptr + c * K + i, v, mask=cmask)", "tl.store(new_state_ptr + c * K + (K - 1 - i), v, mask=cmask)"),)),
+        (("tl.store(new_state_ptr + c * K + i, v, mask=cmask)",
+          "tl.store(new_state_ptr + c * K + (K - 1 - i), v, mask=cmask)"),)),
     # conv_decode_step: the state rolled in place, the conv over the new window
     Bug(_D, "conv1d", "the state not rolled (never stored)",
         (("        tl.store(state_ptr + c * K + i, v, mask=cmask)\n", ""),)),
     Bug(_D, "conv1d", "the window without the shift (state column i, not i + 1)",
-        (("v = tl.load(state_ptr + c * K + (i + 1), mask=cmask, other=0.0)", "v = tl.load(state_ptr + c * K + i, mask=cmask, other=0.0)"),)),
+        (("v = tl.load(state_ptr + c * K + (i + 1), mask=cmask, other=0.0)",
+          "v = tl.load(state_ptr + c * K + i, mask=cmask, other=0.0)"),)),
     Bug(_D, "conv1d", "the conv over the old window, before the roll",
         (("        tl.store(state_ptr + c * K + i, v, mask=cmask)\n        acc += v.to(tl.float32)",
           "        old = tl.load(state_ptr + c * K + i, mask=cmask, other=0.0)\n"
@@ -47,7 +51,8 @@ CONV1D = [
           "            v = tl.load(state_ptr + c * K + (i + 1))\n"),
          ("        tl.store(state_ptr + c * K + i, v, mask=cmask)\n", "        tl.store(state_ptr + c * K + i, v)\n"))),
     Bug(_FD, "conv1d", "the window without the shift (fused)",
-        (("v = tl.load(state_ptr + c * K + (i + 1), mask=cmask, other=0.0)", "v = tl.load(state_ptr + c * K + i, mask=cmask, other=0.0)"),)),
+        (("v = tl.load(state_ptr + c * K + (i + 1), mask=cmask, other=0.0)",
+          "v = tl.load(state_ptr + c * K + i, mask=cmask, other=0.0)"),)),
 ]
 
 _REC = "gated_delta_recurrent"
@@ -84,7 +89,8 @@ DELTA_RULE = [
          ("k = tl.load(k_ptr + t * sk + h * DK + rk", "k = tl.load(k_ptr + t * sk + (hv % H) * DK + rk"))),
     Bug(_REC, "delta_rule", "no mask on the key dims",
         (("q = tl.load(q_ptr + t * sq + h * DK + rk, mask=mk, other=0.0)", "q = tl.load(q_ptr + t * sq + h * DK + rk)"),
-         ("k = tl.load(k_ptr + t * sk + h * DK + rk, mask=mk, other=0.0)", "k = tl.load(k_ptr + t * sk + h * DK + rk)"))),
+         ("k = tl.load(k_ptr + t * sk + h * DK + rk, mask=mk, other=0.0)",
+          "k = tl.load(k_ptr + t * sk + h * DK + rk)"))),
     Bug(_REC, "delta_rule", "the final state never stored",
         (("    tl.store(st_ptr + state, S, mask=smask)\n    # END SOLUTION", "    # END SOLUTION"),)),
     # chunked, the UT transform's forward substitution
@@ -99,7 +105,8 @@ DELTA_RULE = [
     Bug(_CH, "delta_rule", "A with its diagonal (i >= j)",
         (("A = tl.where(i > j, tl.dot(k, tl.trans(k)", "A = tl.where(i >= j, tl.dot(k, tl.trans(k)"),)),
     Bug(_CH, "delta_rule", "A scaled by beta of the column, not the row",
-        (("input_precision=PREC) * beta[:, None] * decay, 0.0)", "input_precision=PREC) * beta[None, :] * decay, 0.0)"),)),
+        (("input_precision=PREC) * beta[:, None] * decay, 0.0)",
+          "input_precision=PREC) * beta[None, :] * decay, 0.0)"),)),
     Bug(_CH, "delta_rule", "w without the decay from the chunk start",
         (("w = tl.dot(Tm, k * (beta * tl.exp(gamma))[:, None]", "w = tl.dot(Tm, k * beta[:, None]"),)),
     # chunked, kernel 2: the scan over chunks (two chunks, the last partial, in the first shape)
@@ -113,7 +120,8 @@ DELTA_RULE = [
     Bug(_CH, "delta_rule", "the state not decayed over the chunk",
         (("S = S * tl.exp(gamma_last) + tl.dot(", "S = S + tl.dot("),)),
     Bug(_CH, "delta_rule", "the writes decayed the wrong way (gamma - gamma_C)",
-        (("v_decayed = v_new * tl.exp(gamma_last - gamma)[:, None]", "v_decayed = v_new * tl.exp(gamma - gamma_last)[:, None]"),)),
+        (("v_decayed = v_new * tl.exp(gamma_last - gamma)[:, None]",
+          "v_decayed = v_new * tl.exp(gamma - gamma_last)[:, None]"),)),
     # chunked, kernel 3: the output
     Bug(_CH, "delta_rule", "the output without the token's own write (i > j)",
         (("P = tl.where(i >= j, tl.dot(q, tl.trans(k)", "P = tl.where(i > j, tl.dot(q, tl.trans(k)"),)),
@@ -158,9 +166,11 @@ L2NORM = [
         (("x = tl.load(src_ptr + (t * stride_t + h * stride_h)[:, None] + d[None, :]",
           "x = tl.load(src_ptr + r.to(tl.int64)[:, None] * D + d[None, :]"),)),
     Bug("l2norm_qk", "deltanet_gates", "the head stride taken to be D",
-        (("x = tl.load(src_ptr + (t * stride_t + h * stride_h)[:, None]", "x = tl.load(src_ptr + (t * stride_t + h * D)[:, None]"),)),
+        (("x = tl.load(src_ptr + (t * stride_t + h * stride_h)[:, None]",
+          "x = tl.load(src_ptr + (t * stride_t + h * D)[:, None]"),)),
     Bug("l2norm_qk", "deltanet_gates", "no eps",
-        (("y = l2_normalize_rows(x.to(tl.float32), eps) * scale", "y = l2_normalize_rows(x.to(tl.float32), 0.0) * scale"),)),
+        (("y = l2_normalize_rows(x.to(tl.float32), eps) * scale",
+          "y = l2_normalize_rows(x.to(tl.float32), 0.0) * scale"),)),
     Bug("l2norm_qk", "deltanet_gates", "the squares summed in x's dtype (cast after the sum)",
         (("y = l2_normalize_rows(x.to(tl.float32), eps) * scale",
           "y = x * tl.rsqrt(tl.sum(x * x, axis=1).to(tl.float32) + eps)[:, None] * scale"),)),
@@ -178,11 +188,13 @@ GATED_RMSNORM = [
     Bug("gated_rmsnorm", "gated_rmsnorm", "no eps",
         (("tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)", "tl.rsqrt(tl.sum(x * x, axis=1) / D)"),)),
     Bug("gated_rmsnorm", "gated_rmsnorm", "no fp32 cast of x",
-        (("x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)", "x = tl.load(x_ptr + offsets, mask=mask, other=0.0)"),)),
+        (("x = tl.load(x_ptr + offsets, mask=mask, other=0.0).to(tl.float32)",
+          "x = tl.load(x_ptr + offsets, mask=mask, other=0.0)"),)),
     Bug("gated_rmsnorm", "gated_rmsnorm", "mean over the padded block, not the row",
         (("tl.sum(x * x, axis=1) / D + eps", "tl.sum(x * x, axis=1) / BLOCK_D + eps"),)),
     Bug("gated_rmsnorm", "gated_rmsnorm", "1 + w (the other norms' convention)",
-        (("y = x * inv_rms[:, None] * w[None, :] * silu(z)", "y = x * inv_rms[:, None] * (1.0 + w)[None, :] * silu(z)"),)),
+        (("y = x * inv_rms[:, None] * w[None, :] * silu(z)",
+          "y = x * inv_rms[:, None] * (1.0 + w)[None, :] * silu(z)"),)),
     Bug("gated_rmsnorm", "gated_rmsnorm", "the gate applied before the norm",
         (("    inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)                         # [BLOCK_R]\n"
           "    y = x * inv_rms[:, None] * w[None, :] * silu(z)\n",
@@ -197,11 +209,18 @@ ENGINE = [
     Bug("advance_positions", "engine", "a mask one past the end (<= n)",
         (("mask = offsets < n", "mask = offsets <= n"),)),
     Bug("advance_positions", "engine", "the add done in fp32",
-        (("tl.store(steps_ptr + offsets, counters + 1, mask=mask)", "tl.store(steps_ptr + offsets, counters + 1.0, mask=mask)"),)),
+        (("tl.store(steps_ptr + offsets, counters + 1, mask=mask)",
+          "tl.store(steps_ptr + offsets, counters + 1.0, mask=mask)"),)),
     Bug("advance_positions", "engine", "only the first counter advanced",
-        (("tl.store(steps_ptr + offsets, counters + 1, mask=mask)", "tl.store(steps_ptr + offsets, counters + (offsets == 0), mask=mask)"),)),
+        (("tl.store(steps_ptr + offsets, counters + 1, mask=mask)",
+          "tl.store(steps_ptr + offsets, counters + (offsets == 0), mask=mask)"),)),
 ]
 
 BUGS = out_of_bounds(CONV1D + DELTA_RULE + GATES + L2NORM + GATED_RMSNORM + ENGINE,
                      "no s < T mask (tokens past the end read)", "no channel mask", "no mask on the key dims",
                      "no mask", "no row mask", "a mask one past the end (<= n)")
+
+# these also stray past a tensor on the way to a wrong answer (the interpreter names the access)
+BUGS = out_of_bounds(BUGS,
+                     "deltanet_gates: token and head swapped (i % HV, i // HV)",
+                     )

@@ -1,6 +1,6 @@
 """Planted bugs of the projections and the elementwise kernels around them: embedding (03), GEMV/GEMM
 (05), RoPE (06), the KV cache (07), residual adds (09), SwiGLU (10) and the argmax / sampler (12)."""
-from planted import Bug
+from planted import Bug, out_of_bounds
 
 EMBEDDING = [
     Bug("embedding_lookup", "embedding", "no column program offset",
@@ -39,7 +39,8 @@ GEMV = [
         (("    for k0 in range(0, K, BLOCK_K):\n        k = k0 + cols",
           "    for k0 in range(0, K - BLOCK_K + 1, BLOCK_K):\n        k = k0 + cols"),)),
     Bug("mlp_gate_up", "linear", "the weight's row stride is BLOCK_K",
-        (("row_start = w_ptr + rows.to(tl.int64) * K           #", "row_start = w_ptr + rows.to(tl.int64) * BLOCK_K  #"),)),
+        (("row_start = w_ptr + rows.to(tl.int64) * K           #",
+          "row_start = w_ptr + rows.to(tl.int64) * BLOCK_K  #"),)),
     Bug("mlp_gate_up", "linear", "no row mask on the store",
         (("tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)",
           "tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty))"),), out_of_bounds=True),
@@ -53,7 +54,8 @@ GEMV = [
          ("eviction_policy=\"evict_first\").to(tl.float32)                       # [BLOCK_N, BLOCK_K]",
           "eviction_policy=\"evict_first\")"))),
     Bug("logits_head", "linear", "the weight read at rows 0..BLOCK_N-1 by every program",
-        (("row_start = w_ptr + rows.to(tl.int64) * K ", "row_start = w_ptr + tl.arange(0, BLOCK_N).to(tl.int64) * K "),)),
+        (("row_start = w_ptr + rows.to(tl.int64) * K ",
+          "row_start = w_ptr + tl.arange(0, BLOCK_N).to(tl.int64) * K "),)),
     Bug("logits_head", "linear", "no row mask on the weight load",
         (("mask=row_ok[:, None] & k_ok[None, :], other=0.0,\n                    eviction_policy",
           "mask=k_ok[None, :], other=0.0,\n                    eviction_policy"),), out_of_bounds=True),
@@ -80,7 +82,8 @@ GEMM = [   # the tiny shape M = 67 gives two programs along M (BLOCK_M = 64)
         (("w_ptrs = w_ptr + rn[None, :].to(tl.int64) * K + rk[:, None]",
           "w_ptrs = w_ptr + rk[:, None].to(tl.int64) * N + rn[None, :]"),)),
     Bug("mlp_down_proj.prefill", "linear", "an fp16/bf16 accumulator",
-        (("acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)", "acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=x_ptr.dtype.element_ty)"),)),
+        (("acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)",
+          "acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=x_ptr.dtype.element_ty)"),)),
     Bug("mlp_down_proj.prefill", "linear", "the dot does not accumulate",
         (("acc = tl.dot(a, b, acc, input_precision=\"ieee\")", "acc = tl.dot(a, b, input_precision=\"ieee\")"),)),
     Bug("mlp_down_proj.prefill", "linear", "no M mask on the store",
@@ -141,7 +144,8 @@ KV_CACHE = [
         (("tl.store(k_out_ptr + offs, x, mask=inside)", "tl.store(k_out_ptr + offs, x, mask=valid)"),
          ("tl.store(v_out_ptr + offs, x, mask=inside)", "tl.store(v_out_ptr + offs, x, mask=valid)"))),
     Bug("cache_kv_read", "kv_cache", "V copied from the K cache",
-        (("x = tl.load(v_cache_ptr + offs, mask=valid, other=0.0)", "x = tl.load(k_cache_ptr + offs, mask=valid, other=0.0)"),)),
+        (("x = tl.load(v_cache_ptr + offs, mask=valid, other=0.0)",
+          "x = tl.load(k_cache_ptr + offs, mask=valid, other=0.0)"),)),
     Bug("cache_kv_read", "kv_cache", "no mask on the store",
         (("tl.store(k_out_ptr + offs, x, mask=inside)", "tl.store(k_out_ptr + offs, x)"),
          ("tl.store(v_out_ptr + offs, x, mask=inside)", "tl.store(v_out_ptr + offs, x)")), out_of_bounds=True),
@@ -167,7 +171,8 @@ SWIGLU = [
     Bug("swish_mult", "swiglu", "no column program offset",
         (("cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)", "cols = tl.arange(0, BLOCK)"),)),
     Bug("swish_mult", "swiglu", "no mask on the tail",
-        (("g = tl.load(gate_ptr + row * stride_gate + cols, mask=mask)", "g = tl.load(gate_ptr + row * stride_gate + cols)"),
+        (("g = tl.load(gate_ptr + row * stride_gate + cols, mask=mask)",
+          "g = tl.load(gate_ptr + row * stride_gate + cols)"),
          ("u = tl.load(up_ptr + row * stride_up + cols, mask=mask)", "u = tl.load(up_ptr + row * stride_up + cols)"),
          ("(silu(g) * u).to(out_ptr.dtype.element_ty), mask=mask)", "(silu(g) * u).to(out_ptr.dtype.element_ty))")),
         out_of_bounds=True),
@@ -225,3 +230,20 @@ SAMPLING = [   # ties are planted by the slot; tiny 1 has 3 blocks (masked in th
 ]
 
 BUGS = EMBEDDING + GEMV + GEMM + ROPE + KV_CACHE + RESIDUAL + SWIGLU + SAMPLING
+
+# these also stray past a tensor on the way to a wrong answer (the interpreter names the access)
+BUGS = out_of_bounds(BUGS,
+                     "embedding_lookup: the table's row stride is the block width",
+                     "embedding_lookup: the output row indexed by the id, not the token",
+                     "embedding_lookup: no column mask on the store",
+                     "attn_out_proj: no K mask on the weight or x",
+                     "mlp_gate_up: the weight's row stride is BLOCK_K",
+                     "attn_out_proj.prefill: no K mask on either tile",
+                     "mlp_gate_up.prefill: the output's row stride is K",
+                     "k_rope: no mask within the half",
+                     "q_rope: no head mask",
+                     "swish_mult.merged: the output written with the input's row stride",
+                     "cache_kv_write: no mask on the row",
+                     "argmax_sample: the merge reads past the row's blocks (no mask)",
+                     "argmax_sample: the merge's row stride is BLOCKS",
+                     )

@@ -19,8 +19,8 @@ class Bug:
     family: str                            # solutions/<family>.py to copy
     what: str                              # the bug, as a learner would make it
     edits: tuple[tuple[str, str], ...]     # (old, new): each old text occurs once in the solution
-    out_of_bounds: bool = False            # only strays past a tensor: caught by the interpreter's bounds
-                                           # check, which a GPU does not have (skipped there)
+    out_of_bounds: bool = False            # strays past a tensor (the interpreter's bounds check names it):
+                                           # skipped on a GPU, where it may fault and take the CUDA context
 
     @property
     def id(self) -> str:
@@ -45,8 +45,9 @@ def plant(bug: Bug, root: Path) -> Path:
     return path
 
 
-def out_of_bounds(bugs: list[Bug], *whats: str) -> list[Bug]:
-    """`bugs` with those named by `whats` marked `out_of_bounds` (each name must match a bug)."""
-    missing = set(whats) - {b.what for b in bugs}
+def out_of_bounds(bugs: list[Bug], *names: str) -> list[Bug]:
+    """`bugs` with those named by `names` marked `out_of_bounds`: a name is a bug's `what` (every slot's
+    bug of that name) or its `id` ("slot: what", that one); each must match a bug."""
+    missing = set(names) - {b.what for b in bugs} - {b.id for b in bugs}
     assert not missing, f"no bug named {sorted(missing)}"
-    return [replace(b, out_of_bounds=True) if b.what in whats else b for b in bugs]
+    return [replace(b, out_of_bounds=True) if b.what in names or b.id in names else b for b in bugs]

@@ -54,6 +54,24 @@ def test_check_catches_an_unwritten_tail(rt):
     assert "NaN" in str(report) and "FAIL" in str(report)
 
 
+def test_a_gpu_fault_is_the_verdict_and_stops_the_check(rt, monkeypatch):
+    """A CUDA fault (an illegal address) leaves the context unusable: the check reports it on the case
+    that raised it, says how to go on, and runs nothing more."""
+    from tritonllm_course import checking
+
+    calls = []
+
+    def faulting(fn, kwargs):
+        calls.append(1)
+        return checking._gpu_fault(RuntimeError("CUDA error: an illegal memory access was encountered"))
+
+    monkeypatch.setattr(checking, "_call", faulting)
+    report = check("vector_add", "solutions", verbose=False)
+    assert not report.passed and len(calls) == 1 and len(report.cases) == 1, report
+    text = str(report)
+    assert "faulted on the GPU" in text and "restart the Python kernel" in text and "TRITONLLM_FORCE_CPU=1" in text
+
+
 def test_check_catches_wrong_math_and_ignored_out(rt):
     report = check_fn(lambda x, y, out: out.copy_(x - y), lambda x, y: x + y, _vector_inputs, _out,
                       shape={"n": 33})
@@ -269,58 +287,3 @@ def test_colab_links_come_from_the_one_constant(capsys):
     assert cli.main(["colab-links", "--repo-url", "https://github.com/o/r"]) == 0
     assert "00_setup.ipynb: https://colab.research.google.com/github/o/r/blob/main/notebooks/00_setup.ipynb" \
         in capsys.readouterr().out
-
-
-def test_scripts_parse_and_the_sweep_plots(tmp_path):
-    """The GPU scripts run only on a GPU machine: here at least every one parses, and the GEMV sweep's
-    plot (which runs anywhere) draws a result file."""
-    import json
-    import runpy
-    root = Path(__file__).resolve().parents[1]
-    for sh in sorted((root / "scripts").glob("*.sh")):
-        assert subprocess.run(["bash", "-n", str(sh)]).returncode == 0, sh.name
-    for py in sorted((root / "scripts").glob("*.py")):
-        compile(py.read_text(), str(py), "exec")
-    row = {"BLOCK_N": 2, "BLOCK_K": 1024, "num_warps": 4, "us": 4.5, "GBps": 2330.0}
-    case = {"kind": "gemv", "N": 5120, "K": 1024, "bytes": 10485760, "hand": row, "hand_row": row,
-            "best": [row], "all": [row, {"BLOCK_N": 1, "BLOCK_K": 256, "num_warps": 1, "error": "x"}]}
-    path = tmp_path / "gemv_sweep.json"
-    path.write_text(json.dumps({"gpu": "test GPU", "date": "2026-11-30", "cases": [case, case]}))
-    runpy.run_path(str(root / "scripts" / "gemv_sweep.py"))["plot"](str(path))
-    assert (tmp_path / "gemv_sweep.png").stat().st_size > 10_000
-
-
-# The GPU probes whose kernels are timed on a GPU only: each script's `check()` runs its kernel under the
-# interpreter here (odd shapes, NaN-poisoned outputs, fp64 references: see each check's docstring) and
-# returns the largest relative error. A grid barrier cannot run under the interpreter, where programs run
-# one after another: mlp_block and layer_phases check their phases as separate launches; l2_prefetch's
-# prefetch is inline PTX, compiled out there. On the GPU each probe records its own check in its JSON.
-PROBES_CHECKED = {
-    "gemv_persistent_probe.py": "a persistent, software-pipelined GEMV",
-    "l2_prefetch_probe.py": "chapter 05's GEMV that prefetches the next weight into L2",
-    "mlp_block_probe.py": "the MLP sublayer as one kernel",
-    "layer_phases_probe.py": "the fast level's kernels as phases of one kernel",
-    "gemv_bounds_probe.py": "a GEMV cut down step by step (the x-only form's row sums too)",
-    "gemv_tma_probe.py": "a GEMV over a tensor descriptor, tiles past both edges",
-    "unrolled_gemv_probe.py": "the fused GEMV's two walks along K",
-}
-
-
-@pytest.mark.parametrize("script", PROBES_CHECKED)
-def test_a_gpu_probes_kernel_computes_what_it_times(rt, script):
-    import runpy
-    if rt.mode == "gpu":
-        pytest.skip("checked on the GPU by the probe itself (check_rel_err in its JSON)")
-    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / script))
-    assert probe["check"]() < 1e-6, PROBES_CHECKED[script]
-
-
-def test_the_prefill_probes_split_k_gemm_is_right_and_deterministic(rt):
-    """The split-K GEMM + residual of scripts/prefill_probe.py (timed on a GPU only): under the interpreter,
-    odd shapes, in place, two calls bit-identical (the per-tile counters reset themselves)."""
-    import runpy
-    if rt.mode == "gpu":
-        pytest.skip("checked on the GPU by the probe itself (check in its JSON)")
-    probe = runpy.run_path(str(Path(__file__).resolve().parents[1] / "scripts" / "prefill_probe.py"))
-    err, same = probe["check"]()
-    assert err < 1e-6 and same
