@@ -36,7 +36,8 @@ from tritonllm_course.triton_helpers import l2_normalize_rows, silu
 def conv_prefill_tile(x_ptr, stride_xt, w_ptr, state_ptr, t, c, cmask, T,
                       K: tl.constexpr, HAS_STATE: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_C: tl.constexpr):
     """The conv (before SiLU) of tokens t [BLOCK_T] and channels c [BLOCK_C] (where cmask), in fp32."""
-    # BEGIN EXERCISE: for each tap j, the source token s = t - (K - 1) + j: read x[s, c] where 0 <= s < T, state[c, K + s] where s < 0 (only if HAS_STATE; else the zero padding); accumulate w[c, j] * input in fp32
+    # BEGIN EXERCISE: for each tap j, the source token s = t - (K - 1) + j: read x[s, c] where 0 <= s < T,
+    #   state[c, K + s] where s < 0 (only if HAS_STATE; else the zero padding); accumulate w[c, j] * input in fp32
     raise NotImplementedError("exercise conv1d.py, conv_prefill_tile: not implemented yet")
     # END EXERCISE
 
@@ -45,7 +46,8 @@ def conv_prefill_tile(x_ptr, stride_xt, w_ptr, state_ptr, t, c, cmask, T,
 def conv_prefill_new_state(x_ptr, stride_xt, state_ptr, new_state_ptr, c, cmask, T,
                            K: tl.constexpr, HAS_STATE: tl.constexpr):
     """new_state[c, i] = input T - K + i of cat(state, x): the last K inputs, newest last."""
-    # BEGIN EXERCISE: column i holds token s = T - K + i: x[s] when s >= 0, else the old state column K + s (zeros without a state); store into new_state[c, i]
+    # BEGIN EXERCISE: column i holds token s = T - K + i: x[s] when s >= 0, else the old state column K + s
+    #   (zeros without a state); store into new_state[c, i]
     raise NotImplementedError("exercise conv1d.py, conv_prefill_new_state: not implemented yet")
     # END EXERCISE
 
@@ -54,7 +56,9 @@ def conv_prefill_new_state(x_ptr, stride_xt, state_ptr, new_state_ptr, c, cmask,
 def conv_decode_step(x_ptr, w_ptr, state_ptr, c, cmask, K: tl.constexpr, BLOCK_C: tl.constexpr):
     """One token through channels c [BLOCK_C] (where cmask): shifts the state in place, returns the conv
     in fp32."""
-    # BEGIN EXERCISE: window column i = state column i + 1 (i < K - 1), then x; write window column i into state column i (each thread reads a column before it overwrites it); return sum_i w[c, i] * window_i in fp32
+    # BEGIN EXERCISE: window column i = state column i + 1 (i < K - 1), then x;
+    #   write window column i into state column i (each thread reads a column before it overwrites it);
+    #   return sum_i w[c, i] * window_i in fp32
     raise NotImplementedError("exercise conv1d.py, conv_decode_step: not implemented yet")
     # END EXERCISE
 

@@ -49,7 +49,8 @@ def recurrent_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr
     mk, mv = rk < DK, rv < DV
     state = hv * DK * DV + rk[:, None] * DV + rv[None, :]   # [BK, BV] offsets into [HV, DK, DV]
     smask = mk[:, None] & mv[None, :]
-    # BEGIN EXERCISE: S = the [BK, BV] state slice (zeros without s0); per token t: decay, u = beta (v - S^T k), S += k u^T, o = S^T q (store in o's dtype); store S
+    # BEGIN EXERCISE: S = the [BK, BV] state slice (zeros without s0);
+    #   per token t: decay, u = beta (v - S^T k), S += k u^T, o = S^T q (store in o's dtype); store S
     raise NotImplementedError("exercise delta_rule.py, recurrent_kernel: not implemented yet")
     # END EXERCISE
 
@@ -69,7 +70,8 @@ def unit_lower_inverse(A, C: tl.constexpr, NC: tl.constexpr, PREC: tl.constexpr)
     A4 = tl.reshape(A, [NC, SUB, NC, SUB])                       # A4[b, i, b', j] = A[16b + i, 16b' + j]
     Y = -tl.sum(tl.where(same4, A4, 0.0), axis=2)                # [NC, 16, 16]: minus the diagonal blocks
     row = tl.arange(0, SUB)[None, :, None]
-    # BEGIN EXERCISE: forward substitution on every diagonal block at once: row i of Y = a + sum_j a_j Y[j] where a = row i of -A (rows 0 and 1 are already right)
+    # BEGIN EXERCISE: forward substitution on every diagonal block at once:
+    #   row i of Y = a + sum_j a_j Y[j] where a = row i of -A (rows 0 and 1 are already right)
     raise NotImplementedError("exercise delta_rule.py, unit_lower_inverse: not implemented yet")
     # END EXERCISE
     Y = Y + (row == tl.arange(0, SUB)[None, None, :]).to(tl.float32)     # (I + D_b)^-1 per block
@@ -112,7 +114,8 @@ def chunk_prepare_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, T, sk, sv,
                 other=0.0).to(tl.float32)                        # [C, BK]
     v = tl.load(v_ptr + rc[:, None] * sv + hv * DV + rv[None, :], mask=mt[:, None] & mv[None, :],
                 other=0.0).to(tl.float32)                        # [C, BV]
-    # BEGIN EXERCISE: gamma = cumsum(g); A = strictly_lower(beta_i k_i.k_j exp(gamma_i - gamma_j)); Tm = unit_lower_inverse(A, C, NC, PREC); w = Tm (beta exp(gamma) k), u = Tm (beta v)
+    # BEGIN EXERCISE: gamma = cumsum(g); A = strictly_lower(beta_i k_i.k_j exp(gamma_i - gamma_j));
+    #   Tm = unit_lower_inverse(A, C, NC, PREC); w = Tm (beta exp(gamma) k), u = Tm (beta v)
     raise NotImplementedError("exercise delta_rule.py, chunk_prepare_kernel: not implemented yet")
     # END EXERCISE
     tl.store(w_ptr + (rc[:, None] * HV + hv) * DK + rk[None, :], w.to(w_ptr.dtype.element_ty),
@@ -156,7 +159,9 @@ def chunk_scan_kernel(k_ptr, w_ptr, u_ptr, g_ptr, s0_ptr, hs_ptr, vn_ptr, st_ptr
                     other=0.0).to(tl.float32)                    # [C, BV]
         k = tl.load(k_ptr + rc[:, None] * sk + h * DK + rk[None, :], mask=mt[:, None] & mk[None, :],
                     other=0.0).to(w_ptr.dtype.element_ty)        # [C, BK], in w's dtype (see below)
-        # BEGIN EXERCISE: store S as chunk n's start state (hs[n, hv], offsets `tile`); v_new = u - w S (store it in vn); S = exp(gamma_C) S + k^T (exp(gamma_C - gamma) v_new); tl.dot operands in w's / k's dtype
+        # BEGIN EXERCISE: store S as chunk n's start state (hs[n, hv], offsets `tile`);
+        #   v_new = u - w S (store it in vn); S = exp(gamma_C) S + k^T (exp(gamma_C - gamma) v_new);
+        #   tl.dot operands in w's / k's dtype
         raise NotImplementedError("exercise delta_rule.py, chunk_scan_kernel: not implemented yet")
         # END EXERCISE
     tl.store(st_ptr + hv * DK * DV + tile, S, mask=smask)

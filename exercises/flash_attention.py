@@ -40,7 +40,9 @@ def _attend(q, k_head, v_head, row_stride, pos, n0, n_end, d, d_ok, m, l, acc, s
     """Keys n0 .. n0+BLOCK_N-1 (those before n_end) of one KV head into the running softmax of a row
     block. k_head / v_head point at k[0, g] / v[0, g], rows row_stride apart; q [BLOCK_M, BLOCK_D].
     CAUSAL: the block straddles the diagonal, key n counts for a row only where n <= its position."""
-    # BEGIN EXERCISE: load the K tile (rows before n_end), scores q . K^T in log2 units, -inf where CAUSAL and the key is after the row's position; load the V tile; fold into (m, l, acc) with online_softmax_update
+    # BEGIN EXERCISE: load the K tile (rows before n_end), scores q . K^T in log2 units,
+    #   -inf where CAUSAL and the key is after the row's position; load the V tile;
+    #   fold into (m, l, acc) with online_softmax_update
     raise NotImplementedError("exercise flash_attention.py, _attend: not implemented yet")
     # END EXERCISE
 
@@ -55,7 +57,10 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, gate_ptr, T, S
     HAS_GATE: the output multiplied by sigmoid(gate) (Qwen's output gate, fused); token t's gate row
     [heads * head_dim] starts at t * s_gate.
     """
-    # BEGIN EXERCISE: KV head and row block (latest first); rows -> (token, head); load the q tile and the rows' positions; p_hi = newest position (at most S-1), p_lo = oldest; bulk loop over the whole blocks before p_lo + 1 without the mask, diagonal loop up to p_hi with it; out = acc / l (the gate and the store to out[t, head] follow)
+    # BEGIN EXERCISE: KV head and row block (latest first); rows -> (token, head);
+    #   load the q tile and the rows' positions; p_hi = newest position (at most S-1), p_lo = oldest;
+    #   bulk loop over the whole blocks before p_lo + 1 without the mask, diagonal loop up to p_hi with it;
+    #   out = acc / l (the gate and the store to out[t, head] follow)
     raise NotImplementedError("exercise flash_attention.py, flash_attention_kernel: not implemented yet")
     # END EXERCISE
     tile_ok = r_ok[:, None] & d_ok[None, :]

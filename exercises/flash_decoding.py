@@ -53,7 +53,10 @@ def flash_decoding_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, length_ptr, acc
     """Program (g, split): the G query heads of KV head g over cache rows [split * chunk, + chunk) that
     are before the length. Partials of (head, split) at index head * num_splits + split: m, l [H * splits],
     acc [H * splits, D], all fp32. A split with no row before the length writes nothing."""
-    # BEGIN EXERCISE: length from device memory (at most max_len); this split's rows start .. end from _chunk_rows; only if start < length: load the G query rows (padded to BLOCK_H), loop over the chunk in BLOCK_N rows (scores in log2 units, -inf past end, online_softmax_update); store m, l, acc of each head at head * num_splits + split
+    # BEGIN EXERCISE: length from device memory (at most max_len); this split's rows start .. end from _chunk_rows;
+    #   only if start < length: load the G query rows (padded to BLOCK_H), loop over the chunk in BLOCK_N rows
+    #   (scores in log2 units, -inf past end, online_softmax_update);
+    #   store m, l, acc of each head at head * num_splits + split
     raise NotImplementedError("exercise flash_decoding.py, flash_decoding_split_kernel: not implemented yet")
     # END EXERCISE
 
@@ -64,7 +67,9 @@ def flash_decoding_merge_kernel(acc_ptr, m_ptr, l_ptr, length_ptr, out_ptr, gate
                                 HAS_GATE: tl.constexpr):
     """Program (head, d block): out[head, d] from the partials of the splits in use (BLOCK_S >= splits).
     HAS_GATE: times sigmoid(gate[head, d]) (Qwen's output gate, fused)."""
-    # BEGIN EXERCISE: the splits in use = cdiv(length, chunk) (same length and _chunk_rows as the split kernel); load their m and l (others: -inf and 0, never read); M = max m; w = exp2(m - M), 0 for unused splits; out = sum w * acc / sum w * l (the gate and the store follow)
+    # BEGIN EXERCISE: the splits in use = cdiv(length, chunk) (same length and _chunk_rows as the split kernel);
+    #   load their m and l (others: -inf and 0, never read); M = max m; w = exp2(m - M), 0 for unused splits;
+    #   out = sum w * acc / sum w * l (the gate and the store follow)
     raise NotImplementedError("exercise flash_decoding.py, flash_decoding_merge_kernel: not implemented yet")
     # END EXERCISE
     if HAS_GATE:    # the output gate before the one rounding: one kernel fewer per attention layer

@@ -24,7 +24,8 @@ def gated_rms_norm_kernel(x_ptr, z_ptr, w_ptr, out_ptr, rows, D, eps, HEADS, sz,
                           BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
     """x, out: [rows, D] contiguous; z: row r at (r // HEADS) * sz + (r % HEADS) * D (a token's HEADS rows
     contiguous, tokens sz apart: a column slice of the merged in-projection's output)."""
-    # BEGIN EXERCISE: a [BLOCK_R, BLOCK_D] tile of rows (mask rows >= rows and d >= D); x, z (at its token stride), w as fp32; y = x * rsqrt(mean(x^2) + eps) * w * silu(z); store in out's dtype
+    # BEGIN EXERCISE: a [BLOCK_R, BLOCK_D] tile of rows (mask rows >= rows and d >= D);
+    #   x, z (at its token stride), w as fp32; y = x * rsqrt(mean(x^2) + eps) * w * silu(z); store in out's dtype
     raise NotImplementedError("exercise gated_rmsnorm.py, gated_rms_norm_kernel: not implemented yet")
     # END EXERCISE
 

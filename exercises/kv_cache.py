@@ -30,7 +30,9 @@ def kv_cache_write_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, max_l
                           ROW: tl.constexpr, BLOCK: tl.constexpr):
     """Copy token t's k and v rows ([ROW] = kv_heads * head_dim each, contiguous; token t's starts at
     t * sk, t * sv) into cache row pos[t]."""
-    # BEGIN EXERCISE: token t = program id; its position from pos_ptr (device memory); copy k[t] and v[t] (ROW elements each, from t * sk and t * sv) to cache row pos; never store outside 0 <= pos < max_len
+    # BEGIN EXERCISE: token t = program id; its position from pos_ptr (device memory);
+    #   copy k[t] and v[t] (ROW elements each, from t * sk and t * sv) to cache row pos;
+    #   never store outside 0 <= pos < max_len
     raise NotImplementedError("exercise kv_cache.py, kv_cache_write_kernel: not implemented yet")
     # END EXERCISE
 
@@ -42,7 +44,8 @@ def kv_cache_read_kernel(k_cache_ptr, v_cache_ptr, k_out_ptr, v_out_ptr, length_
 
     Axis 0 walks the flat [rows * ROW] output in BLOCK pieces, axis 1 picks K (0) or V (1).
     """
-    # BEGIN EXERCISE: this program's flat offsets; length from device memory; pick K or V by program_id(1); load where the row < length, store everywhere (0 past length)
+    # BEGIN EXERCISE: this program's flat offsets; length from device memory; pick K or V by program_id(1);
+    #   load where the row < length, store everywhere (0 past length)
     raise NotImplementedError("exercise kv_cache.py, kv_cache_read_kernel: not implemented yet")
     # END EXERCISE
 

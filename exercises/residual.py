@@ -21,7 +21,8 @@ from tritonllm_course import validate
 
 @triton.jit
 def residual_add_kernel(x_ptr, res_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    # BEGIN EXERCISE: this program's block of the flat tensor; load x and the residual, add in fp32, store in out's dtype
+    # BEGIN EXERCISE: this program's block of the flat tensor; load x and the residual, add in fp32,
+    #   store in out's dtype
     raise NotImplementedError("exercise residual.py, residual_add_kernel: not implemented yet")
     # END EXERCISE
 

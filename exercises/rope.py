@@ -38,7 +38,9 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, heads, head_dim, half
     t = tl.program_id(0).to(tl.int64)
     h = tl.arange(0, BLOCK_H)                                     # [BLOCK_H] heads
     row = t * heads * head_dim + h[:, None] * head_dim            # [BLOCK_H, 1] start of each head
-    # BEGIN EXERCISE: read this token's position; load the two halves x1 = x[:, :half], x2 = x[:, half:2*half] of every head and the matching halves of its cos/sin row (as fp32; NaN when the position is outside the cache); store x1*c1 - x2*s1 and x2*c2 + x1*s2
+    # BEGIN EXERCISE: read this token's position; load the two halves x1 = x[:, :half], x2 = x[:, half:2*half]
+    #   of every head and the matching halves of its cos/sin row (as fp32; NaN when the position is outside the cache);
+    #   store x1*c1 - x2*s1 and x2*c2 + x1*s2
     raise NotImplementedError("exercise rope.py, rope_kernel: not implemented yet")
     # END EXERCISE
     if COPY_PASS:   # out of place only: the dims past rotary_dim are copied unchanged

@@ -49,7 +49,8 @@ PREFILL_STAGES = 2
 def qk_scores_kernel(q_ptr, k_ptr, out_ptr, T, S, H, KV, D,
                      G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """out[h, t, s] = q[t, h] . k[s, h // G] for one KV head (axis 0), BLOCK_M rows, BLOCK_N keys."""
-    # BEGIN SOLUTION: rows r -> token r // G and head g*G + r % G; loop over head_dim in BLOCK_D pieces: q tile [BM, BD], K^T tile [BD, BN], tl.dot into fp32; store to out[head, t, s]
+    # BEGIN SOLUTION: rows r -> token r // G and head g*G + r % G; loop over head_dim in BLOCK_D pieces:
+    #   q tile [BM, BD], K^T tile [BD, BN], tl.dot into fp32; store to out[head, t, s]
     g = tl.program_id(0)
     r = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     s = tl.program_id(2) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -76,7 +77,8 @@ def qk_scores_kernel(q_ptr, k_ptr, out_ptr, T, S, H, KV, D,
 @triton.jit
 def causal_mask_kernel(pos_ptr, out_ptr, T, S, BLOCK_T: tl.constexpr, BLOCK_S: tl.constexpr):
     """out[t, s] = s <= pos[t] for a [BLOCK_T, BLOCK_S] tile."""
-    # BEGIN SOLUTION: this tile's token rows and key columns; load pos of the rows; store (s <= pos) where t < T and s < S
+    # BEGIN SOLUTION: this tile's token rows and key columns; load pos of the rows;
+    #   store (s <= pos) where t < T and s < S
     t = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     s = tl.program_id(1) * BLOCK_S + tl.arange(0, BLOCK_S)
     t_ok = t < T
@@ -95,7 +97,8 @@ def softmax_kernel(x_ptr, mask_ptr, out_ptr, S, T, scale_log2e,
 
     Row `row` of the [rows, S] scores uses mask row `row % T` (the mask is [T, S], shared by heads).
     """
-    # BEGIN SOLUTION: pass 1 over the row in BLOCK pieces: per-lane running max m and sum l of exp2(x*scale_log2e - m) (masked keys = -inf); combine the lanes; pass 2: store exp2(x - M) / L
+    # BEGIN SOLUTION: pass 1 over the row in BLOCK pieces: per-lane running max m and sum l of exp2(x*scale_log2e - m)
+    #   (masked keys = -inf); combine the lanes; pass 2: store exp2(x - M) / L
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * S
     mask_row = mask_ptr + (row % T) * S
@@ -132,7 +135,8 @@ def softmax_kernel(x_ptr, mask_ptr, out_ptr, S, T, scale_log2e,
 def pv_kernel(p_ptr, v_ptr, out_ptr, T, S, H, KV, D,
               G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
     """out[t, h, d] = sum_s p[h, t, s] v[s, h // G, d]: one KV head (axis 0), BLOCK_M rows, BLOCK_D dims."""
-    # BEGIN SOLUTION: rows as in qk_scores; loop over keys in BLOCK_N pieces: P tile [BM, BN] from p[head, t, :], V tile [BN, BD] from v[:, g, :], tl.dot into fp32; store to out[t, head, d]
+    # BEGIN SOLUTION: rows as in qk_scores; loop over keys in BLOCK_N pieces:
+    #   P tile [BM, BN] from p[head, t, :], V tile [BN, BD] from v[:, g, :], tl.dot into fp32; store to out[t, head, d]
     g = tl.program_id(0)
     r = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     d = tl.program_id(2) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -165,7 +169,9 @@ def decode_attention_kernel(q_ptr, k_cache_ptr, v_cache_ptr, length_ptr, out_ptr
     q [heads, D]; caches [max_len, KV, D]; length: 1 int in device memory; out [heads, D].
     Online softmax: running max m and sum l per head; acc is rescaled when m grows.
     """
-    # BEGIN SOLUTION: load the G query rows (padded to BLOCK_H); length from device memory (at most max_len); loop over the cache in BLOCK_N rows: scores = q . K^T (masked past length), online max/sum update, acc = acc * alpha + P . V; store acc / l
+    # BEGIN SOLUTION: load the G query rows (padded to BLOCK_H); length from device memory (at most max_len);
+    #   loop over the cache in BLOCK_N rows: scores = q . K^T (masked past length), online max/sum update,
+    #   acc = acc * alpha + P . V; store acc / l
     g = tl.program_id(0)
     h = tl.arange(0, BLOCK_H)
     d = tl.arange(0, BLOCK_D)
@@ -202,7 +208,8 @@ def decode_attention_kernel(q_ptr, k_cache_ptr, v_cache_ptr, length_ptr, out_ptr
 def _masked_scores(q, k_head_ptr, row_stride, pos, n0, S, d, d_ok, scale_log2e, BLOCK_N: tl.constexpr):
     """Scores (log2 units) of a row block q [BLOCK_M, BLOCK_D] against keys n0 .. n0+BLOCK_N-1 of one
     KV head (k_head_ptr points at k[0, g], rows row_stride apart), -inf where key n > pos of the row."""
-    # BEGIN SOLUTION: load the K rows (masked past S), q . K^T * scale_log2e, -inf where the key is after the row's position or past S
+    # BEGIN SOLUTION: load the K rows (masked past S), q . K^T * scale_log2e,
+    #   -inf where the key is after the row's position or past S
     n = n0 + tl.arange(0, BLOCK_N)
     k = tl.load(k_head_ptr + n.to(tl.int64)[:, None] * row_stride + d[None, :],
                 mask=(n < S)[:, None] & d_ok[None, :], other=0.0)                      # [BLOCK_N, BLOCK_D]
@@ -219,7 +226,9 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, T, S, H, KV, D, scal
     Pass 1 finds each row's max and sum of exp2 over its visible keys; pass 2 adds up the normalised
     P . V. Keys past the block's newest position are visible to none of its rows and are skipped.
     """
-    # BEGIN SOLUTION: rows as in qk_scores; q tile [BM, BD]; pos of each row; n_end = newest position + 1; pass 1: running max m / sum l over key blocks (masked s <= pos); pass 2: p = exp2(s - m) / l, acc += P . V; store to out[t, head]
+    # BEGIN SOLUTION: rows as in qk_scores; q tile [BM, BD]; pos of each row; n_end = newest position + 1;
+    #   pass 1: running max m / sum l over key blocks (masked s <= pos); pass 2: p = exp2(s - m) / l, acc += P . V;
+    #   store to out[t, head]
     g = tl.program_id(0)
     r = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)
     t = r // G
@@ -256,7 +265,8 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, T, S, H, KV, D, scal
 def output_gate_kernel(o_ptr, gate_ptr, out_ptr, n, row, s_gate, BLOCK: tl.constexpr):
     """out = o * sigmoid(gate), elementwise over n elements, fp32 inside. o and out are packed; gate has
     `row` elements per token, contiguous, token t's starting at t * s_gate."""
-    # BEGIN SOLUTION: this program's block of offsets; load o, and gate at (offs // row) * s_gate + offs % row, as fp32; store o * sigmoid(gate)
+    # BEGIN SOLUTION: this program's block of offsets; load o, and gate at (offs // row) * s_gate + offs % row, as fp32;
+    #   store o * sigmoid(gate)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < n
     o = tl.load(o_ptr + offs, mask=ok, other=0.0).to(tl.float32)

@@ -49,7 +49,8 @@ def recurrent_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr
     mk, mv = rk < DK, rv < DV
     state = hv * DK * DV + rk[:, None] * DV + rv[None, :]   # [BK, BV] offsets into [HV, DK, DV]
     smask = mk[:, None] & mv[None, :]
-    # BEGIN SOLUTION: S = the [BK, BV] state slice (zeros without s0); per token t: decay, u = beta (v - S^T k), S += k u^T, o = S^T q (store in o's dtype); store S
+    # BEGIN SOLUTION: S = the [BK, BV] state slice (zeros without s0);
+    #   per token t: decay, u = beta (v - S^T k), S += k u^T, o = S^T q (store in o's dtype); store S
     if HAS_S0:
         S = tl.load(s0_ptr + state, mask=smask, other=0.0)
     else:
@@ -84,7 +85,8 @@ def unit_lower_inverse(A, C: tl.constexpr, NC: tl.constexpr, PREC: tl.constexpr)
     A4 = tl.reshape(A, [NC, SUB, NC, SUB])                       # A4[b, i, b', j] = A[16b + i, 16b' + j]
     Y = -tl.sum(tl.where(same4, A4, 0.0), axis=2)                # [NC, 16, 16]: minus the diagonal blocks
     row = tl.arange(0, SUB)[None, :, None]
-    # BEGIN SOLUTION: forward substitution on every diagonal block at once: row i of Y = a + sum_j a_j Y[j] where a = row i of -A (rows 0 and 1 are already right)
+    # BEGIN SOLUTION: forward substitution on every diagonal block at once:
+    #   row i of Y = a + sum_j a_j Y[j] where a = row i of -A (rows 0 and 1 are already right)
     for i in range(2, SUB):
         a = tl.sum(tl.where(row == i, Y, 0.0), axis=1)           # [NC, 16]: row i of each block
         a = a + tl.sum(a[:, :, None] * Y, axis=1)                # rows j < i of Y are final
@@ -130,7 +132,8 @@ def chunk_prepare_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, T, sk, sv,
                 other=0.0).to(tl.float32)                        # [C, BK]
     v = tl.load(v_ptr + rc[:, None] * sv + hv * DV + rv[None, :], mask=mt[:, None] & mv[None, :],
                 other=0.0).to(tl.float32)                        # [C, BV]
-    # BEGIN SOLUTION: gamma = cumsum(g); A = strictly_lower(beta_i k_i.k_j exp(gamma_i - gamma_j)); Tm = unit_lower_inverse(A, C, NC, PREC); w = Tm (beta exp(gamma) k), u = Tm (beta v)
+    # BEGIN SOLUTION: gamma = cumsum(g); A = strictly_lower(beta_i k_i.k_j exp(gamma_i - gamma_j));
+    #   Tm = unit_lower_inverse(A, C, NC, PREC); w = Tm (beta exp(gamma) k), u = Tm (beta v)
     gamma = tl.cumsum(g, axis=0)                                 # log-decay from the chunk start
     i, j = tl.arange(0, C)[:, None], tl.arange(0, C)[None, :]
     decay = tl.exp(tl.minimum(gamma[:, None] - gamma[None, :], 0.0))   # Gamma_ij (i > j: <= 1)
@@ -180,7 +183,9 @@ def chunk_scan_kernel(k_ptr, w_ptr, u_ptr, g_ptr, s0_ptr, hs_ptr, vn_ptr, st_ptr
                     other=0.0).to(tl.float32)                    # [C, BV]
         k = tl.load(k_ptr + rc[:, None] * sk + h * DK + rk[None, :], mask=mt[:, None] & mk[None, :],
                     other=0.0).to(w_ptr.dtype.element_ty)        # [C, BK], in w's dtype (see below)
-        # BEGIN SOLUTION: store S as chunk n's start state (hs[n, hv], offsets `tile`); v_new = u - w S (store it in vn); S = exp(gamma_C) S + k^T (exp(gamma_C - gamma) v_new); tl.dot operands in w's / k's dtype
+        # BEGIN SOLUTION: store S as chunk n's start state (hs[n, hv], offsets `tile`);
+        #   v_new = u - w S (store it in vn); S = exp(gamma_C) S + k^T (exp(gamma_C - gamma) v_new);
+        #   tl.dot operands in w's / k's dtype
         tl.store(hs_ptr + (n * HV + hv) * DK * DV + tile, S.to(hs_ptr.dtype.element_ty), mask=smask)
         gamma = tl.cumsum(g, axis=0)
         gamma_last = tl.sum(g, axis=0)                           # padding has g = 0

@@ -31,7 +31,9 @@ from tritonllm_course.triton_helpers import l2_normalize_rows, sigmoid, softplus
 def deltanet_gates_kernel(b_ptr, a_ptr, A_log_ptr, dt_bias_ptr, beta_ptr, g_ptr, n, HV, sb, sa,
                           BLOCK: tl.constexpr):
     """Flat outputs [T * HV]; b and a are read at token stride sb and sa (views into a wider projection)."""
-    # BEGIN SOLUTION: flat indices i < n = T * HV, their token i // HV and head i % HV; load b[token, head], a[token, head] (token strides sb, sa), A_log[head], dt_bias[head] as fp32; store beta = sigmoid(b) (beta's dtype) and g = -exp(A_log) * softplus(a + dt_bias) (fp32) at i
+    # BEGIN SOLUTION: flat indices i < n = T * HV, their token i // HV and head i % HV;
+    #   load b[token, head], a[token, head] (token strides sb, sa), A_log[head], dt_bias[head] as fp32;
+    #   store beta = sigmoid(b) (beta's dtype) and g = -exp(A_log) * softplus(a + dt_bias) (fp32) at i
     i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = i < n
     token, head = i // HV, i % HV
@@ -47,7 +49,9 @@ def deltanet_gates_kernel(b_ptr, a_ptr, A_log_ptr, dt_bias_ptr, beta_ptr, g_ptr,
 @triton.jit
 def l2norm_block(src_ptr, stride_t, stride_h, dst_ptr, r, d, rows, H, D, scale, eps):
     """Rows r [BLOCK_R] (row = token * H + head) of a [T, H, D] view: L2-normalise, scale, store contiguous."""
-    # BEGIN SOLUTION: token r // H and head r % H give the source offsets; load [BLOCK_R, BLOCK_D] as fp32 (mask rows >= rows, d >= D); divide each row by sqrt(sum of squares + eps) (l2_normalize_rows), times scale; store at r * D + d
+    # BEGIN SOLUTION: token r // H and head r % H give the source offsets;
+    #   load [BLOCK_R, BLOCK_D] as fp32 (mask rows >= rows, d >= D);
+    #   divide each row by sqrt(sum of squares + eps) (l2_normalize_rows), times scale; store at r * D + d
     mask = (r < rows)[:, None] & (d < D)[None, :]
     t = (r // H).to(tl.int64)
     h = r % H

@@ -26,7 +26,8 @@ MAX_BLOCK_H = 1024   # columns per program: 16 bytes per thread at 4 warps in bf
 
 @triton.jit
 def embedding_kernel(ids_ptr, weight_ptr, out_ptr, vocab, hidden, BLOCK_H: tl.constexpr):
-    # BEGIN SOLUTION: read the id of token program_id(0) (as int64: id * hidden can pass 2^31), copy block program_id(1) of its row; a row whose id is outside [0, vocab) is written as NaN and never read
+    # BEGIN SOLUTION: read the id of token program_id(0) (as int64: id * hidden can pass 2^31),
+    #   copy block program_id(1) of its row; a row whose id is outside [0, vocab) is written as NaN and never read
     t = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_H + tl.arange(0, BLOCK_H)
     in_row = cols < hidden

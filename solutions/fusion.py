@@ -55,7 +55,9 @@ MAX_DIM = 32768              # residual + norm keep a whole row in registers
 def residual_rms_norm_kernel(x_ptr, res_ptr, w_ptr, h_ptr, out_ptr, rows, dim, eps,
                              BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
     """h = residual + x (stored in h's dtype); out = h / rms(h) * (1 + w); packed [rows, dim] tensors."""
-    # BEGIN SOLUTION: rows r = program_id * BLOCK_M + [0, BLOCK_M) of packed [rows, dim] tensors; load x and residual as fp32, add, store h in h's dtype; then normalise the stored h (rounded back to fp32): h * rsqrt(mean(h^2) + eps) * (1 + w), stored in out's dtype
+    # BEGIN SOLUTION: rows r = program_id * BLOCK_M + [0, BLOCK_M) of packed [rows, dim] tensors;
+    #   load x and residual as fp32, add, store h in h's dtype;
+    #   then normalise the stored h (rounded back to fp32): h * rsqrt(mean(h^2) + eps) * (1 + w), stored in out's dtype
     r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)             # [BLOCK_M] row indices
     c = tl.arange(0, BLOCK_D)                                           # [BLOCK_D] column indices
     mask = (r < rows)[:, None] & (c < dim)[None, :]                     # [BLOCK_M, BLOCK_D]
@@ -104,7 +106,10 @@ def fused_gemv_step(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, row_start, row_ok, k0, K
     """One step of the fused GEMV's walk along K, columns k0 .. k0 + BLOCK_K: the x tile as fp32 (HAS_NORM:
     its squares added to sum_sq [BLOCK_K], then scaled by 1 + norm_w), its products with the weight tile
     (GATED: and W_up's) added to acc (acc_up) [BLOCK_N, BLOCK_K]. Returns (acc, acc_up, sum_sq)."""
-    # BEGIN SOLUTION: columns k = k0 + arange(BLOCK_K) masked to K; x as fp32 (HAS_NORM: sum_sq += x^2 before x *= 1 + norm_w); the [BLOCK_N, BLOCK_K] tile(s) at row_start + k, evict_first, as fp32, times x, added to acc (and acc_up if GATED)
+    # BEGIN SOLUTION: columns k = k0 + arange(BLOCK_K) masked to K;
+    #   x as fp32 (HAS_NORM: sum_sq += x^2 before x *= 1 + norm_w);
+    #   the [BLOCK_N, BLOCK_K] tile(s) at row_start + k, evict_first, as fp32, times x,
+    #   added to acc (and acc_up if GATED)
     k = k0 + tl.arange(0, BLOCK_K)
     k_ok = k < K
     x = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)                            # [BLOCK_K]
@@ -141,7 +146,11 @@ def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps, conv
     if CONV:    # the conv's state and weights depend on no output: loaded before the weights stream in
         conv_rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         window, conv_w = conv_window_load(conv_state_ptr, conv_w_ptr, conv_rows, C, KC)
-    # BEGIN SOLUTION: BLOCK_N rows of W; fp32 accumulators (one partial sum per lane: acc, acc_up [BLOCK_N, BLOCK_K], sum_sq [BLOCK_K]); the walk, one fused_gemv_step per BLOCK_K columns: tl.static_range(0, UNROLL, BLOCK_K) with UNROLL as K if UNROLL > 0 (masks and offsets fold), else range(0, K, BLOCK_K); then row sums, times rsqrt(sum(x^2) / K + eps) if HAS_NORM, silu(gate) * up if GATED; store
+    # BEGIN SOLUTION: BLOCK_N rows of W;
+    #   fp32 accumulators (one partial sum per lane: acc, acc_up [BLOCK_N, BLOCK_K], sum_sq [BLOCK_K]);
+    #   the walk, one fused_gemv_step per BLOCK_K columns: tl.static_range(0, UNROLL, BLOCK_K) with UNROLL as K
+    #   if UNROLL > 0 (masks and offsets fold), else range(0, K, BLOCK_K);
+    #   then row sums, times rsqrt(sum(x^2) / K + eps) if HAS_NORM, silu(gate) * up if GATED; store
     # K as a constant where the walk is unrolled: its masks and offsets fold at compile time too
     KK = UNROLL if UNROLL > 0 else K
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -228,7 +237,8 @@ def fused_gemm_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, M, N, K, eps,
 def gemv_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """One token: y[n] = res[n] + sum_k W[n, k] x[k] for this program's BLOCK_N rows; y may be res."""
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    # BEGIN SOLUTION: the residual loaded first (as fp32), then the fp32 row sums (gemv_rows over [0, K)); their sum stored in y's dtype
+    # BEGIN SOLUTION: the residual loaded first (as fp32), then the fp32 row sums (gemv_rows over [0, K));
+    #   their sum stored in y's dtype
     ok = rows < N
     # each element of the stream is read, then written, by this program alone: y may alias res. Loaded
     # first, its latency overlaps the weights'; after the row sums' cross-warp reduction (a barrier) it
@@ -250,7 +260,9 @@ def gated_norm_gemv_residual_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, res_ptr, y_ptr,
     row_ok = rows < N
     row_start = w_ptr + rows.to(tl.int64) * K
     cols = tl.arange(0, BLOCK_K)
-    # BEGIN SOLUTION: per K tile: x and z as fp32; x reshaped [BLOCK_K // DV, DV] to normalise each head by its own rms; times nw[k % DV] and silu(z); fp32 products with the weight tile; after the loop the row sums plus the residual, stored in y's dtype
+    # BEGIN SOLUTION: per K tile: x and z as fp32; x reshaped [BLOCK_K // DV, DV] to normalise each head by its own rms;
+    #   times nw[k % DV] and silu(z); fp32 products with the weight tile;
+    #   after the loop the row sums plus the residual, stored in y's dtype
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     nw = tl.load(nw_ptr + cols % DV).to(tl.float32)                  # k0 is a multiple of DV: k % DV = cols % DV
     for k0 in range(0, K, BLOCK_K):
@@ -299,7 +311,11 @@ def qk_norm_rope_cache_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_
     partner = tl.where(d < half, d + half, d - half)             # rotate-half: (i, i + half) pairs
     pos = tl.load(pos_ptr + t).to(tl.int64)
     kv = r - H
-    # BEGIN SOLUTION: the head's row (q's or k's, strided) and its rotation partners as fp32; RMSNorm with (1 + w) (q_norm's or k_norm's weight); y = n * cos + sign * n[partner] * sin on the rotary dims (sign -1 in the first half), n elsewhere; q: store to q_out[t, r]; k: store to k_cache[pos, kv], copy v[t, kv] to v_cache[pos, kv] (only for 0 <= pos < max_len)
+    # BEGIN SOLUTION: the head's row (q's or k's, strided) and its rotation partners as fp32;
+    #   RMSNorm with (1 + w) (q_norm's or k_norm's weight);
+    #   y = n * cos + sign * n[partner] * sin on the rotary dims (sign -1 in the first half), n elsewhere;
+    #   q: store to q_out[t, r]; k: store to k_cache[pos, kv], copy v[t, kv] to v_cache[pos, kv]
+    #   (only for 0 <= pos < max_len)
     if is_q:
         row = q_ptr + t.to(tl.int64) * sq_t + r * sq_h
         w_ptr = qw_ptr
@@ -342,7 +358,9 @@ def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias
     mk, mv = rk < DK, rv < DV
     state = hv * DK * DV + rk[:, None] * DV + rv[None, :]   # [BK, BV] offsets into [HV, DK, DV]
     smask = mk[:, None] & mv[None, :]
-    # BEGIN SOLUTION: the head's A_log and dt_bias once (fp32); S as in chapter 15; per token t: q and k (QK_NORM: each divided by sqrt(its sum of squares + eps), q times q_scale), beta and g from b[t, hv] and a[t, hv], then delta_rule_step; store o and finally S
+    # BEGIN SOLUTION: the head's A_log and dt_bias once (fp32); S as in chapter 15;
+    #   per token t: q and k (QK_NORM: each divided by sqrt(its sum of squares + eps), q times q_scale),
+    #   beta and g from b[t, hv] and a[t, hv], then delta_rule_step; store o and finally S
     decay_rate = -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32))
     dt_bias = tl.load(dt_bias_ptr + hv).to(tl.float32)
     if HAS_S0:

@@ -21,7 +21,8 @@ from tritonllm_course import validate
 
 @triton.jit
 def residual_add_kernel(x_ptr, res_ptr, out_ptr, n, BLOCK: tl.constexpr):
-    # BEGIN SOLUTION: this program's block of the flat tensor; load x and the residual, add in fp32, store in out's dtype
+    # BEGIN SOLUTION: this program's block of the flat tensor; load x and the residual, add in fp32,
+    #   store in out's dtype
     offsets = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offsets < n
     x = tl.load(x_ptr + offsets, mask=mask).to(tl.float32)

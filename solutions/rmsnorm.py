@@ -32,7 +32,10 @@ MAX_DIM = 32768      # a whole row lives in registers: 16 warps x 32 threads x 6
 @triton.jit
 def rms_norm_kernel(x_ptr, w_ptr, out_ptr, rows, heads, dim, stride_t, stride_h, eps,
                     BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
-    # BEGIN SOLUTION: rows r = program_id * BLOCK_M + [0, BLOCK_M) sit at x + (r // heads) * stride_t + (r % heads) * stride_h, packed in out; load a [BLOCK_M, BLOCK_D] tile as fp32 (mask rows >= rows, columns >= dim); y = x * rsqrt(mean(x^2) + eps) * (1 + w); store in out's dtype
+    # BEGIN SOLUTION: rows r = program_id * BLOCK_M + [0, BLOCK_M)
+    #   sit at x + (r // heads) * stride_t + (r % heads) * stride_h, packed in out;
+    #   load a [BLOCK_M, BLOCK_D] tile as fp32 (mask rows >= rows, columns >= dim);
+    #   y = x * rsqrt(mean(x^2) + eps) * (1 + w); store in out's dtype
     r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)          # [BLOCK_M] row indices
     c = tl.arange(0, BLOCK_D)                                        # [BLOCK_D] column indices
     mask = (r < rows)[:, None] & (c < dim)[None, :]                  # [BLOCK_M, BLOCK_D]

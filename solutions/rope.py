@@ -38,7 +38,9 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, heads, head_dim, half
     t = tl.program_id(0).to(tl.int64)
     h = tl.arange(0, BLOCK_H)                                     # [BLOCK_H] heads
     row = t * heads * head_dim + h[:, None] * head_dim            # [BLOCK_H, 1] start of each head
-    # BEGIN SOLUTION: read this token's position; load the two halves x1 = x[:, :half], x2 = x[:, half:2*half] of every head and the matching halves of its cos/sin row (as fp32; NaN when the position is outside the cache); store x1*c1 - x2*s1 and x2*c2 + x1*s2
+    # BEGIN SOLUTION: read this token's position; load the two halves x1 = x[:, :half], x2 = x[:, half:2*half]
+    #   of every head and the matching halves of its cos/sin row (as fp32; NaN when the position is outside the cache);
+    #   store x1*c1 - x2*s1 and x2*c2 + x1*s2
     i = tl.arange(0, BLOCK_R)                                     # [BLOCK_R] index within a half
     pos = tl.load(pos_ptr + t).to(tl.int64)
     valid = (pos >= 0) & (pos < num_positions)

@@ -24,5 +24,6 @@ BUGS = [
     Bug("qk_norm", "rmsnorm", "the token stride ignored (packed rows assumed)",
         (("x_row = (r // heads) * stride_t + (r % heads) * stride_h", "x_row = r * dim"),)),
     Bug("qk_norm", "rmsnorm", "the head stride ignored",
-        (("x_row = (r // heads) * stride_t + (r % heads) * stride_h", "x_row = (r // heads) * stride_t + (r % heads) * dim"),)),
+        (("x_row = (r // heads) * stride_t + (r % heads) * stride_h",
+          "x_row = (r // heads) * stride_t + (r % heads) * dim"),)),
 ]

@@ -45,7 +45,7 @@ def _exercise_regions(text: str, where: str) -> list[regions.Region] | None:
 def is_stub(text: str) -> bool:
     """Every region of the exercise still holds only its stub (a broken file is not a stub)."""
     regs = _exercise_regions(text, "<exercise>")
-    return bool(regs) and all(_stub_body(r.body) for r in regs)
+    return bool(regs) and all(_stub_body(r.code) for r in regs)
 
 
 def _mismatch(current: str, fresh: str) -> str | None:
@@ -62,14 +62,14 @@ def _mismatch(current: str, fresh: str) -> str | None:
 
 
 def carry_over(current: str, fresh: str) -> str | None:
-    """`fresh` with the filled-in region bodies of `current`; None when the regions do not correspond.
-    A region still holding its stub gets the fresh stub."""
+    """`fresh` with the filled-in region bodies of `current` (below the fresh hint blocks); None when the
+    regions do not correspond. A region still holding its stub gets the fresh stub."""
     if _mismatch(current, fresh):
         return None
     lines, out, pos = fresh.splitlines(), [], 0
     for mine, new in zip(_exercise_regions(current, "<exercise>"), regions.regions(fresh)):
-        out += lines[pos:new.begin + 1]
-        out += new.body if _stub_body(mine.body) else mine.body
+        out += lines[pos:new.begin + 1 + new.more]
+        out += new.code if _stub_body(mine.code) else mine.code
         pos = new.end
     out += lines[pos:]
     return "\n".join(out) + "\n"

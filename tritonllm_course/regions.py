@@ -6,17 +6,27 @@ In `solutions/<family>.py` the part a learner writes sits between
     ...
     # END SOLUTION
 
-`make_exercise()` turns each region into
+A hint longer than one line goes on in a hint block: each line right after a BEGIN line with a hint that,
+at the marker's indentation, starts with `#` and at least three spaces, then text, continues it:
+
+    # BEGIN SOLUTION: a hint that needs more room than one line
+    #   goes on here, and on as many such lines as it needs
+    ...
+
+The first other line (code, a blank line, a comment with fewer spaces after its `#`) starts the body.
+The hint is its lines joined by single spaces. `make_exercise()` turns each region into
 
     # BEGIN EXERCISE: optional hint for the learner
+    #   (the hint block as it is in the solution)
     raise NotImplementedError("exercise <family>.py, <function>: not implemented yet")
     # END EXERCISE
 
-which keeps the module importable. The learner replaces the `raise` line with code. The stub names the
-function around the region, not its line: a line added above the region in the solution leaves the stub as
-it is, so a learner's filled-in region merges with an updated exercise (a student branch) without a
-conflict. `mask()` blanks the inside of every region of either kind, so a filled-in exercise still compares
-equal to its solution everywhere else: that is the drift test.
+which keeps the module importable and shows the learner the whole hint. The learner replaces the `raise`
+line with code; the hint block belongs to the marker and stays. The stub names the function around the
+region, not its line: a line added above the region in the solution leaves the stub as it is, so a
+learner's filled-in region merges with an updated exercise (a student branch) without a conflict. `mask()`
+blanks the inside of every region of either kind, so a filled-in exercise still compares equal to its
+solution everywhere else: that is the drift test.
 """
 from __future__ import annotations
 
@@ -27,6 +37,7 @@ from pathlib import Path
 
 BEGIN = re.compile(r"^(?P<indent>[ \t]*)# BEGIN (?P<kind>SOLUTION|EXERCISE)(?::[ \t]*(?P<hint>.*))?$")
 END = re.compile(r"^[ \t]*# END (?P<kind>SOLUTION|EXERCISE)[ \t]*$")
+HINT_MORE = "#   "   # after the marker's indentation: a line of the hint block
 STUB_TAG = "not implemented yet"
 
 
@@ -40,12 +51,34 @@ class Region:
     begin: int       # 0-based line index of the BEGIN marker
     end: int         # 0-based line index of the END marker
     indent: str
-    hint: str
-    body: list[str]
+    hint: str        # the whole hint, its lines joined by single spaces
+    body: list[str]  # every line between the markers: the hint block's lines first, then the code
+    more: int = 0    # how many lines of the body continue the hint (the hint block)
+
+    @property
+    def hint_block(self) -> list[str]:
+        """The lines after the BEGIN line that continue its hint."""
+        return self.body[:self.more]
+
+    @property
+    def code(self) -> list[str]:
+        """The body after the hint block: what the learner writes."""
+        return self.body[self.more:]
 
     @property
     def unfilled(self) -> bool:
-        return any(STUB_TAG in line and "NotImplementedError" in line for line in self.body)
+        return any(STUB_TAG in line and "NotImplementedError" in line for line in self.code)
+
+
+def _hint(first: str | None, body: list[str], indent: str) -> tuple[str, int]:
+    """The whole hint of a region whose BEGIN line at `indent` gives `first`, and how many lines at the
+    top of its `body` continue it."""
+    words = [(first or "").strip()]
+    for line in body if words[0] else []:
+        if not (line.startswith(indent + HINT_MORE) and line[len(indent) + len(HINT_MORE):].strip()):
+            break
+        words.append(line.strip()[1:].strip())
+    return " ".join(words), len(words) - 1
 
 
 def regions(text: str, where: str = "<source>") -> list[Region]:
@@ -62,7 +95,9 @@ def regions(text: str, where: str = "<source>") -> list[Region]:
             b, bm = open_
             if bm["kind"] != m["kind"]:
                 raise RegionError(f"{where}:{i + 1}: END {m['kind']} closes BEGIN {bm['kind']} (line {b + 1})")
-            found.append(Region(bm["kind"], b, i, bm["indent"], (bm["hint"] or "").strip(), lines[b + 1:i]))
+            body = lines[b + 1:i]
+            hint, more = _hint(bm["hint"], body, bm["indent"])
+            found.append(Region(bm["kind"], b, i, bm["indent"], hint, body, more))
             open_ = None
     if open_ is not None:
         raise RegionError(f"{where}:{open_[0] + 1}: BEGIN without END")
@@ -81,8 +116,9 @@ def make_exercise(solution_text: str, family: str) -> str:
         if r.kind != "SOLUTION":
             raise RegionError(f"solutions/{family}.py:{r.begin + 1}: solutions must use SOLUTION markers")
         out += lines[pos:r.begin]
-        hint = f": {r.hint}" if r.hint else ""
-        out.append(f"{r.indent}# BEGIN EXERCISE{hint}")
+        first = (BEGIN.match(lines[r.begin])["hint"] or "").strip()
+        out.append(f"{r.indent}# BEGIN EXERCISE{f': {first}' if first else ''}")
+        out += [line.rstrip() for line in r.hint_block]
         where = enclosing_function(tree, r.begin + 1)
         out.append(f'{r.indent}raise NotImplementedError("exercise {family}.py{f", {where}" if where else ""}: '
                    f'{STUB_TAG}")')
