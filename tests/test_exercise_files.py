@@ -48,7 +48,8 @@ def test_a_filled_exercise_edited_outside_its_regions_keeps_the_learners_code(co
     status, out = make_exercises(capsys, "--check")
     last = len(mine.splitlines()) + 1
     assert status == 1
-    assert f"exercises/vector_add.py differs from solutions/vector_add.py outside the exercise regions (line {last}" in out
+    assert (f"exercises/vector_add.py differs from solutions/vector_add.py outside the exercise regions "
+            f"(line {last}") in out
     assert "-# my note" in out and "your region bodies carried over" in out and "make-exercises" in out
 
     status, out = make_exercises(capsys)

@@ -135,4 +135,5 @@ def test_rows_of_a_wider_projection_are_written_from_their_token_stride(kv):
     assert torch.equal(kc.nan_to_num(-1.0), rk.nan_to_num(-1.0))
     assert torch.equal(vc.nan_to_num(-1.0), rv.nan_to_num(-1.0))
     with pytest.raises(ValueError, match="v must be contiguous within each token"):
-        kv.kv_cache_write(k, torch.randn(T, D, KV, device=DEV).transpose(1, 2), kc, vc, pos)   # [T, KV, D], heads interleaved
+        interleaved = torch.randn(T, D, KV, device=DEV).transpose(1, 2)   # [T, KV, D], heads interleaved
+        kv.kv_cache_write(k, interleaved, kc, vc, pos)

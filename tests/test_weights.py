@@ -116,7 +116,8 @@ def test_random_weights_shapes_and_init():
     assert torch.all((a >= 0.01) & (a <= 16))
     assert abs(w["embed_tokens.weight"].std().item() - 0.02) < 0.002
     assert torch.equal(random_weights(TINY, seed=3)["layers.1.mlp.up_proj.weight"], w["layers.1.mlp.up_proj.weight"])
-    assert not torch.equal(random_weights(TINY, seed=4)["layers.1.mlp.up_proj.weight"], w["layers.1.mlp.up_proj.weight"])
+    up = "layers.1.mlp.up_proj.weight"
+    assert not torch.equal(random_weights(TINY, seed=4)[up], w[up])
     half = random_weights(TINY, dtype=torch.bfloat16)
     assert half["layers.0.linear_attn.A_log"].dtype == torch.float32 and half["norm.weight"].dtype == torch.bfloat16
 
