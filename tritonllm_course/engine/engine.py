@@ -17,7 +17,9 @@ for token:
   stream it and to stop at end-of-sequence (decided outside the graph), one step behind the GPU: the
   next step is queued before the host reads the token it consumes (`TokenReader`).
 
-Optimisation levels (`level`, the steps of each in `ops.py`), the benchmark's rows with `cuda_graph`:
+Optimisation levels (`level`), the benchmark's rows with `cuda_graph`: each a plan (`ops.LEVELS`) of steps,
+the kernel slot each runs, and of what each path fuses (`ops.Fusions`), which the one prefill path and the
+one decode path below follow:
   "operators"  one kernel per operator (chapter 19)
   "fused"      RMSNorm folded into the merged projections (ln1 at decode only), the last residual add
                into the final norm, split-K for the narrow decode GEMVs, FlashDecoding /
@@ -30,10 +32,11 @@ Optimisation levels (`level`, the steps of each in `ops.py`), the benchmark's ro
 fp16 mode (`residual_dtype`): the residual stream a.x is fp32, as in the reference model (Qwen's stream
 outgrows fp16's 65,504). The residual adds take it as it is; the kernels that write or read it in the
 model dtype are adapted here: the embedding goes through a.h and is cast; a norm of its own (every level's
-prefill ln1, the operators level's norms) writes fp32 scratch, cast to a.h; at the fused level the
-norm-folded projections read a.h, an fp16 copy of the stream scaled to unit RMS (RMSNorm ignores its
-input's scale), which the residual adds write beside the stream (`residual_rmsnorm` with a zero weight)
-in the launch `attn_residual` / `mlp_residual` would take.
+prefill ln1, the operators level's norms) writes fp32 scratch, cast to a.h; at the fused and fast levels
+(`Fusions.residual_into_final_norm`) every residual add runs in `residual_rmsnorm` with a zero weight, in
+the launch `attn_residual` / `mlp_residual` would take, and also writes a.h, an fp16 copy of the stream
+scaled to unit RMS (RMSNorm ignores its input's scale), which the norm-folded projections and a prompt's
+ln2 read; the fast level's output projections add a zero residual there.
 """
 from __future__ import annotations
 
@@ -114,7 +117,7 @@ class Engine:
                      start) met twice: a prompt length seen once runs op by op (capturing would cost more
                      than it saves); a repeated one (a benchmark, a server's usual lengths) replays
     prefill_chunk:   prompt tokens per prefill pass; longer prompts run chunk after chunk
-    level:           "operators" (one kernel per operator), "fused" or "fast" (`ops.LEVELS`)
+    level:           "operators" (one kernel per operator), "fused" or "fast": the plan `ops.LEVELS` holds
     """
 
     def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], *, max_seq_len: int = 4096,
@@ -132,6 +135,7 @@ class Engine:
         self.weights = merge_weights(c, weights)
         self.level = level
         self.ops = OpTable(sources, default_source, level, config=c)
+        self.plan = self.ops.plan       # what each path fuses at this level, fitted to the config (ops.py)
         if self.device.type == "cpu" and self.dtype == torch.bfloat16 and any(
                 op.source != "reference" for op in self.ops.ops.values()):
             raise ValueError("bfloat16 arithmetic is wrong under Triton's CPU interpreter: use float32 or float16 "
@@ -158,11 +162,7 @@ class Engine:
         self._prefill_graphs: OrderedDict[tuple[int, int, bool], GraphedStep] = OrderedDict()
         self._prefill_seen: OrderedDict[tuple[int, int, bool], int] = OrderedDict()   # key -> uses, newest last
         self.prefill_ids = torch.zeros(self.prefill_chunk, dtype=torch.int64, device=self.device)
-        fused = level in ("fused", "fast")
-        self.epilogue = level == "fast"   # the output projections add the residual stream themselves
-        self._decode_impl = self._decode_step_fused if fused else self._decode_step
-        self._prefill_impl = self._prefill_chunk_fused if fused else self._prefill_chunk
-        self._decode_fn, self._prefill_fn = self._decode_impl, self._prefill_impl
+        self._decode_fn, self._prefill_fn = self._decode_step, self._prefill_chunk
         self.length = 0          # tokens in the cache (host count; the device counters follow it)
         self.pending = None      # the last token handed out, not yet in the cache
         self.streams = 0         # streams begun: only the newest may run (`StreamSuperseded`)
@@ -190,14 +190,75 @@ class Engine:
         return cls(model.config, model.weights, **kwargs)
 
     # the two paths -------------------------------------------------------------------------------------
-    def _attention(self, op, a, i, layer, T: int, pos, start: int | None) -> None:
-        """Gated attention of layer i over a.h [T, hidden] -> a.mixer. start is None on the decode path."""
+    # One code for every level: each path reads its `Fusions` (`self.plan.prefill` / `.decode`, ops.py) to
+    # choose between the operators' kernels and the fused ones, which the op table's steps name.
+    def _decode_step(self, sampling: Sampling | None) -> None:
+        """One token: reads ids / position / length from the counters, leaves the next token in ids and
+        advances the counters. Static shapes and buffers only: this is what the CUDA graph captures."""
+        op, f, ctr, w = self.ops.decode, self.plan.decode, self.counters, self.weights
+        a = self._decode_views
+        self._embed(op, ctr.ids, a)
+        self._layers(op, f, a, 1, ctr.pos, None)
+        if f.residual_into_final_norm:
+            self._final_residual_norm(op, f, a)
+        else:
+            self._norm(op.final_norm, a.x, w.norm, a.h, getattr(a, "h_wide", None))
+        op.lm_head(x=a.h, weight=w.lm_head, out=ctr.logits)
+        self._next_token(op, sampling)
+        op.advance(steps=ctr.steps)
+
+    def _prefill_chunk(self, a, ids: torch.Tensor, start: int, last: bool) -> None:
+        """Tokens ids [T] at positions start.. (after what the cache holds) through the views `a` of the
+        prefill activations; the last chunk of a prompt also computes the logits of its last position."""
+        op, f, w, T = self.ops.prefill, self.plan.prefill, self.weights, ids.shape[0]
+        self._embed(op, ids, a)
+        self._layers(op, f, a, T, self.positions[start:start + T], start)      # positions: [T] int32
+        if f.residual_into_final_norm:   # with the last layer's add: every row of every chunk
+            self._final_residual_norm(op, f, a)
+            h = a.h[T - 1:]
+        elif last:                       # a norm of its own: the last token's row only
+            wide = getattr(a, "h_wide", None)
+            self._norm(op.final_norm, a.x[T - 1:], w.norm, self.final, None if wide is None else wide[T - 1:])
+            h = self.final
+        if last:
+            op.lm_head(x=h, weight=w.lm_head, out=self.counters.logits)             # [1, hidden]: the last token
+
+    def _layers(self, op, f, a, T: int, pos, start: int | None) -> None:
+        """Every layer over the stream a.x [T, hidden]: ln1 and the merged in-projection, the mixer, the
+        MLP sublayer. start is None on the decode path."""
+        last = len(self.weights.layers) - 1
+        for i, layer in enumerate(self.weights.layers):
+            if self._in_proj(op, f, a, i, layer) == "attn":
+                self._attention(op, f, a, i, layer, T, pos, start)
+            else:
+                self._deltanet(op, f, a, i, layer, T, start)
+            self._mlp(op, f, a, layer, i == last)
+
+    def _in_proj(self, op, f, a, i, layer) -> str:
+        """ln1 and the layer's merged in-projection: one GEMM (one GEMV at decode) into the group's whole
+        buffer, whose pieces the kernels after it read as column views. Returns the group."""
+        group = "attn" if layer.kind == "full_attention" else "dn"
+        proj, out = getattr(op, f"{group}_in_proj"), getattr(a, f"{group}_merged")   # [T, total width]
+        if f.norm_into_projection:   # ln1 folded in: the projection normalises the stream as it reads it
+            conv = {}
+            if group == "dn" and f.conv_into_in_proj:    # and runs the conv's step, its state rolled in place
+                conv = {"conv_weight": layer.small["conv"], "conv_state": self.cache.conv[i]}
+            proj(x=self._stream_in(a, f), norm_weight=layer.ln1, weight=layer.mixer_in.weight,
+                 eps=self.config.rms_norm_eps, out=out, **conv)
+        else:
+            self._norm(op.ln1, a.x, layer.ln1, a.h, getattr(a, "h_wide", None))
+            proj(x=a.h, weight=layer.mixer_in.weight, out=out)
+        return group
+
+    def _attention(self, op, f, a, i, layer, T: int, pos, start: int | None) -> None:
+        """Gated attention of layer i after its in-projection -> a.mixer (or added to a.x). start is None on
+        the decode path."""
         c, eps = self.config, self.config.rms_norm_eps
         q_raw = a.attn_q.view(T, c.num_attention_heads, c.head_dim)      # [T, heads, head_dim]
         k_raw = a.attn_k.view(T, c.num_key_value_heads, c.head_dim)      # [T, kv_heads, head_dim]
         v = a.attn_v.view(T, c.num_key_value_heads, c.head_dim)          # [T, kv_heads, head_dim]
         k_cache, v_cache = self.cache.k[i], self.cache.v[i]
-        if hasattr(op, "qk_prologue"):     # the fast level: norms, RoPE and the cache write in one kernel
+        if f.rope_cache_write_into_qk_norm:
             op.qk_prologue(q=q_raw, k=k_raw, v=v, q_weight=layer.small["q_norm"], k_weight=layer.small["k_norm"],
                            cos=self.cos, sin=self.sin, pos=pos, k_cache=k_cache, v_cache=v_cache, eps=eps, out=a.q)
         else:
@@ -208,71 +269,131 @@ class Engine:
             op.kv_write(k=a.k, v=v, k_cache=k_cache, v_cache=v_cache, pos=pos)
         scale = c.head_dim ** -0.5
         heads = (c.num_attention_heads, c.head_dim)
-        # the fast level's attention kernels apply the output gate and write the gated output themselves
-        fused_gate = not hasattr(op, "output_gate")
-        o = a.gated.view(T, *heads) if fused_gate else a.o                     # [T, heads, head_dim]
+        gated = f.output_gate_into_attention          # the attention kernel writes the gated output itself
+        o = a.gated.view(T, *heads) if gated else a.o                          # [T, heads, head_dim]
         gate = a.attn_gate.view(T, *heads)                    # [T, heads, head_dim], a column view
         if start is None:   # one token over the cache; the length is read from device memory
             op.attention(q=a.q[0], k_cache=k_cache, v_cache=v_cache, length=self.counters.length,
-                         scale=scale, out=o[0], **({"gate": gate[0]} if fused_gate else {}))
+                         scale=scale, out=o[0], **({"gate": gate[0]} if gated else {}))
         else:               # the chunk's tokens over everything cached up to them
             op.attention(q=a.q, k=k_cache[:start + T], v=v_cache[:start + T], pos=pos, scale=scale, out=o,
-                         **({"gate": gate} if fused_gate else {}))
-        if not fused_gate:
+                         **({"gate": gate} if gated else {}))
+        if not gated:
             op.output_gate(o=a.o.view(T, -1), gate=a.attn_gate, out=a.gated)   # [T, heads * head_dim]
-        self._out_proj(op.o_proj, a.gated, layer.mixer_out, a)
+        self._out_proj(op.o_proj, f, a.gated, layer.mixer_out, a)
 
-    def _deltanet(self, op, a, i, layer, T: int, start: int | None) -> None:
-        """Gated DeltaNet of layer i over a.h [T, hidden] -> a.mixer, its cache updated in place. start is
-        None on the decode path; 0 for a new sequence's first chunk, whose states are the reset's zeros:
-        there the kernels read none (as if given no state) and the conv writes its new state in place."""
-        c = self.config
-        conv_state, state = self.cache.conv[i], self.cache.state[i]
-        if not hasattr(op, "conv"):     # the fast level's decode: the in-projection ran the conv's step
-            self._deltanet_fast_decode(op, a, layer, state)
-            return
-        fresh = start == 0
-        conv = dict(x=a.dn_qkv, weight=layer.small["conv"], conv_state=None if fresh else conv_state,
-                    key_heads=c.linear_num_key_heads, head_dim=c.linear_key_head_dim,
-                    value_head_dim=c.linear_value_head_dim, q=a.dq, k=a.dk, v=a.dv)
-        if start is None:   # the state is rolled in place
-            op.conv(**conv)
-        elif fresh:         # no program reads the old state: the new one goes straight into the cache
-            op.conv(**conv, new_state=conv_state)
-        else:               # the new state goes to a scratch buffer: programs still read the old one
-            op.conv(**conv, new_state=self.new_conv_state)
-            conv_state.copy_(self.new_conv_state)
-        z = a.dn_z.view(T, c.linear_num_value_heads, c.linear_value_head_dim)       # [T, HV, Dv]
-        rule = dict(q=a.dq, k=a.dk, v=a.dv, g=a.g, initial_state=None if fresh else state, final_state=state)
-        if hasattr(op, "gates"):
-            op.gates(b=a.dn_b, a=a.dn_a, A_log=layer.small["A_log"], dt_bias=layer.small["dt_bias"], beta=a.beta,
-                     g=a.g)
-            op.delta_rule(**rule, beta=a.beta, out=a.do)
-            op.gated_norm(x=a.do, z=z, weight=layer.small["norm"], eps=c.rms_norm_eps, out=a.dnorm)
-        else:   # the fast level's prompt: the gates in the chunked rule's first kernel (g kept in a.g), the
-            # gated norm in its last one's epilogue
-            op.delta_rule(**rule, a=a.dn_a, b=a.dn_b, A_log=layer.small["A_log"], dt_bias=layer.small["dt_bias"],
-                          z=z, norm_weight=layer.small["norm"], eps=c.rms_norm_eps, out=a.dnorm)
-        self._out_proj(op.out_proj, a.dnorm.view(T, -1), layer.mixer_out, a)        # [T, HV * Dv] -> [T, hidden]
-
-    def _deltanet_fast_decode(self, op, a, layer, state) -> None:
-        """The fast level's DeltaNet at decode, after the in-projection that ran the conv's step: q, k, v
-        read where the conv left them (L2-normalised inside the recurrence, which also computes the gates),
-        the gated norm inside out_proj."""
-        c = self.config
+    def _deltanet(self, op, f, a, i, layer, T: int, start: int | None) -> None:
+        """Gated DeltaNet of layer i after its in-projection -> a.mixer (or added to a.x), its cache updated
+        in place. start is None on the decode path; 0 for a new sequence's first chunk, whose states are the
+        reset's zeros: there the kernels read none (as if given no state) and the conv writes its new state
+        in place."""
+        c, small = self.config, layer.small
         H, HV, DK, DV = (c.linear_num_key_heads, c.linear_num_value_heads, c.linear_key_head_dim,
                          c.linear_value_head_dim)
-        q, k, v = a.dn_qkv.split([H * DK, H * DK, HV * DV], dim=-1)   # [1, H*DK] x 2, [1, HV*DV]
-        op.delta_rule(q=q.view(1, H, DK), k=k.view(1, H, DK), v=v.view(1, HV, DV), a=a.dn_a, b=a.dn_b,
-                      A_log=layer.small["A_log"], dt_bias=layer.small["dt_bias"], initial_state=state,
-                      out=a.do, final_state=state, qk_norm=True)
-        z = a.dn_z.view(1, HV, DV)                                                  # [1, HV, Dv]
-        self._out_proj(op.out_proj, a.do, layer.mixer_out, a, z=z, norm_weight=layer.small["norm"],
-                       eps=c.rms_norm_eps)
+        conv_state, state = self.cache.conv[i], self.cache.state[i]
+        fresh = start == 0
+        if f.conv_into_in_proj:   # q, k, v where the in-projection's conv left them, L2-normalised in the rule
+            q, k, v = a.dn_qkv.split([H * DK, H * DK, HV * DV], dim=-1)   # [T, H*DK] x 2, [T, HV*DV]
+            qkv = dict(q=q.view(T, H, DK), k=k.view(T, H, DK), v=v.view(T, HV, DV), qk_norm=True)
+        else:
+            conv = dict(x=a.dn_qkv, weight=small["conv"], conv_state=None if fresh else conv_state, key_heads=H,
+                        head_dim=DK, value_head_dim=DV, q=a.dq, k=a.dk, v=a.dv)
+            if start is None:   # the state is rolled in place
+                op.conv(**conv)
+            elif fresh:         # no program reads the old state: the new one goes straight into the cache
+                op.conv(**conv, new_state=conv_state)
+            else:               # the new state goes to a scratch buffer: programs still read the old one
+                op.conv(**conv, new_state=self.new_conv_state)
+                conv_state.copy_(self.new_conv_state)
+            qkv = dict(q=a.dq, k=a.dk, v=a.dv)
+        rule = dict(**qkv, initial_state=None if fresh else state, final_state=state)
+        if not f.gates_into_delta_rule:
+            op.gates(b=a.dn_b, a=a.dn_a, A_log=small["A_log"], dt_bias=small["dt_bias"], beta=a.beta, g=a.g)
+            rule.update(g=a.g, beta=a.beta)
+        else:   # the chunked rule's first kernel keeps g in a.g
+            rule.update(a=a.dn_a, b=a.dn_b, A_log=small["A_log"], dt_bias=small["dt_bias"],
+                        **({} if start is None else {"g": a.g}))
+        z = a.dn_z.view(T, HV, DV)                                                   # [T, HV, Dv]
+        norm = dict(z=z, norm_weight=small["norm"], eps=c.rms_norm_eps)
+        if f.gated_norm_into_delta_rule:   # in the chunked rule's last kernel's epilogue
+            op.delta_rule(**rule, **norm, out=a.dnorm)
+            x, extra = a.dnorm.view(T, -1), {}
+        elif f.gated_norm_into_out_proj:
+            op.delta_rule(**rule, out=a.do)
+            x, extra = a.do, norm
+        else:
+            op.delta_rule(**rule, out=a.do)
+            op.gated_norm(x=a.do, z=z, weight=small["norm"], eps=c.rms_norm_eps, out=a.dnorm)
+            x, extra = a.dnorm.view(T, -1), {}
+        self._out_proj(op.out_proj, f, x, layer.mixer_out, a, **extra)             # [T, HV * Dv] -> [T, hidden]
+
+    def _mlp(self, op, f, a, layer, last: bool) -> None:
+        """The residual add after the mixer, the MLP sublayer (ln2, gate/up, SwiGLU, down) and its residual
+        add, on a.x. The last layer leaves its add to the final norm where the plan fuses them."""
+        eps = self.config.rms_norm_eps
+        self._residual(op, f, a, "attn_residual")
+        if f.norm_into_projection:      # ln2 + gate/up + SwiGLU in one kernel, normalising as it reads
+            op.mlp(x=self._stream_in(a, f), norm_weight=layer.ln2, gate_up_weight=layer.gate_up.weight, eps=eps,
+                   out=a.act)
+        else:
+            if self._scaled_copy(f):    # ln2 of the stream's fp16 copy, in place
+                op.ln2(x=a.h, weight=layer.ln2, eps=eps, out=a.h)
+            else:
+                self._norm(op.ln2, a.x, layer.ln2, a.h, getattr(a, "h_wide", None))
+            if f.swiglu_into_gate_up:
+                op.mlp(x=a.h, gate_up_weight=layer.gate_up.weight, out=a.act)
+            else:
+                op.gate_up(x=a.h, weight=layer.gate_up.weight, out=a.gate_up)      # [T, 2 * I] = [gate | up]
+                op.swiglu(gate_up=a.gate_up, out=a.act)
+        self._out_proj(op.down, f, a.act, layer.down, a)
+        if not (last and f.residual_into_final_norm):
+            self._residual(op, f, a, "mlp_residual")
+
+    def _out_proj(self, proj, f, x, weight, a, **extra) -> None:
+        """An output projection (o_proj, out_proj, down) [T, K] -> [T, hidden]: into a.mixer, or with
+        `residual_in_epilogue` added to the stream a.x by the projection's epilogue, in place. In fp16 that
+        adds a zero residual into a.mixer: the add that follows also writes the fp16 copy of the stream.
+        extra: the fused kernel's other inputs (the gated norm's z, weight and eps)."""
+        if not f.residual_in_epilogue:
+            proj(x=x, weight=weight, out=a.mixer, **extra)
+        elif self.wide_stream:
+            proj(x=x, weight=weight, residual=a.zero, out=a.mixer, **extra)
+        else:
+            proj(x=x, weight=weight, residual=a.x, out=a.x, **extra)
+
+    def _residual(self, op, f, a, step: str) -> None:
+        """a.x += a.mixer by the kernel of `step`, unless an output projection's epilogue made the add; where
+        the plan keeps a scaled copy (fp16), `residual_rmsnorm` instead, in the same launch: a.h = a.x /
+        rms(a.x) in fp16, which keeps it in fp16's range; the next norm does not see the scale (up to eps: a
+        relative 0.5 * eps / mean(x^2), far below fp16's rounding)."""
+        if self._scaled_copy(f):
+            op.final_residual_norm(x=a.mixer, residual=a.x, weight=self.unit_norm, eps=self.config.rms_norm_eps,
+                                   h_out=a.x, out=a.h)
+        elif not f.residual_in_epilogue:
+            getattr(op, step)(x=a.mixer, residual=a.x, out=a.x)
+
+    def _final_residual_norm(self, op, f, a) -> None:
+        """The last layer's residual add and the final norm, a.h = norm(a.x + a.mixer), a.x updated; the norm
+        alone where down's epilogue made the add (bf16, fp32)."""
+        eps, weight = self.config.rms_norm_eps, self.weights.norm
+        if f.residual_in_epilogue and not self.wide_stream:
+            op.final_norm(x=a.x, weight=weight, eps=eps, out=a.h)
+        else:       # the new stream goes back into a.x in place: each element is read before it is written
+            op.final_residual_norm(x=a.mixer, residual=a.x, weight=weight, eps=eps, h_out=a.x, out=a.h)
+
+    def _scaled_copy(self, f) -> bool:
+        """Whether a.h holds the stream's fp16 copy scaled to unit RMS, written by every residual add (fp16
+        mode, the adds in `residual_rmsnorm`): what the norms that read the stream read there."""
+        return self.wide_stream and f.residual_into_final_norm
+
+    def _stream_in(self, a, f) -> torch.Tensor:
+        """What a norm-folded projection reads: the stream a.x, or its scaled fp16 copy a.h (those kernels
+        read x in the weights' dtype)."""
+        return a.h if self._scaled_copy(f) else a.x
 
     def _embed(self, op, ids, a) -> None:
         """The embedding rows into the stream a.x; in fp16 mode through a.h (the kernel writes the table's
-        dtype), then cast: a.h also holds them in fp16 for the fused level's first projection."""
+        dtype), then cast: a.h also holds them in fp16 for a norm-folded first projection."""
         if self.wide_stream:
             op.embed(ids=ids, weight=self.weights.embed, out=a.h)
             a.x.copy_(a.h)
@@ -289,15 +410,6 @@ class Engine:
         else:
             norm(x=x, weight=weight, eps=eps, out=out)
 
-    def _residual_and_mlp(self, op, a, layer) -> None:
-        """The residual add after the mixer, then the MLP sublayer and its residual add, on a.x."""
-        op.attn_residual(x=a.mixer, residual=a.x, out=a.x)
-        self._norm(op.ln2, a.x, layer.ln2, a.h, getattr(a, "h_wide", None))
-        op.gate_up(x=a.h, weight=layer.gate_up.weight, out=a.gate_up)              # [T, 2 * I] = [gate | up]
-        op.swiglu(gate_up=a.gate_up, out=a.act)
-        op.down(x=a.act, weight=layer.down, out=a.mixer)
-        op.mlp_residual(x=a.mixer, residual=a.x, out=a.x)
-
     def _next_token(self, op, sampling: Sampling | None) -> None:
         ctr = self.counters
         if sampling is None:
@@ -305,145 +417,6 @@ class Engine:
         else:
             op.sample(logits=ctr.logits, temperature=sampling.temperature, top_k=sampling.top_k,
                       top_p=sampling.top_p, seed=ctr.seed, out=ctr.ids)
-
-    def _decode_step(self, sampling: Sampling | None) -> None:
-        """One token: reads ids / position / length from the counters, leaves the next token in ids and
-        advances the counters. Static shapes and buffers only: this is what the CUDA graph captures."""
-        op, ctr, w = self.ops.decode, self.counters, self.weights
-        a = self._decode_views
-        wide = getattr(a, "h_wide", None)
-        self._embed(op, ctr.ids, a)
-        for i, layer in enumerate(w.layers):
-            self._norm(op.ln1, a.x, layer.ln1, a.h, wide)
-            if layer.kind == "full_attention":
-                op.attn_in_proj(x=a.h, weight=layer.mixer_in.weight, out=self.decode_act.merged["attn"])
-                self._attention(op, a, i, layer, 1, ctr.pos, None)
-            else:
-                op.dn_in_proj(x=a.h, weight=layer.mixer_in.weight, out=self.decode_act.merged["dn"])
-                self._deltanet(op, a, i, layer, 1, None)
-            self._residual_and_mlp(op, a, layer)
-        self._norm(op.final_norm, a.x, w.norm, a.h, wide)
-        op.lm_head(x=a.h, weight=w.lm_head, out=ctr.logits)
-        self._next_token(op, sampling)
-        op.advance(steps=ctr.steps)
-
-    def _prefill_chunk(self, a, ids: torch.Tensor, start: int, last: bool) -> None:
-        """Tokens ids [T] at positions start.. (after what the cache holds) through the views `a` of the
-        prefill activations; the last chunk of a prompt also computes the logits of its last position."""
-        op, w, T = self.ops.prefill, self.weights, ids.shape[0]
-        pos = self.positions[start:start + T]                                      # [T] int32
-        wide = getattr(a, "h_wide", None)
-        self._embed(op, ids, a)
-        for i, layer in enumerate(w.layers):
-            self._norm(op.ln1, a.x, layer.ln1, a.h, wide)
-            group = self._prefill_in_proj(op, a, layer)
-            if group == "attn":
-                self._attention(op, a, i, layer, T, pos, start)
-            else:
-                self._deltanet(op, a, i, layer, T, start)
-            self._residual_and_mlp(op, a, layer)
-        if last:
-            self._norm(op.final_norm, a.x[T - 1:], w.norm, self.final, None if wide is None else wide[T - 1:])
-            op.lm_head(x=self.final, weight=w.lm_head, out=self.counters.logits)
-
-    def _prefill_in_proj(self, op, a, layer) -> str:
-        """A prompt's merged in-projection of a.h: one GEMM into the group's whole buffer, whose pieces the
-        kernels after it read as column views. Returns the group."""
-        group = "attn" if layer.kind == "full_attention" else "dn"
-        proj = op.attn_in_proj if group == "attn" else op.dn_in_proj
-        proj(x=a.h, weight=layer.mixer_in.weight, out=getattr(a, f"{group}_merged"))   # [T, total width]
-        return group
-
-    # the fused level ---------------------------------------------------------------------------------
-    def _fused_mlp(self, op, a, layer, final_norm: torch.Tensor | None) -> None:
-        """The residual add after the mixer, ln2 + gate/up + SwiGLU in one kernel (at a prompt: ln2, then
-        gate/up + SwiGLU), down, and the residual add on a.x; with `final_norm` (the last layer) that add is
-        fused with the model's final norm into a.h. At the fast level the output projections made the adds
-        (bf16, fp32): only the final norm is left."""
-        eps = self.config.rms_norm_eps
-        added = self.epilogue and not self.wide_stream
-        if not added:
-            self._fused_residual(op, getattr(op, "attn_residual", None), a)
-        if hasattr(op, "ln2"):  # a prompt: ln2 its own kernel (ops.py says why), in place in fp16 mode
-            op.ln2(x=self._stream_in(a), weight=layer.ln2, eps=eps, out=a.h)
-            op.mlp(x=a.h, gate_up_weight=layer.gate_up.weight, out=a.act)
-        else:
-            op.mlp(x=self._stream_in(a), norm_weight=layer.ln2, gate_up_weight=layer.gate_up.weight, eps=eps,
-                   out=a.act)
-        self._out_proj(op.down, a.act, layer.down, a)
-        if final_norm is None:
-            if not added:
-                self._fused_residual(op, getattr(op, "mlp_residual", None), a)
-        elif added:
-            op.final_norm(x=a.x, weight=final_norm, eps=eps, out=a.h)
-        else:       # the new stream goes back into a.x in place: each element is read before it is written
-            op.final_residual_norm(x=a.mixer, residual=a.x, weight=final_norm, eps=eps, h_out=a.x, out=a.h)
-
-    def _out_proj(self, proj, x, weight, a, **extra) -> None:
-        """An output projection (o_proj, out_proj, down) [T, K] -> [T, hidden]: into a.mixer, or at the fast
-        level added to the stream a.x by the projection's epilogue, in place. In fp16 the fast level adds
-        a zero residual into a.mixer: the add that follows also writes the fp16 copy of the stream.
-        extra: the fused kernel's other inputs (the gated norm's z, weight and eps)."""
-        if not self.epilogue:
-            proj(x=x, weight=weight, out=a.mixer, **extra)
-        elif self.wide_stream:
-            proj(x=x, weight=weight, residual=a.zero, out=a.mixer, **extra)
-        else:
-            proj(x=x, weight=weight, residual=a.x, out=a.x, **extra)
-
-    def _stream_in(self, a) -> torch.Tensor:
-        """What a norm-folded projection reads: the stream a.x, or in fp16 mode its fp16 copy a.h (those
-        kernels read x in the weights' dtype)."""
-        return a.h if self.wide_stream else a.x
-
-    def _fused_residual(self, op, add, a) -> None:
-        """a.x += a.mixer; in fp16 mode also a.h = a.x / rms(a.x) in fp16, in the same launch: the scale
-        keeps it in fp16's range and the next norm, folded into its projection, does not see it (up to
-        eps: a relative 0.5 * eps / mean(x^2), far below fp16's rounding)."""
-        if self.wide_stream:
-            op.final_residual_norm(x=a.mixer, residual=a.x, weight=self.unit_norm, eps=self.config.rms_norm_eps,
-                                   h_out=a.x, out=a.h)
-        else:
-            add(x=a.mixer, residual=a.x, out=a.x)
-
-    def _decode_step_fused(self, sampling: Sampling | None) -> None:
-        """`_decode_step` at the fused level: the same buffers and counters, fewer and wider kernels."""
-        op, ctr, w, eps = self.ops.decode, self.counters, self.weights, self.config.rms_norm_eps
-        a, last = self._decode_views, len(w.layers) - 1
-        self._embed(op, ctr.ids, a)
-        for i, layer in enumerate(w.layers):
-            if layer.kind == "full_attention":     # ln1 folded in: the projection normalises a.x as it reads it
-                op.attn_in_proj(x=self._stream_in(a), norm_weight=layer.ln1, weight=layer.mixer_in.weight, eps=eps,
-                                out=self.decode_act.merged["attn"])
-                self._attention(op, a, i, layer, 1, ctr.pos, None)
-            else:   # at the fast level the conv's step too, its state rolled in place
-                conv = {} if hasattr(op, "conv") else {"conv_weight": layer.small["conv"],
-                                                       "conv_state": self.cache.conv[i]}
-                op.dn_in_proj(x=self._stream_in(a), norm_weight=layer.ln1, weight=layer.mixer_in.weight, eps=eps,
-                              out=self.decode_act.merged["dn"], **conv)
-                self._deltanet(op, a, i, layer, 1, None)
-            self._fused_mlp(op, a, layer, w.norm if i == last else None)
-        op.lm_head(x=a.h, weight=w.lm_head, out=ctr.logits)
-        self._next_token(op, sampling)
-        op.advance(steps=ctr.steps)
-
-    def _prefill_chunk_fused(self, a, ids: torch.Tensor, start: int, last: bool) -> None:
-        """`_prefill_chunk` at the fused level."""
-        op, w, T = self.ops.prefill, self.weights, ids.shape[0]
-        pos = self.positions[start:start + T]                                      # [T] int32
-        wide = getattr(a, "h_wide", None)
-        self._embed(op, ids, a)
-        for i, layer in enumerate(w.layers):
-            # ln1 as its own kernel at prefill (ops.py says why): one normalised x for the GEMMs
-            self._norm(op.ln1, a.x, layer.ln1, a.h, wide)
-            group = self._prefill_in_proj(op, a, layer)
-            if group == "attn":
-                self._attention(op, a, i, layer, T, pos, start)
-            else:
-                self._deltanet(op, a, i, layer, T, start)
-            self._fused_mlp(op, a, layer, w.norm if i == len(w.layers) - 1 else None)
-        if last:
-            op.lm_head(x=a.h[T - 1:], weight=w.lm_head, out=self.counters.logits)     # [1, hidden]: the last token
 
     # running -------------------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -609,9 +582,9 @@ class Engine:
                 seed: int, stream: int) -> Iterator[int]:
         """The token loop, one step ahead: the step that consumes token n (it reads it from device memory)
         is queued before the host reads token n, so the GPU never waits for the host between tokens
-        (measured on an H200, fast level, context 128: 6-24 us a token over two runs). The price: at an
-        end-of-sequence token the step after it has already run, so that token is in the cache (not
-        pending) when `stream` returns; a next turn (`reset=False`) goes on from there."""
+        (lab/decode_overlap_probe.py measures what that saves). The price: at an end-of-sequence token
+        the step after it has already run, so that token is in the cache (not pending) when `stream`
+        returns; a next turn (`reset=False`) goes on from there."""
         if max_new_tokens == 0:
             return
         self._check_newest(stream)
@@ -639,9 +612,9 @@ class Engine:
         """Run the decode step (and with `prefill`, the prompt chunks) through torch.compile: what the
         benchmark does to the engine with PyTorch-reference sources. Static buffers give static shapes, so
         the decode step compiles once; a prefill chunk compiles once per length and offset."""
-        self._decode_fn = torch.compile(self._decode_impl, **options)
+        self._decode_fn = torch.compile(self._decode_step, **options)
         if prefill:
-            self._prefill_fn = torch.compile(self._prefill_impl, **options)
+            self._prefill_fn = torch.compile(self._prefill_chunk, **options)
         return self
 
     @contextlib.contextmanager
