@@ -1,8 +1,9 @@
-"""The engine's optimisation levels: one kernel per operator, and fusion + split-K + FlashDecoding /
-FlashAttention (the benchmark's rows, each also under the CUDA graph on a GPU).
+"""The engine's levels (`engine.ops.LEVELS`): one kernel per operator ("operators"), norms and SwiGLU folded
+into the projections ("fused"), and the fewest kernels with split-K, FlashDecoding / FlashAttention and the
+epilogue fusions ("fast"); the benchmark's rows, each also under the CUDA graph on a GPU.
 
 On the CPU the kernels run in Triton's interpreter at the tiny config in fp32: every level must give the
-reference model's greedy tokens, and the fused level must launch the kernels its op table says, fewer
+reference model's greedy tokens, and the fused levels must launch the kernels their op tables say, fewer
 than one per operator. The GPU tests run the real shapes: graph replay against op-by-op launches, and fp32
 logits against transformers.
 """

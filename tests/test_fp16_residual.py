@@ -1,5 +1,5 @@
 """fp16 mode: the residual stream in fp32 (Qwen's stream outgrows fp16's 65,504), in the reference model and
-in the engine at both levels; bf16 and fp32 keep the model dtype (tests/test_reference_model.py,
+in the engine at every level; bf16 and fp32 keep the model dtype (tests/test_reference_model.py,
 tests/test_engine*.py cover them unchanged).
 
 The weights of `overflowing` make the stream overflow fp16 on purpose: gate_proj = up_proj, so the MLP's
