@@ -1,6 +1,7 @@
-"""The engine's levels (`engine.ops.LEVELS`): one kernel per operator ("operators"), norms and SwiGLU folded
-into the projections ("fused"), and the fewest kernels with split-K, FlashDecoding / FlashAttention and the
-epilogue fusions ("fast"); the benchmark's rows, each also under the CUDA graph on a GPU.
+"""The engine's levels (`engine.ops.LEVELS`): one kernel per operator ("operators"); SwiGLU folded into
+gate/up and, at decode, the norms into the projections ("fused"); the fewest kernels, with split-K,
+FlashDecoding / FlashAttention and the epilogue fusions ("fast"). The benchmark's rows, each also under the
+CUDA graph on a GPU.
 
 On the CPU the kernels run in Triton's interpreter at the tiny config in fp32: every level must give the
 reference model's greedy tokens, and the fused levels must launch the kernels their op tables say, fewer
