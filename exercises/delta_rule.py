@@ -294,11 +294,9 @@ def chunk_output(q, k, g, starts, v_new, out, chunk_size, norm=None):
 
 
 def chunk_size_for(T: int) -> int:
-    """The chunk size for a T-token prompt, measured on an H200 (bf16, Qwen3.5's 16 heads of 128 x 128, the
-    three kernels together, `scripts/prefill_probe.py`): T = 128: 18.2 / 19.0 / 27.1 us for chunks of
-    16 / 32 / 64 tokens; T = 512: 42.3 / 34.7 / 36.7 us; T = 4096: 301 / 245 / 259 us. Small chunks make
-    more programs for the parallel kernels and a cheaper UT transform; the scan, the one sequential loop,
-    takes T / C steps, which is what makes 16 lose on long prompts."""
+    """The chunk size for a T-token prompt: 16 up to 128 tokens, 32 beyond. Small chunks make more programs
+    for the parallel kernels and a cheaper UT transform; the scan, the one sequential loop, takes T / C
+    steps, which is what makes 16 lose on long prompts. Measured: `lab/prefill_probe.py`."""
     return 16 if T <= 128 else 32
 
 

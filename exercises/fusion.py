@@ -273,20 +273,12 @@ def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = Fa
                       gated: bool = False, conv: bool = False) -> dict:
     """Launch parameters of the fused GEMV for an [N, K] weight (gated: N rows in each of two weights).
 
-    Without the norm, chapter 05's GEMV measurements carry over, since the weight stream is the same: two
-    rows per program, 16 elements per thread per weight tile (two 16-byte loads of bf16), K = 1024 in one
-    step (every load of a program in flight at once), and narrower steps when there are enough programs to
-    fill every SM many times (the 248,320-row LM head). With the norm, every program also reads (1 + w)
-    beside x and squares x: on two rows that is as many loads as the weight's own. Four rows per program
-    share it, in steps of 256 columns on 2 warps: measured on an H200 (bf16, L2 cold,
-    `scripts/gemv_sweep.py`), [5120, 1024] 5.88 -> 4.91 us, [8224, 1024] 8.38 -> 6.18 us. With the walk
-    unrolled (`scripts/unrolled_gemv_probe.py`, the same H200 later) those went 4.90 -> 4.54 and
-    5.93 -> 5.63 us, and the gated one, which had four rows in steps of 512 (5.76 us), is fastest with eight
-    rows in steps of 256 on 4 warps (5.25 us). Every step is unrolled (UNROLL), except in the DeltaNet
-    in-projection with the conv's step as its epilogue (`conv=True`): there the unrolled kernel measured
-    6.48 -> 7.36-7.53 us in the decode step (the registers it then needs no longer let its 2,056 programs
-    fit on the SMs at once). A walk of more than MAX_UNROLLED_STEPS steps stays a loop too (a long unrolled
-    walk holds more registers than it saves round trips, and compiles slowly). Under the CPU interpreter:
+    Without the norm, chapter 05's GEMV: two rows per program, K = 1024 in one step, narrower steps when
+    there are programs enough to fill every SM many times (the LM head). With the norm every program also
+    reads (1 + w) and squares x, so more rows share that work: four rows (eight when gated) in steps of 256.
+    The walk along K is unrolled (UNROLL) up to MAX_UNROLLED_STEPS steps, except with the conv's step as
+    the epilogue (`conv=True`), where the unrolled kernel's registers no longer let its programs fit on the
+    SMs at once. Measured: `lab/gemv_sweep.py`, `lab/unrolled_gemv_probe.py`. Under the CPU interpreter,
     64 x 64 tiles, so small shapes still take several K steps.
     """
     if interpreted:
@@ -309,13 +301,10 @@ def fused_gemm_config(M: int, N: int, K: int, gated: bool, dtype: torch.dtype, d
     """Launch parameters of the fused GEMM (tensor-core tiles, every side >= 16).
 
     Ungated, chapter 05's GEMM tiles, but for N < 4096 (the 1024-row output projections with the residual
-    add at M = 128): 64 x 16 tiles in steps of 256, 128 programs, measured on an H200 (bf16,
-    `scripts/prefill_probe.py`) 10.7 us against 11.4 us for chapter 05's 64 x 32 x 128 at K = 3584 and
-    7.5 against 7.9 us at K = 2048 (cuBLAS + add: 9.5 and 8.0 us; a split-K version with a fixed-order
-    reduction in the same launch, best of 2-8 pieces: 9.7 and 7.7 us). Gated, each program holds two
-    accumulators and streams two weight tiles: 64-column tiles and, at prompt lengths near 128, 64-row
-    tiles, so the 3584 outputs x 128 tokens make 112 programs for the 132 SMs (the best of seven tilings
-    measured, 9.6 us). Pipeline stages are limited by this GPU's shared memory.
+    add at M = 128) 64 x 16 tiles in steps of 256: 128 programs, enough to fill the SMs. Gated, each
+    program holds two accumulators and streams two weight tiles: 64-column tiles and, at prompt lengths
+    near 128, 64-row tiles, so 3584 outputs x 128 tokens make 112 programs for 132 SMs. Pipeline stages
+    are limited by the GPU's shared memory. Measured: `lab/prefill_probe.py`.
     """
     if device.type != "cuda":   # the interpreter: few, large tiles
         return {"BLOCK_M": min(64, max(16, triton.next_power_of_2(M))), "BLOCK_N": 64, "BLOCK_K": 64,
@@ -609,8 +598,8 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
     (updated in place). returns (out [T, HV, DV] in v's dtype, final_state fp32). beta and g never
     reach memory. qk_norm: q and k come straight from the conv (`rms_norm_linear_conv`): each head is
     L2-normalised here (eps inside the root), q also scaled by DK ** -0.5, as `conv1d_l2norm_*` would.
-    One warp per [DK, 16] slice of the state: with the norms' reductions, 3.37 us against 3.63 on 4 warps
-    for Qwen3.5's 16 x 128 x 128 (H200, bf16, L2 cold, `scripts/decode_small_sweep.py`).
+    One warp per [DK, 16] slice of the state: with the norms' reductions it beats four warps
+    (`lab/decode_small_sweep.py`).
     """
     T, H, HV, DK, DV, _, out, final_state = validate.delta_rule_gate_inputs(   # chapter 15's head-size limit
         q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, max_head_dim=256)

@@ -1,28 +1,41 @@
-"""Launch configs of the fast level's decode kernels that chapter 05's GEMV sweep does not cover, L2 cold.
+"""Are the launch configs of the fast level's other decode kernels right (those the GEMV sweep does not cover)?
 
-    python scripts/decode_small_sweep.py OUTDIR   (on a GPU; writes OUTDIR/decode_small_sweep_<gpu>_<date>.json)
+    python -m lab.decode_small_sweep [OUTDIR]   (on a GPU; writes OUTDIR/decode_small_sweep_<gpu>_<date>.json)
+    DECODE_SWEEP_S bounds the run (default 300 s: 70 for the first case, 40 for the second, 190 for the
+    three contexts)
 
-At context 128 the fast level's decode step spends ~3.8 us in each DeltaNet output projection (gated
-RMSNorm + out_proj + residual, 1024 x 2048: 26% of the bandwidth), ~2.8 us in each recurrence (2 MB of
-state) and ~5.5 us in each attention layer's FlashDecoding (256 KB of cache). Their launch parameters
-were carried over from related kernels; here each is timed over its config space at Qwen3.5-0.8B's
-shapes in bf16, as the course times (`benchmark.time_calls`: a CUDA graph over enough copies of the
-inputs to pass L2), and each config's output is compared with the hand-picked config's:
+Question: at context 128 the fast level's decode step spends ~3.8 us in each DeltaNet output projection
+(gated RMSNorm + out_proj + residual, 1024 x 2048: 26% of the bandwidth), ~2.8 us in each recurrence (2 MB
+of state) and ~5.5 us in each attention layer's FlashDecoding (256 KB of cache). Their launch parameters
+were carried over from related kernels; are better ones to be had?
+Method: each kernel timed over its config space at Qwen3.5-0.8B's shapes in bf16, L2 cold, as the course
+times (`benchmark.time_calls`: a CUDA graph over enough copies of the inputs to pass L2), each config's
+output compared with the hand-picked config's:
   - `gated_norm_gemv_residual_kernel`: rows per program, columns per step, warps;
   - `recurrent_gates_kernel` (with the q/k norm): value columns per program, warps;
   - `flash_decoding_split_kernel` + `_merge_kernel` (gated) at contexts 128, 1024 and 4096 of a cache
     sized as the engine's bench sizes it: cache rows per step, splits per KV head, warps, stages.
-DECODE_SWEEP_S bounds the run (default 300 s: 70 for the first case, 40 for the second, 190 for the three contexts).
+Result: NVIDIA H200, 2026-11-30 (lab/results/decode_small_sweep_nvidia-h200_2026-11-30.json, every config
+of each space timed). The recurrence runs faster on one warp: 3.37 against 3.63 us on the hand-picked 4
+(value blocks of 16 either way). The gated-norm out-projection's config is within 4% of the best of 70
+(3.70 against 3.55 us). FlashDecoding's is within 4-7% of one config for all three contexts (7.24 / 7.82
+/ 9.31 us against 6.73 / 7.31 / 8.99 us for 32-row steps, 132 splits per KV head, 4 warps, 1 stage); the
+best of 108 at each context alone: 6.23 / 6.98 / 8.78 us (16-row steps at the shorter two).
+Verdict: adopted for the recurrence: `gated_delta_rule_recurrent_gates` (solutions/fusion.py) launches on
+one warp (2.83 -> 2.68 us in the engine's profile; first run: lab/results/engine_runs/one_ahead/). Not
+changed: the gated-norm out-projection (`gated_norm_linear_residual`) and FlashDecoding (`decoding_config`,
+solutions/flash_decoding.py), ~3 us a token in all, within the run-to-run spread of the engine's table.
+The hand-picked rows timed here are the configs of that day (the recurrence then on 4 warps).
 """
-import json
 import math
 import os
 import random
-import sys
 import time
 
 import torch
 import triton
+
+from lab import common
 
 D_MODEL, HV, DK, DV = 1024, 16, 128, 128            # DeltaNet: 16 heads of 128 for q, k and v
 H, KV, HEAD = 8, 2, 256                             # gated attention: 8 query heads, 2 KV heads of 256
@@ -37,7 +50,6 @@ def copies(nbytes: int, most: int = 256) -> int:
 def sweep(name, space, make_call, sets, check, deadline, hand):
     """Time every config of `space` (dicts) with `make_call(cfg)`; compare its output (`check(cfg)` -> tensor)
     with the hand config's. Returns the case's rows, fastest first."""
-    from tritonllm_course.benchmark import time_calls
     want = check(hand)
     rows = []
     order = [c for c in space if c != hand]
@@ -46,12 +58,11 @@ def sweep(name, space, make_call, sets, check, deadline, hand):
         if time.time() > deadline and cfg != hand:
             break
         try:
-            us = min(time_calls(make_call(cfg), sets) for _ in range(2))
-            got = check(cfg)
-            err = ((got.float() - want.float()).norm() / want.float().norm()).item()
+            us = common.best_time_calls(make_call(cfg), sets)
+            err = common.rel_err(check(cfg), want)
             rows.append({**cfg, "us": us, "rel_diff_vs_hand": err, "hand": cfg == hand})
         except Exception as e:      # recorded: a config may not compile or fit
-            rows.append({**cfg, "error": f"{type(e).__name__}: {e}"[:200]})
+            rows.append({**cfg, "error": common.error_text(e, 200)})
     ok = sorted((r for r in rows if "us" in r), key=lambda r: r["us"])
     hand_row = next((r for r in ok if r["hand"]), None)
     print(name, "hand", hand_row, "\n  best", ok[:3], flush=True)
@@ -59,13 +70,11 @@ def sweep(name, space, make_call, sets, check, deadline, hand):
 
 
 def main(out):
-    import tritonllm_course
-    tritonllm_course.setup(quiet=True)
+    common.setup()
     from tritonllm_course import kernels
-    from tritonllm_course.benchmark import results_stem
     fus = kernels.load("fusion", "solutions").module
     fd = kernels.load("flash_decoding", "solutions").module
-    path = results_stem(out, "decode_small_sweep")[0].with_suffix(".json")
+    path = common.result_path(out, "decode_small_sweep")
     start, total = time.time(), float(os.environ.get("DECODE_SWEEP_S", "300"))
     deadline = [start + total * f for f in (0.23, 0.37, 0.67, 0.83, 1.0)]     # each case's end
     dev, bf = "cuda", torch.bfloat16
@@ -74,13 +83,13 @@ def main(out):
     def randn(*size, scale=1.0, dtype=bf):
         return (scale * torch.randn(*size, device=dev, generator=gen)).to(dtype)
 
-    res = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"),
-           "versions": f"torch {torch.__version__}, triton {triton.__version__}", "cases": []}
+    res = common.header(versions=f"torch {torch.__version__}, triton {triton.__version__}", cases=[])
 
     # 1. gated RMSNorm + out_proj + residual: one token, [1024, 2048]
     N, K = D_MODEL, HV * DV
-    gn_sets = [{"x": randn(1, HV, DV), "z": randn(1, HV, DV), "nw": randn(DV, scale=0.1) + 1, "w": randn(N, K, scale=0.02),
-                "r": randn(1, N), "y": torch.empty(1, N, device=dev, dtype=bf)} for _ in range(copies(N * K * 2))]
+    gn_sets = [{"x": randn(1, HV, DV), "z": randn(1, HV, DV), "nw": randn(DV, scale=0.1) + 1,
+                "w": randn(N, K, scale=0.02), "r": randn(1, N), "y": torch.empty(1, N, device=dev, dtype=bf)}
+               for _ in range(copies(N * K * 2))]
 
     def gn_call(cfg):
         def call(x, z, nw, w, r, y):
@@ -106,7 +115,8 @@ def main(out):
     rec_sets = [{"q": randn(1, HV, DK), "k": randn(1, HV, DK), "v": randn(1, HV, DV), "a": randn(1, HV),
                  "b": randn(1, HV), "A_log": randn(HV, scale=0.5, dtype=torch.float32),
                  "dt_bias": randn(HV, scale=0.5, dtype=torch.float32),
-                 "s": randn(HV, DK, DV, scale=0.1, dtype=torch.float32), "o": torch.empty(1, HV, DV, device=dev, dtype=bf)}
+                 "s": randn(HV, DK, DV, scale=0.1, dtype=torch.float32),
+                 "o": torch.empty(1, HV, DV, device=dev, dtype=bf)}
                 for _ in range(copies(2 * HV * DK * DV * 4))]
 
     def rec_call(cfg, in_place=True):
@@ -146,7 +156,8 @@ def main(out):
 
         def fd_call(cfg, length=length, part=part):
             sp = cfg["num_splits"]
-            acc, m, l = part[:H * sp * HEAD], part[H * sp * HEAD:H * sp * (HEAD + 1)], part[H * sp * (HEAD + 1):H * sp * (HEAD + 2)]
+            acc = part[:H * sp * HEAD]
+            m, l = part[H * sp * HEAD:H * sp * (HEAD + 1)], part[H * sp * (HEAD + 1):H * sp * (HEAD + 2)]
             merge_d = 64 if sp <= 128 else 32
 
             def call(q, gate, kc, vc, o):
@@ -165,9 +176,9 @@ def main(out):
 
         res["cases"].append(sweep(f"flash_decoding.gated context {context} (cache {MAX_LEN})", fd_space, fd_call,
                                   fd_sets, fd_check, deadline[2 + i], fd_hand))
-        path.write_text(json.dumps(res, indent=1))
-    path.write_text(json.dumps(res, indent=1))
+        common.save(path, res)
+    common.save(path, res)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(common.out_dir())

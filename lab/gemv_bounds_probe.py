@@ -1,10 +1,11 @@
 """What does a decode GEMV's time consist of: HBM bytes, memory latency, or the launch itself?
 
-    python scripts/gemv_bounds_probe.py OUTDIR     (on a GPU; writes OUTDIR/gemv_bounds_<gpu>_<date>.json)
+    python -m lab.gemv_bounds_probe [OUTDIR]     (on a GPU; writes OUTDIR/gemv_bounds_<gpu>_<date>.json)
 
-A decode GEMV of 4-17 MB reaches 35-65% of the bandwidth (chapter 05); the LM head (509 MB) all of it.
-Here chapter 05's GEMV at each decode shape, with its launch config, is cut down step by step, each form
-launched 64 times back to back in one CUDA graph (time per launch):
+Question: a decode GEMV of 4-17 MB reaches 35-65% of the bandwidth (chapter 05); the LM head (509 MB) all
+of it. Where does the rest of a small GEMV's time go?
+Method: chapter 05's GEMV at each decode shape, with its launch config, is cut down step by step, each form
+launched 64 times back to back in one CUDA graph (time per launch, `common.per_launch_us`):
   - `hbm`:      the GEMV over distinct copies of the weight (past L2), as in the decode step;
   - `l2`:       the same weight every launch, loaded `evict_first` as chapter 05 does (does L2 keep it?);
   - `l2_keep`:  the same weight every launch, loaded `evict_last`: the bytes come from L2 (the weight is
@@ -13,22 +14,30 @@ launched 64 times back to back in one CUDA graph (time per launch):
   - `store_only`: the same grid, nothing loaded, y stored: launching the grid;
   - `one_program`: one program storing one value: a launch in a graph, nothing else.
 The GEMV forms compute the same y (checked against fp64 and bit for bit against chapter 05's).
-
-Measured on an H200 (2026-11-30, results/gemv_bounds_nvidia-h200_2026-11-30.json): from HBM rather than
-L2 adds 0.6-0.9 us a GEMV; the grid alone (launched, y stored) takes 1.1-3.2 us, x loaded and summed
-2.3-5.1: most of a decode GEMV's time is there without any weight.
+Result: NVIDIA H200, 2026-11-30 (lab/results/gemv_bounds_nvidia-h200_2026-11-30.json), us a launch; one
+program storing one value: 0.76 us.
+  shape (programs)     grid, y stored   + x loaded   + weight from L2   from HBM (% of ceiling)
+  8224 x 1024 (4112)        3.21            5.12           4.87             5.78 (68%)
+  7168 x 1024 (3584)        2.90            4.69           4.46             5.44 (63%)
+  5120 x 1024 (2560)        2.29            3.80           3.62             4.51 (54%)
+  1024 x 3584 (512)         1.13            2.86           2.78             3.69 (47%)
+  1024 x 2048 (512)         1.13            2.32           2.32             2.89 (34%)
+From HBM rather than L2 adds 0.6-0.9 us a GEMV (`evict_first` or `evict_last`: the same, L2 keeps the
+weight either way); the rest is there without any weight: the launch, scheduling the grid's programs
+(2.5 us for 4112 of them) and each program's round trip to memory for x and back.
+Verdict: nothing to adopt (a measurement): it showed that the bytes are not what a decode GEMV waits on,
+so the work went to fewer kernels (chapter 21's fusions, solutions/fusion.py) and to kernels that keep
+more loads in flight (lab/gemv_tma_probe.py: not adopted; lab/unrolled_gemv_probe.py: adopted).
 """
-import json
-import sys
-import time
-
 import torch
 import triton
 import triton.language as tl
 
+from lab import common
+from lab.common import LAUNCHES, per_launch_us, weight_copies
+
 SHAPES = [(8224, 1024), (7168, 1024), (5120, 1024), (1024, 3584), (1024, 2048)]   # [N, K]
 MODES = {"hbm": 0, "l2": 0, "l2_keep": 1, "x_only": 2, "store_only": 3}
-LAUNCHES = 64
 
 
 @triton.jit
@@ -83,43 +92,22 @@ def check(device="cpu"):
         for mode in (0, 1):
             y = torch.full((N,), float("nan"), device=device)
             gemv_form(x, w, y, cfg, mode)
-            worst = max(worst, ((y.double() - ref).norm() / ref.norm()).item())
+            worst = max(worst, common.rel_err(y, ref))
         y = torch.full((N,), float("nan"), device=device)
         gemv_form(x, w, y, cfg, 2)
         worst = max(worst, ((y.double() - x.double().sum()).abs().max() / x.double().abs().sum()).item())
     return worst
 
 
-def weight_copies(rows: int, K: int) -> list:
-    """Copies of one random bf16 [rows, K] weight (the same values, distinct memory), enough of them to
-    pass L2 many times over when launches cycle through them (at least 256 MB in all)."""
-    w0 = 0.02 * torch.randn(rows, K, device="cuda", dtype=torch.bfloat16)
-    return [w0] + [w0.clone() for _ in range(max(1, triton.cdiv(256 * 2**20, rows * K * 2) - 1))]
-
-
-def per_launch_us(fn):
-    """us per launch of fn() (LAUNCHES launches) replayed from a CUDA graph: the best of three medians."""
-    from tritonllm_course.benchmark import _median_event_time
-    fn()                                            # compile outside the capture
-    torch.cuda.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    return min(_median_event_time(graph.replay, 20) for _ in range(3)) * 1e3 / LAUNCHES
-
-
 def main(out):
-    import tritonllm_course
-    tritonllm_course.setup(quiet=True)
+    common.setup()
     from tritonllm_course import kernels
-    from tritonllm_course.benchmark import ceiling_gbps, results_stem
+    from tritonllm_course.measure.benchmark import ceiling_gbps
     lin = kernels.load("linear", "solutions").module
-    path = results_stem(out, "gemv_bounds")[0].with_suffix(".json")
+    path = common.result_path(out, "gemv_bounds")
     torch.manual_seed(0)
     ceiling = ceiling_gbps()
-    res = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "launches": LAUNCHES,
-           "ceiling_GBps": ceiling, "check_rel_err": check("cuda"), "rows": []}
+    res = common.header(launches=LAUNCHES, ceiling_GBps=ceiling, check_rel_err=check("cuda"), rows=[])
 
     one = torch.zeros(1, device="cuda", dtype=torch.bfloat16)
     def one_program():
@@ -153,9 +141,9 @@ def main(out):
                            bit_identical_to_chapter05=bool(torch.equal(y, want)))
             res["rows"].append(row)
             print(row, flush=True)
-            path.write_text(json.dumps(res, indent=1))
-    path.write_text(json.dumps(res, indent=1))
+            common.save(path, res)
+    common.save(path, res)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(common.out_dir())

@@ -1,25 +1,34 @@
 """Can a persistent, software-pipelined GEMV beat chapter 05's one-program-per-row-block GEMV at decode?
 
-    python scripts/gemv_persistent_probe.py OUTDIR     (on a GPU; PROBE_S=seconds bounds it, default 240)
-    (scripts/gpu_extra_gemv.sh runs it with the config sweep)
+    python -m lab.gemv_persistent_probe [OUTDIR]    (on a GPU; PROBE_S=seconds bounds it, default 240)
+    (scripts/gpu_extras.sh gemv runs it with the config sweep)
 
-Chapter 05's GEMV launches one program per 2 rows: 2,560 to 4,112 programs for the layer projections,
-about 1.2 to 2 waves of the GPU, each program one round trip to memory. Here a fixed grid (P programs per
-SM) walks the row blocks, whole rows in one tile (BLOCK_K >= K), x loaded once per program; the walk is a
-flat loop that Triton can software-pipeline (`tl.range(..., num_stages=STAGES)`): the next blocks'
-weights are in flight while this block is reduced. Timed as the course times (a CUDA graph over enough
-weights to pass L2) beside chapter 05's GEMV on the same inputs. Writes
-OUTDIR/gemv_persistent_<gpu>_<date>.json.
-The tests run the kernel under the CPU interpreter (`check` below).
+Question: chapter 05's GEMV launches one program per 2 rows: 2,560 to 4,112 programs for the layer
+projections, about 1.2 to 2 waves of the GPU, each program one round trip to memory. Would a fixed grid
+that keeps the next blocks' weights in flight do better?
+Method: a fixed grid (P programs per SM) walks the row blocks, whole rows in one tile (BLOCK_K >= K), x
+loaded once per program; the walk is a flat loop that Triton can software-pipeline (`tl.range(...,
+num_stages=STAGES)`): the next blocks' weights are in flight while this block is reduced. 1-8 rows a
+block, 16 or 32 elements a thread, 1-4 stages, 1-8 programs per SM, timed as the course times (a CUDA
+graph over enough weights to pass L2, bf16) beside chapter 05's GEMV on the same inputs. Writes
+OUTDIR/gemv_persistent_<gpu>_<date>.json. The tests run the kernel under the CPU interpreter (`check`).
+Result: NVIDIA H200, 2026-11-30 (lab/results/gemv_persistent_nvidia-h200_2026-11-30.json, 80-128 configs
+a shape): slower than chapter 05's GEMV at every decode shape, best config against it 4.75 vs 4.42 us
+(5120 x 1024), 6.34 vs 6.09 us (8224 x 1024), 5.82 vs 5.50 us (7168 x 1024), 3.16 vs 2.90 us
+(1024 x 2048), 4.02 vs 3.73 us (1024 x 3584), 118 vs 114 us (LM head). The best grids were the largest
+(8 programs an SM at most shapes, one row a block): the closer to chapter 05's many small programs, the
+faster.
+Verdict: not adopted: slower at every shape, so chapter 05's `gemv` (solutions/linear.py) and its
+`gemv_config` stay as they are.
 """
-import json
 import os
-import sys
 import time
 
 import torch
 import triton
 import triton.language as tl
+
+from lab import common
 
 
 @triton.jit
@@ -57,7 +66,7 @@ def check(device="cpu"):
         y = torch.full((N,), float("nan"), device=device)
         persistent_gemv(x, w, y, block_n, warps=1, stages=2, programs=programs)
         ref = w.double() @ x.double()
-        worst = max(worst, ((y.double() - ref).norm() / ref.norm()).item())
+        worst = max(worst, common.rel_err(y, ref))
     return worst
 
 
@@ -65,23 +74,20 @@ CASES = [(5120, 1024), (8224, 1024), (7168, 1024), (1024, 2048), (1024, 3584), (
 
 
 def main(out):
-    import tritonllm_course
-    tritonllm_course.setup(quiet=True)
+    common.setup()
     from tritonllm_course import kernels
-    from tritonllm_course.benchmark import results_stem, time_calls
     lin = kernels.load("linear", "solutions").module
-    path = results_stem(out, "gemv_persistent")[0].with_suffix(".json")
+    path = common.result_path(out, "gemv_persistent")
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     budget, t0 = float(os.environ.get("PROBE_S", "240")), time.time()
-    res = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "sms": sms,
-           "check_rel_err": check("cuda"), "cases": []}
+    res = common.header(sms=sms, check_rel_err=check("cuda"), cases=[])
     for N, K in CASES:
-        copies = max(2, min(64, (256 << 20) // (N * K * 2)))
+        copies = common.copies_past_l2(N * K * 2)
         sets = [{"x": torch.randn(K, device="cuda", dtype=torch.bfloat16),
                  "w": 0.02 * torch.randn(N, K, device="cuda", dtype=torch.bfloat16),
                  "y": torch.empty(N, device="cuda", dtype=torch.bfloat16)} for _ in range(copies)]
         ref = (sets[0]["w"].float() @ sets[0]["x"].float())
-        hand = min(time_calls(lambda x, w, y: lin.gemv(x, w, y), sets) for _ in range(2))
+        hand = common.best_time_calls(lambda x, w, y: lin.gemv(x, w, y), sets)
         rows = []
         bk = max(16, triton.next_power_of_2(K))
         for block_n in (1, 2, 4, 8):
@@ -99,17 +105,17 @@ def main(out):
                                                                              c["STAGES"], c["programs"]))
                             s0 = sets[0]
                             call(**s0)
-                            err = ((s0["y"].float() - ref).norm() / ref.norm()).item()
-                            us = min(time_calls(call, sets) for _ in range(2))
+                            err = common.rel_err(s0["y"], ref)
+                            us = common.best_time_calls(call, sets)
                             rows.append({**cfg, "us": us, "GBps": N * K * 2 / us / 1e3, "rel_err": err})
                         except Exception as e:       # a config the compiler refuses: recorded, not fatal
-                            rows.append({**cfg, "error": f"{type(e).__name__}: {e}"[:120]})
+                            rows.append({**cfg, "error": common.error_text(e, 120)})
         best = sorted((r for r in rows if "us" in r), key=lambda r: r["us"])
         res["cases"].append({"N": N, "K": K, "chapter05_us": hand, "chapter05_GBps": N * K * 2 / hand / 1e3,
                              "best": best[:6], "all": rows})
         print(f"{N} x {K}: chapter 05 {hand:.2f} us; best persistent {best[0] if best else None}", flush=True)
-        path.write_text(json.dumps(res, indent=1))
+        common.save(path, res)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(common.out_dir())

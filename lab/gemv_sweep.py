@@ -1,15 +1,27 @@
-"""Every GEMV-family kernel of the decode step over a wide config space, at the real shapes, L2 cold.
+"""Are the hand-picked launch configs of the decode step's GEMV-family kernels the fastest at the real shapes?
 
-    python scripts/gemv_sweep.py OUTDIR        (on a GPU; SWEEP_S=seconds bounds the run, default 300)
-    python scripts/gemv_sweep.py --plot JSON   (anywhere: the PNG beside the JSON)
+    python -m lab.gemv_sweep [OUTDIR]      (on a GPU; SWEEP_S=seconds bounds the run, default 300)
+    python -m lab.gemv_sweep --plot JSON   (anywhere: the PNG beside the JSON)
 
-Rows per program 1-16, columns per step 256-2048, 8-64 elements per thread (which sets num_warps); each
-config timed as the course times (`benchmark.time_calls`: a CUDA graph over enough weights to pass L2).
-Writes OUTDIR/gemv_sweep_<gpu>_<date>.json (every config; the hand-picked one of chapters 05 and 21 and
-the best) and a PNG beside it.
-This sweep chose `fused_gemv_config`'s four-row programs for the norm-folded projections.
+Question: chapter 05's GEMV and chapter 21's fused GEMVs (RMSNorm folded in, gated, with the residual)
+take configs reasoned from the plain GEMV; is any other config faster at Qwen3.5-0.8B's decode shapes?
+Method: rows per program 1-16, columns per step 256-2048, 8-64 elements per thread (which sets num_warps);
+each config timed as the course times (`benchmark.time_calls`: a CUDA graph over enough weights to pass
+L2), bf16. Writes OUTDIR/gemv_sweep_<gpu>_<date>.json (every config; the hand-picked one and the best)
+and a PNG beside it.
+Result: NVIDIA H200, 2026-11-30 (lab/results/gemv_sweep_nvidia-h200_2026-11-30.{json,png}), 46-60
+configs a shape. The plain GEMV's config is within 4% of the best everywhere (5120 x 1024: 4.57 against
+4.38 us; 8224 x 1024: 6.06 against 5.86; the down projection, the LM head and the GEMV + residual: it is
+the best). The norm-folded ones were not: four rows per program share the norm's extra loads, in steps of
+256 on 2 warps 5.88 -> 4.91 us (5120 x 1024; best 4.68 on 8 rows) and 8.38 -> 6.18 us (8224 x 1024, the
+best), gated in steps of 512 7.23 -> 5.80 us (3584 x 1024, the best).
+Verdict: adopted in solutions/fusion.py, `fused_gemv_config`: those four-row programs for the norm-folded
+GEMVs (83 us less kernel time per token at the fast level); `gemv_config` (solutions/linear.py) kept.
+lab/unrolled_gemv_probe.py later moved the gated one to 8 rows in steps of 256 on 4 warps.
 """
 import json, os, sys, time
+
+from lab import common
 
 dev = "cuda"
 
@@ -17,9 +29,8 @@ dev = "cuda"
 def sets_for(N, K, n_up=False, res=False):
     import torch
     bf = torch.bfloat16
-    copies = max(2, min(64, (256 << 20) // (N * K * 2 * (2 if n_up else 1))))
     out = []
-    for _ in range(copies):
+    for _ in range(common.copies_past_l2(N * K * 2 * (2 if n_up else 1))):
         s = {"x": torch.randn(K, device=dev, dtype=bf), "w": 0.02 * torch.randn(N, K, device=dev, dtype=bf),
              "y": torch.empty(N, device=dev, dtype=bf)}
         if n_up:
@@ -51,16 +62,14 @@ CASES = [("gemv", 5120, 1024), ("gemv", 8224, 1024), ("gemv", 1024, 3584), ("gem
 
 
 def main(out):
-    import torch, triton
-    import tritonllm_course
-    tritonllm_course.setup(quiet=True)
+    import triton
+    common.setup()
     from tritonllm_course import kernels
-    from tritonllm_course.benchmark import results_stem, time_calls
-    path = str(results_stem(out, "gemv_sweep")[0].with_suffix(".json"))
+    path = common.result_path(out, "gemv_sweep")
     lin, fus = kernels.load("linear", "solutions").module, kernels.load("fusion", "solutions").module
     budget = float(os.environ.get("SWEEP_S", "300"))
     t_start = time.time()
-    results = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "cases": []}
+    results = common.header(cases=[])
     for kind, N, K in CASES:
         sets = sets_for(N, K, n_up=kind == "norm_gate_up", res=kind == "gemv_residual")
         nbytes = N * K * 2 * (2 if kind == "norm_gate_up" else 1)
@@ -76,7 +85,7 @@ def main(out):
             if time.time() - t_start > budget:
                 break
             try:
-                us = min(time_calls(call_for(lin, fus, kind, N, K, bn, bk, nw), sets) for _ in range(2))
+                us = common.best_time_calls(call_for(lin, fus, kind, N, K, bn, bk, nw), sets)
                 rows.append({"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": nw, "us": us, "GBps": nbytes / us / 1e3})
             except Exception as e:
                 rows.append({"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": nw, "error": str(e)[:100]})
@@ -87,8 +96,8 @@ def main(out):
                 "best": ok[:8], "all": rows}
         results["cases"].append(case)
         print(kind, N, K, "hand", hand_row, "\n  best", ok[:4], flush=True)
-        json.dump(results, open(path, "w"), indent=1)
-    plot(path)
+        common.save(path, results)
+    plot(str(path))
 
 
 def plot(path):
@@ -116,4 +125,4 @@ def plot(path):
 
 
 if __name__ == "__main__":
-    plot(sys.argv[2]) if sys.argv[1] == "--plot" else main(sys.argv[1])
+    plot(sys.argv[2]) if sys.argv[1:2] == ["--plot"] else main(common.out_dir())

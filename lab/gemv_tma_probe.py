@@ -1,34 +1,38 @@
 """Can a GEMV whose weight tiles stream into shared memory through Hopper's TMA beat chapter 05's at decode?
 
-    python scripts/gemv_tma_probe.py OUTDIR     (on a Hopper GPU; writes OUTDIR/gemv_tma_<gpu>_<date>.json)
+    python -m lab.gemv_tma_probe [OUTDIR]     (on a Hopper GPU; writes OUTDIR/gemv_tma_<gpu>_<date>.json)
     TMA_S=seconds bounds the sweep (default 300)
 
-scripts/gemv_bounds_probe.py found chapter 05's GEMV waiting on its grid, not its bytes: thousands of small
-programs, each holding its few KB of weights in registers, so an SM has only ~40 KB in flight and the
-weight arrives in two or three rounds, one memory round trip each. Here a fixed grid (1-2 programs per SM)
-walks its row blocks and K tiles in one flat loop; each tile [BLOCK_N, BLOCK_K] is one TMA copy (a tensor
-descriptor: `desc.load`) into shared memory, and the loop is software-pipelined (`tl.range(num_stages=S)`),
-so S tiles per program are in flight without holding a register: up to ~200 KB an SM. Rows past N and
-columns past K come back as zeros (the descriptor's bounds).
-
-Timed as scripts/gemv_bounds_probe.py times (64 launches over distinct copies of the weight in one CUDA
-graph) beside chapter 05's GEMV in the same run, at the decode shapes, every config that fits shared memory;
-each result checked against fp64. The tests run the kernel under the CPU interpreter (`check`).
-
-Measured on an H200 (2026-11-30, results/gemv_tma_nvidia-h200_2026-11-30.json): slower than chapter 05 at
-every shape (best 6.64 vs 5.78 us at 8224 x 1024, 5.87 vs 3.72 at 1024 x 3584); more stages help, small
-tiles are bound by their per-tile round trips, large ones did no better.
+Question: lab/gemv_bounds_probe.py found chapter 05's GEMV waiting on its grid, not its bytes: thousands of
+small programs, each holding its few KB of weights in registers, so an SM has only ~40 KB in flight and
+the weight arrives in two or three rounds, one memory round trip each. Would more bytes in flight per SM,
+held in shared memory instead of registers, shorten it?
+Method: a fixed grid (1-2 programs per SM) walks its row blocks and K tiles in one flat loop; each tile
+[BLOCK_N, BLOCK_K] is one TMA copy (a tensor descriptor: `desc.load`) into shared memory, and the loop is
+software-pipelined (`tl.range(num_stages=S)`), so S tiles per program are in flight without holding a
+register: up to ~200 KB an SM. Rows past N and columns past K come back as zeros (the descriptor's
+bounds). Timed as lab/gemv_bounds_probe.py times (64 launches over distinct copies of the weight in one
+CUDA graph, `common.per_launch_us`) beside chapter 05's GEMV in the same run, at the decode shapes, every
+config that fits shared memory; each result checked against fp64. The tests run the kernel under the CPU
+interpreter (`check`).
+Result: NVIDIA H200, 2026-11-30 (lab/results/gemv_tma_nvidia-h200_2026-11-30.json, 150 configs): slower
+than chapter 05 at every shape, best against it 6.64 vs 5.78 us (8224 x 1024), 6.33 vs 5.45 (7168 x 1024),
+5.70 vs 4.55 (5120 x 1024), 5.87 vs 3.72 (1024 x 3584), 4.40 vs 2.92 (1024 x 2048), always with 2
+programs an SM and 4 stages (better than 3, and than 6); small tiles stay bound by their per-tile round
+trips, large ones did no better.
+Verdict: not adopted: chapter 05's `gemv` (solutions/linear.py) stays. More loads in flight did pay off
+later in the simpler form of an unrolled walk along K (lab/unrolled_gemv_probe.py).
 """
-import json
 import os
-import sys
 import time
-from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
+
+from lab import common
+from lab.common import LAUNCHES, per_launch_us, weight_copies
 
 SHAPES = [(8224, 1024), (7168, 1024), (5120, 1024), (1024, 3584), (1024, 2048)]   # [N, K]
 SMEM = 200 * 1024           # bytes of tiles in flight per SM at most
@@ -79,7 +83,7 @@ def check(device="cpu"):
         y = torch.full((N,), float("nan"), device=device)
         tma_gemv(x, w, y, block_n, block_k, stages=2, programs=programs, warps=1)
         ref = w.double() @ x.double()
-        worst = max(worst, ((y.double() - ref).norm() / ref.norm()).item())
+        worst = max(worst, common.rel_err(y, ref))
     return worst
 
 
@@ -99,20 +103,16 @@ def configs(N, K, sms):
 
 
 def main(out):
-    import tritonllm_course
-    tritonllm_course.setup(quiet=True)
+    common.setup()
     from tritonllm_course import kernels
-    from tritonllm_course.benchmark import ceiling_gbps, results_stem
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from gemv_bounds_probe import LAUNCHES, per_launch_us, weight_copies
+    from tritonllm_course.measure.benchmark import ceiling_gbps
     lin = kernels.load("linear", "solutions").module
-    path = results_stem(out, "gemv_tma")[0].with_suffix(".json")
+    path = common.result_path(out, "gemv_tma")
     deadline = time.time() + float(os.environ.get("TMA_S", "300"))
     torch.manual_seed(0)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     ceiling = ceiling_gbps()
-    res = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "launches": LAUNCHES,
-           "ceiling_GBps": ceiling, "check_rel_err": check("cuda"), "cases": []}
+    res = common.header(launches=LAUNCHES, ceiling_GBps=ceiling, check_rel_err=check("cuda"), cases=[])
     for i_shape, (N, K) in enumerate(SHAPES):
         shape_deadline = time.time() + (deadline - time.time()) / (len(SHAPES) - i_shape)   # a fair share
         nbytes = N * K * 2
@@ -144,17 +144,17 @@ def main(out):
                 us = per_launch_us(fn)
                 fn()
                 row.update(us=us, GBps=nbytes / us / 1e3, pct_of_ceiling=100 * nbytes / us / 1e3 / ceiling,
-                           vs_chapter05=base / us, rel_err=((y.double() - ref).norm() / ref.norm()).item())
+                           vs_chapter05=base / us, rel_err=common.rel_err(y, ref))
             except Exception as e:          # recorded, not fatal: the next config still runs
-                row["error"] = f"{type(e).__name__}: {e}"[:300]
+                row["error"] = common.error_text(e)
             case["rows"].append(row)
         ok = [r for r in case["rows"] if "us" in r]
         case["best"] = sorted(ok, key=lambda r: r["us"])[:5]
         print({"N": N, "K": K, "chapter05_us": base, "best": case["best"][:2]}, flush=True)
         res["cases"].append(case)
-        path.write_text(json.dumps(res, indent=1))
-    path.write_text(json.dumps(res, indent=1))
+        common.save(path, res)
+    common.save(path, res)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(common.out_dir())

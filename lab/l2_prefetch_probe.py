@@ -1,15 +1,14 @@
 """Can the next projection's weights stream into L2 while this one runs, so HBM never idles between kernels?
 
-    python scripts/l2_prefetch_probe.py OUTDIR     (on a Hopper GPU; writes OUTDIR/l2_prefetch_<gpu>_<date>.json)
+    python -m lab.l2_prefetch_probe [OUTDIR]   (on a Hopper GPU; writes OUTDIR/l2_prefetch_<gpu>_<date>.json)
 
-A decode GEMV of a few MB reaches 55-65% of the bandwidth: HBM idles while a kernel ramps up (the first
-loads' latency), while its last programs finish, and between two kernels. Hopper can ask L2 to fetch a
-range of memory without holding a register or waiting for it (`cp.async.bulk.prefetch.L2`, fire and
+Question: a decode GEMV of a few MB reaches 55-65% of the bandwidth: HBM idles while a kernel ramps up (the
+first loads' latency), while its last programs finish, and between two kernels. Hopper can ask L2 to fetch
+a range of memory without holding a register or waiting for it (`cp.async.bulk.prefetch.L2`, fire and
 forget: the kernel may exit while the bytes are still on their way). If each projection's kernel asks for
-the next projection's weights as it starts, the bytes keep flowing across the kernel boundary and the next
-kernel reads them from L2.
-
-Timed here on a chain that has one DeltaNet layer's decode projections (in-projection 8224 x 1024, out
+the next projection's weights as it starts, do the bytes keep flowing across the kernel boundary, and
+does the next kernel read them from L2?
+Method: a chain that has one DeltaNet layer's decode projections (in-projection 8224 x 1024, out
 2048 -> 1024, gate/up 7168 x 1024, down 3584 -> 1024), LAYERS distinct copies so the chain passes L2, in
 one CUDA graph, bf16:
   - `chapter05`: chapter 05's GEMV, nothing else;
@@ -19,16 +18,22 @@ one CUDA graph, bf16:
   - `resident`: one layer's weights (43 MB, inside L2) over and over: what a perfect prefetch could reach.
 Each variant's outputs are compared bit for bit with chapter 05's (a prefetch changes no arithmetic).
 The tests run the prefetching GEMV under the CPU interpreter with the prefetch compiled out (`check`).
+Result: NVIDIA H200, 2026-11-30 (lab/results/l2_prefetch_nvidia-h200_2026-11-30.json, 8 layers): slower
+everywhere, the outputs bit-identical. Chapter 05's chain 18.2 us a layer (56% of the ceiling); with the
+whole next weight 35.6 us, its first quarter 29.9, two projections ahead 36.6, from a second stream
+25.2 (132 programs) and 29.6 (16). `resident` took 18.2 us too, but 43 MB read `evict_first` do not stay
+in a 50 MB L2, so that row says little (lab/gemv_bounds_probe.py measures L2 against HBM properly).
+Verdict: not adopted: the decode GEMVs (chapter 05's `gemv`, solutions/linear.py, and the fused ones)
+prefetch nothing: every variant was 1.4-2x slower, and what a GEMV waits on is not its bytes from HBM
+(lab/gemv_bounds_probe.py: from HBM rather than L2 adds only 0.6-0.9 us).
 """
-import json
 import os
-import sys
-import time
 
 import torch
 import triton
 import triton.language as tl
 
+from lab import common
 from tritonllm_course.triton_helpers import gemv_rows
 
 LAYER = [(8224, 1024), (1024, 2048), (7168, 1024), (1024, 3584)]   # [N, K] of each decode projection
@@ -113,17 +118,16 @@ def check(device="cpu"):
         gemv_prefetch(x, w, y, {"BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": 1}, nxt=w,
                       interpreted=device == "cpu")
         ref = w.double() @ x.double()
-        worst = max(worst, ((y.double() - ref).norm() / ref.norm()).item())
+        worst = max(worst, common.rel_err(y, ref))
     return worst
 
 
 def main(out):
-    import tritonllm_course
-    tritonllm_course.setup(quiet=True)
+    common.setup()
     from tritonllm_course import kernels
-    from tritonllm_course.benchmark import _median_event_time, ceiling_gbps, results_stem
+    from tritonllm_course.measure.benchmark import _median_event_time, ceiling_gbps
     lin = kernels.load("linear", "solutions").module
-    path = results_stem(out, "l2_prefetch")[0].with_suffix(".json")
+    path = common.result_path(out, "l2_prefetch")
     torch.manual_seed(0)
     ops = [{"x": torch.randn(K, device="cuda", dtype=torch.bfloat16),
             "w": 0.02 * torch.randn(N, K, device="cuda", dtype=torch.bfloat16),
@@ -155,8 +159,8 @@ def main(out):
         if name == "side":
             torch.cuda.current_stream().wait_stream(side)
 
-    res = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "layers": LAYERS,
-           "layer": LAYER, "bytes": nbytes, "ceiling_GBps": ceiling, "check_rel_err": check("cuda"), "rows": []}
+    res = common.header(layers=LAYERS, layer=LAYER, bytes=nbytes, ceiling_GBps=ceiling, check_rel_err=check("cuda"),
+                        rows=[])
     reference = None
     for variant in ["chapter05", "resident", "in-kernel d=1", "in-kernel d=1,f=0.25", "in-kernel d=2",
                     "side x16", "side x132", "chapter05"]:
@@ -181,11 +185,11 @@ def main(out):
             row = {"variant": variant, "us_per_layer": us / LAYERS, "GBps": nbytes / us / 1e3,
                    "pct_of_ceiling": 100 * nbytes / us / 1e3 / ceiling, "bit_identical": same}
         except Exception as e:                       # recorded, not fatal: the next variant still runs
-            row = {"variant": variant, "error": f"{type(e).__name__}: {e}"[:300]}
+            row = {"variant": variant, "error": common.error_text(e)}
         res["rows"].append(row)
         print(row, flush=True)
-        path.write_text(json.dumps(res, indent=1))
+        common.save(path, res)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(common.out_dir())

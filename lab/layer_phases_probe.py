@@ -1,44 +1,43 @@
 """Do the fast level's own decode kernels run faster as phases of one kernel, with grid barriers between?
 
-    python scripts/layer_phases_probe.py OUTDIR     (on a GPU; writes OUTDIR/layer_phases_<gpu>_<date>.json)
+    python -m lab.layer_phases_probe [OUTDIR [ROWS]]   (on a GPU; writes OUTDIR/layer_phases_<gpu>_<date>.json)
+    python -m lab.layer_phases_probe lab/results 0,3   (ROWS: only those rows of CONFIGS)
 
-A DeltaNet layer's decode step after its recurrence is three kernels of the fast level: the gated norm +
-out-projection + residual (1024 x 2048), ln2 + gate/up + SwiGLU (7168 x 1024), down + residual
-(1024 x 3584). scripts/mlp_block_probe.py found one MLP kernel with a barrier slower than the two, but its
-phases were its own GEMVs, not the tuned ones. Here one cooperative kernel calls the fast level's kernels
-themselves (`solutions/fusion.py`) as its phases, program p being program p of each (a phase with fewer
-programs than the grid leaves the rest idle), with `grid_barrier` between phases: what is measured is the
+Question: a DeltaNet layer's decode step after its recurrence is three kernels of the fast level: the gated
+norm + out-projection + residual (1024 x 2048), ln2 + gate/up + SwiGLU (7168 x 1024), down + residual
+(1024 x 3584). lab/mlp_block_probe.py found one MLP kernel with a barrier slower than the two, but its
+phases were its own GEMVs, not the tuned ones. With the tuned kernels as the phases, does a grid barrier
+beat a kernel boundary?
+Method: one cooperative kernel calls the fast level's kernels themselves (`solutions/fusion.py`) as its
+phases, program p being program p of each (a phase with fewer programs than the grid leaves the rest
+idle), with `common.grid_barrier` (or `polling_barrier` below) between phases: what is measured is the
 launch boundary against the barrier, the arithmetic is the same. Every kernel of the grid has one number
 of warps, so each variant is also timed as separate launches of the same phases (`split`), which tells the
-barrier's gain from the cost of the uniform warps.
-
-Timed on 24 layers of distinct weights (past L2) in one CUDA graph, bf16, beside the fast level's
-launches: the whole three-kernel tail (`tail`) and the MLP alone (`mlp`). The outputs are compared bit for
-bit with the fast level's. Under the CPU interpreter (the tests) the phases run as separate launches.
-    python scripts/layer_phases_probe.py OUTDIR 0,3      (only those rows of CONFIGS)
-
-Measured on an H200 (2026-11-30, results/layer_phases_nvidia-h200_2026-11-30*.json): negative. The one
-kernel is slower than its phases launched separately (MLP, 448 programs x 4 warps: 10.86 vs 10.39 us a
-layer; the tail 15.11 vs 14.04), a barrier polling with loads slower still, 256 programs level with the
-split form; the fast level's own launches stay ahead (MLP 9.93, tail 13.19 us): a grid-wide barrier of a
-few hundred programs costs more than a kernel boundary inside a CUDA graph.
+barrier's gain from the cost of the uniform warps. Timed on 24 layers of distinct weights (past L2) in one
+CUDA graph, bf16, beside the fast level's launches: the whole three-kernel tail (`tail`) and the MLP alone
+(`mlp`). The outputs are compared bit for bit with the fast level's. Under the CPU interpreter (the tests)
+the phases run as separate launches.
+Result: NVIDIA H200, 2026-11-30, two runs (lab/results/layer_phases_nvidia-h200_2026-11-30.json: rows 0-5,
+the barrier polling with atomics; lab/results/layer_phases_nvidia-h200_2026-11-30_poll.json: rows 0, 3,
+6-9). The one kernel is slower than its phases launched separately (MLP, 448 programs x 4 warps: 10.86 vs
+10.39 us a layer; the tail 15.11 vs 14.04); the barrier that polls with loads is slower still (MLP 12.29);
+256 programs bring the one kernel level with the split form (MLP 10.79 vs 10.83, tail 14.00 vs 14.44) and
+no lower. The fast level's own launches stay ahead: MLP 9.93-9.95, tail 13.19-13.20 us a layer.
+Verdict: not adopted: the fast level keeps one launch per kernel (tritonllm_course/engine, replayed from a
+CUDA graph). A grid-wide barrier of a few hundred programs costs more than a kernel boundary inside a
+graph; a decode step as one kernel would need finer dependencies (a counter per block of rows).
 """
-import json
 import sys
-import time
-from pathlib import Path
 
 import torch
 import triton
 import triton.language as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from mlp_block_probe import fits_one_wave, grid_barrier, timed_layers     # noqa: E402
+from lab import common
+from lab.common import fits_one_wave, grid_barrier, timed_layers
+from tritonllm_course import kernels
 
-import tritonllm_course                                             # noqa: E402
-from tritonllm_course import kernels                               # noqa: E402
-
-tritonllm_course.setup(quiet=True)
+common.setup()
 F = kernels.load("fusion", "solutions").module                      # the fast level's kernels, called as phases
 
 
@@ -174,7 +173,7 @@ def check(device="cpu"):
         x_fast = x.clone()
         run_phases(lw, a, z, x, h, torch.zeros(1, dtype=torch.int32, device=device), cfg, first, 2, split=True)
         run_fast_level(lw, a, z, x_fast, h, first, 2)
-        worst = max(worst, *(((y.double() - want).norm() / want.norm()).item() for y in (x, x_fast)))
+        worst = max(worst, *(common.rel_err(y, want) for y in (x, x_fast)))
     return worst
 
 
@@ -193,9 +192,9 @@ CONFIGS = [{"BN_O": 2, "BK_O": 2048, "BN_GU": 4, "BK_GU": 512, "BN_D": 2, "BK_D"
            {"BN_O": 4, "BK_O": 2048, "BN_GU": 16, "BK_GU": 512, "BN_D": 4, "BK_D": 2048, "warps": 4, "poll": True}]
 
 
-def main(out):
-    from tritonllm_course.benchmark import results_stem
-    path = results_stem(out, "layer_phases")[0].with_suffix(".json")
+def main(out, rows=None):
+    """rows: "0,3" runs only those rows of CONFIGS (default: all)."""
+    path = common.result_path(out, "layer_phases")
     N, I, HV, DV, L, eps = 1024, 3584, 16, 128, 24, 1e-6
     gen = torch.Generator().manual_seed(0)
     layers = [make_layer(N, I, HV, DV, gen, "cuda", torch.bfloat16) for _ in range(L)]   # 24 x 26 MB: past L2
@@ -212,9 +211,8 @@ def main(out):
                 step(lw)
         return timed_layers(fn, x, x0, L)
 
-    res = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "check_rel_err": check("cuda"),
-           "layers": L, "rows": []}
-    configs = CONFIGS if len(sys.argv) < 3 else [CONFIGS[int(i)] for i in sys.argv[2].split(",")]
+    res = common.header(check_rel_err=check("cuda"), layers=L, rows=[])
+    configs = CONFIGS if rows is None else [CONFIGS[int(i)] for i in rows.split(",")]
     for name, first in (("tail", 0), ("mlp", 1)):
         lw0 = layers[0]
         nbytes = sum(lw0[k].numel() * 2 for k in (("wo", "wgu", "wd") if first == 0 else ("wgu", "wd")))
@@ -243,12 +241,12 @@ def main(out):
                     row.update(us_per_layer=us_one, GBps=nbytes / us_one / 1e3,
                                bit_identical=bool(torch.equal(one_out, want)))
             except Exception as e:      # recorded, not fatal: the next config still runs
-                row["error"] = f"{type(e).__name__}: {e}"[:300]
+                row["error"] = common.error_text(e)
             res["rows"].append(row)
             print(row, flush=True)
-            path.write_text(json.dumps(res, indent=1))
-    path.write_text(json.dumps(res, indent=1))
+            common.save(path, res)
+    common.save(path, res)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(common.out_dir(), sys.argv[2] if len(sys.argv) > 2 else None)

@@ -1,46 +1,38 @@
-"""Is the MLP sublayer faster as one kernel with a grid-wide barrier than as its two GEMV kernels?
+"""Is one token's MLP sublayer faster as one kernel with a grid-wide barrier than as its two GEMV kernels?
 
-    python scripts/mlp_block_probe.py OUTDIR     (on a GPU; writes OUTDIR/mlp_block_<gpu>_<date>.json)
+    python -m lab.mlp_block_probe [OUTDIR]     (on a GPU; writes OUTDIR/mlp_block_<gpu>_<date>.json)
 
-At decode the fast level runs the MLP as two kernels: ln2 + gate/up + SwiGLU (7168 x 1024), then down +
-residual (1024 x 3584). Each pays a GEMV's fixed cost (launch, first-byte latency, tail): the down
+Question: at decode the fast level runs the MLP as two kernels: ln2 + gate/up + SwiGLU (7168 x 1024), then
+down + residual (1024 x 3584). Each pays a GEMV's fixed cost (launch, first-byte latency, tail): the down
 projection's 7.3 MB take ~4 us where their bytes alone would take 1.7. The down projection's weights do
-not depend on anything the first half computes, only its input h does. So one kernel of one program per
-SM can load its rows of W_down first (8 rows x 3584 = 57 KB a program, held in registers), compute its
-share of h = silu(gate) * up, wait at a grid-wide barrier until every program has stored its share, and
-finish the down rows from registers: one launch, and the second GEMV's bytes stream in while the first
-half runs.
-
-The barrier needs every program resident at once: one program per SM at most (checked against the
-compiled kernel's registers before it is launched). Under the CPU interpreter programs run one after the
+not depend on anything the first half computes, only its input h does. Can one kernel load them early and
+save the second launch?
+Method: one kernel of a few hundred programs loads its rows of W_down first (e.g. 8 rows x 3584 = 57 KB a
+program, held in registers), computes its share of h = silu(gate) * up, waits at a grid-wide barrier
+(`common.grid_barrier`) until every program has stored its share, and finishes the down rows from
+registers: one launch, and the second GEMV's bytes stream in while the first half runs. The barrier needs
+every program resident at once (checked against the compiled kernel's registers before it is launched,
+`common.fits_one_wave`; the launch is cooperative). Under the CPU interpreter programs run one after the
 other and a barrier would wait forever: there the kernel runs as two launches (PHASE 1, then 2) with the
 same arithmetic (`check`, run by the tests). Timed on the GPU beside the fast level's two kernels on 24
-layers of distinct weights in one CUDA graph (bf16); the outputs compared with theirs and with the
-two-launch form (bit for bit).
+layers of distinct weights in one CUDA graph (bf16, `common.timed_layers`), eight grids of 128-896
+programs on 2-8 warps; the outputs compared with theirs and with the two-launch form (bit for bit).
+Result: NVIDIA H200, 2026-11-30 (lab/results/mlp_block_nvidia-h200_2026-11-30.json): the fast level's two
+kernels 9.70 us a layer; the one kernel 10.4-15.6 us over seven grids (10.43 at 528 programs of 4 warps;
+the 896-program, 2-warp grid needs 142 registers and does not fit), the same grids as two launches
+11.1-22.0 us. The barrier saves ~1 us over a second launch of the same code, but a grid small enough to
+be resident at once streams the gate/up weights slower than the fast level's 896 small programs.
+Verdict: not adopted: the fast level keeps its two kernels (`rms_norm_gate_up_swiglu` and
+`linear_residual`, solutions/fusion.py); lab/layer_phases_probe.py tried the same with the fast level's
+own kernels as the phases.
 """
-import json
-import sys
-import time
-
 import torch
 import triton
 import triton.language as tl
 
+from lab import common
+from lab.common import fits_one_wave, grid_barrier, timed_layers
 from tritonllm_course.triton_helpers import silu
-
-
-@triton.jit
-def grid_barrier(counter_ptr, P):
-    """Wait until all P programs of the grid got here. counter_ptr: an int32 that starts at a multiple of P
-    and grows by P per crossing, so it needs no reset between launches or graph replays of one grid size
-    (a grid of another size needs its own counter)."""
-    tl.debug_barrier()                  # every thread of this program has issued its stores
-    ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
-    target = (ticket // P + 1) * P
-    seen = ticket + 1
-    while seen < target:
-        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
-    tl.debug_barrier()                  # the whole program waits for its first thread
 
 
 @triton.jit
@@ -128,40 +120,8 @@ def check(device="cpu"):
         y = x.clone()
         mlp_block(y, lnw, wgu, wd, h, torch.zeros(1, dtype=torch.int32, device=device), y, programs=programs,
                   block_i=4, warps=1, stages=1, split=device == "cpu")
-        worst = max(worst, ((y.double() - want).norm() / want.norm()).item())
+        worst = max(worst, common.rel_err(y, want))
     return worst
-
-
-def timed_layers(fn, x, x0, layers: int):
-    """(us per layer, the stream after one fn()) for fn(), which runs `layers` layers on the stream x in
-    place: compiled outside the capture, then replayed from a CUDA graph (best of three medians)."""
-    from tritonllm_course.benchmark import _median_event_time
-    x.copy_(x0)
-    fn()                            # compile outside the capture
-    torch.cuda.synchronize()
-    x.copy_(x0)
-    fn()
-    result = x.clone()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
-    graph.replay()
-    return min(_median_event_time(graph.replay, 30) for _ in range(3)) * 1e3 / layers, result
-
-
-def fits_one_wave(compiled, programs: int, warps: int) -> str | None:
-    """Why `programs` programs of this compiled kernel cannot all be resident at once (None: they can).
-    A grid barrier with a program left waiting for a free SM would wait forever."""
-    props = torch.cuda.get_device_properties(0)
-    compiled._init_handles()
-    regs = getattr(props, "regs_per_multiprocessor", 65536)
-    shared = getattr(props, "shared_memory_per_multiprocessor", 228 * 1024)
-    per_sm = min(regs // max(1, compiled.n_regs * 32 * warps), shared // max(1, compiled.metadata.shared))
-    if compiled.n_spills:
-        return f"{compiled.n_spills} registers spilled"
-    if per_sm * props.multi_processor_count < programs:
-        return f"{per_sm} program(s) per SM x {props.multi_processor_count} SMs < {programs} programs"
-    return None
 
 
 CONFIGS = [{"programs": 128, "block_i": 4, "warps": 8, "stages": 2},      # one program per SM
@@ -175,12 +135,10 @@ CONFIGS = [{"programs": 128, "block_i": 4, "warps": 8, "stages": 2},      # one 
 
 
 def main(out):
-    import tritonllm_course
-    tritonllm_course.setup(quiet=True)
+    common.setup()
     from tritonllm_course import kernels
-    from tritonllm_course.benchmark import results_stem
     fus = kernels.load("fusion", "solutions").module
-    path = results_stem(out, "mlp_block")[0].with_suffix(".json")
+    path = common.result_path(out, "mlp_block")
     D, I, L, eps = 1024, 3584, 24, 1e-6
     gen = torch.Generator(device="cuda").manual_seed(0)
 
@@ -211,8 +169,7 @@ def main(out):
         return timed_layers(fn, x, x0, L)
 
     nbytes = sum(lw["wgu"].numel() * 2 + lw["wd"].numel() * 2 for lw in layers) // L
-    res = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "check_rel_err": check("cuda"),
-           "layers": L, "bytes_per_layer": nbytes, "rows": []}
+    res = common.header(check_rel_err=check("cuda"), layers=L, bytes_per_layer=nbytes, rows=[])
     us, want = timed(pair)
     res["rows"].append({"variant": "two kernels (fast level)", "us_per_layer": us, "GBps": nbytes / us / 1e3})
     print(res["rows"][-1], flush=True)
@@ -235,12 +192,12 @@ def main(out):
                 row.update(us_per_layer=us_one, GBps=nbytes / us_one / 1e3, rel_err_vs_two_kernels=err,
                            bit_identical_to_two_launches=bool(torch.equal(one_out, split_out)))
         except Exception as e:      # recorded, not fatal: the next config still runs
-            row["error"] = f"{type(e).__name__}: {e}"[:300]
+            row["error"] = common.error_text(e)
         res["rows"].append(row)
         print(row, flush=True)
-        path.write_text(json.dumps(res, indent=1))
-    path.write_text(json.dumps(res, indent=1))
+        common.save(path, res)
+    common.save(path, res)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(common.out_dir())

@@ -1,19 +1,31 @@
 """Does programmatic dependent launch (PDL) shorten a chain of decode GEMVs replayed from a CUDA graph?
 
-    python scripts/pdl_probe.py OUTDIR      (on a GPU; writes pdl_probe.json)
+    python -m lab.pdl_probe [OUTDIR]      (on a GPU; writes OUTDIR/pdl_probe_<gpu>_<date>.json)
 
-With PDL (`launch_pdl=True`, `gdc_launch_dependents` / `gdc_wait` in the kernel) a kernel may start while
-the one before it drains, and load its weights (which no kernel writes) before waiting for its input.
-The chain is the decode step's 97 GEMV shapes (24 layers of in-projection, out-projection, gate/up, down,
-and the LM head), each reading the previous one's output; the same GEMV as chapter 05, with the two PDL
-variants as a constexpr MODE: 0 plain, 1 wait at the top, 2 first weight tile loaded before the wait.
-Measured on an H200 (2026-11-30): no gain (mode 0: 502 us, mode 1: 514 us, mode 2: 506 us for the
-chain; results/pdl_probe_nvidia-h200_2026-11-30.json), so the engine does not use it. Then the trigger
-after the store (modes 3, 4: 559 us), no early trigger (5), and 2 for the one-wave GEMVs with 5 for the
-others (9: 570 us), against mode 0 at 499-517 us (results/pdl_probe_nvidia-h200_2026-11-30_placements.json):
-the one-wave GEMVs gain alone (2.31 -> 1.67 us at 1024 x 2048), the chain does not.
+Question: with PDL (`launch_pdl=True`, `gdc_launch_dependents` / `gdc_wait` in the kernel) a kernel may
+start while the one before it drains, and load its weights (which no kernel writes) before waiting for its
+input. Does that hide the gaps and ramps between the decode step's GEMVs?
+Method: the chain is the decode step's 97 GEMV shapes (24 layers of in-projection, out-projection,
+gate/up, down, and the LM head), each reading the previous one's output, in one CUDA graph; the same
+GEMV as chapter 05, the PDL variants a constexpr MODE: 0 plain, 1 wait at the top, 2 first weight tile
+loaded before the wait, 3 and 4 as 1 and 2 with the next kernel let launch only after this one's store,
+5 as 2 with no early trigger, 9 mode 2 for the one-wave GEMVs and 5 for the others. The chain runs
+modes 0, 1, 2, 3, 4, 9 and 0 again (`mode0_again`); then four of its shapes alone in modes 0, 2 and 4,
+100 launches in a graph.
+Result: NVIDIA H200, 2026-11-30 (lab/results/pdl_probe_nvidia-h200_2026-11-30.json: modes 0-2;
+lab/results/pdl_probe_nvidia-h200_2026-11-30_placements.json: modes 3 and 4, mode 9 from a second run).
+No mode gains on the chain: mode 0 499-520 us over the runs, mode 1 513-514, 2 506-507, 3 and 4 559, 9
+570. (Both files hold mode 0's last pass only: the probe wrote its two passes under one key then; the
+first run's first pass, 502 us, is not in them.) Alone, a one-wave GEMV gains from mode 2 (1024 x 2048:
+2.31 -> 1.67 us; 1024 x 3584: 2.88 -> 2.55) and a wide one loses (7168 x 1024: 4.32 -> 4.93 us;
+6144 x 1024: 3.87 -> 4.03): the next kernel's programs, launched early, take the SM slots of its second
+wave.
+Verdict: not adopted: no kernel of the engine launches with PDL (tritonllm_course/engine replays plain
+launches from its CUDA graphs); on the whole chain the one-wave GEMVs' gain is lost to the wide ones.
 """
-import json, os, sys, torch, triton, triton.language as tl
+import torch, triton, triton.language as tl
+
+from lab import common
 
 @triton.jit
 def gemv(x_ptr, w_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -76,7 +88,7 @@ def main(out):
             x = y
         return ys[-1]
     # inputs: each GEMV reads the previous output's first K entries (x[:K] as a pointer)
-    res = {"gpu": torch.cuda.get_device_name(0), "bytes": nbytes, "kernels": len(shapes)}
+    res = common.header(bytes=nbytes, kernels=len(shapes))
     ref = None
     for mode in (0, 1, 2, 3, 4, 9, 0):
         for _ in range(2):
@@ -100,9 +112,10 @@ def main(out):
             e1.record(); torch.cuda.synchronize()
             times.append(e0.elapsed_time(e1) / 100 * 1000)
         t = sorted(times)[2]
-        res[f"mode{mode}"] = {"us": t, "GBps": nbytes / t / 1e3, "graph_equals_eager": same,
-                              "equals_mode0": torch.equal(out_eager, ref)}
-        print(mode, res[f"mode{mode}"], flush=True)
+        key = f"mode{mode}" if f"mode{mode}" not in res else f"mode{mode}_again"   # mode 0 runs first and last
+        res[key] = {"us": t, "GBps": nbytes / t / 1e3, "graph_equals_eager": same,
+                    "equals_mode0": torch.equal(out_eager, ref)}
+        print(key, res[key], flush=True)
     # the same with one GEMV shape alone, 200 times, to see per-kernel numbers
     for (n, k) in [(6144, 1024), (1024, 3584), (7168, 1024), (1024, 2048)]:
         w = torch.randn(n, k, device=dev, dtype=torch.bfloat16)
@@ -127,7 +140,7 @@ def main(out):
             t = e0.elapsed_time(e1) / 2000 * 1000
             res[f"{n}x{k}_mode{mode}"] = {"us": t, "GBps": n * k * 2 / t / 1e3}
             print(n, k, mode, res[f"{n}x{k}_mode{mode}"], flush=True)
-    json.dump(res, open(os.path.join(out, "pdl_probe.json"), "w"), indent=1)
+    common.save(common.result_path(out, "pdl_probe"), res)
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(common.out_dir())

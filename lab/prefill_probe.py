@@ -1,13 +1,13 @@
 """Where does a 128-token prompt's time go, kernel by kernel, and what would shorten it?
 
-    python scripts/prefill_probe.py OUTDIR     (on a GPU; PROBE_S=seconds bounds it, default 240)
-    (scripts/gpu_extra_prefill.sh runs it)
+    python -m lab.prefill_probe [OUTDIR]     (on a GPU; PROBE_S=seconds bounds it, default 240)
+    (scripts/gpu_extras.sh prefill runs it)
 
-The fast level's prefill profile (H200, 2026-11-30) spends its kernel time in the projections with the
-residual add (o_proj, out_proj, down: 9 us each at M = 128, N = 1024), the gated MLP GEMM and the chunked
-delta rule's first kernel (16 us a layer). Three questions, each timed as the course times (CUDA graph
-over enough inputs to pass L2, bf16, Qwen3.5-0.8B's shapes):
-
+Question: the fast level's prefill profile (H200, 2026-11-30) spends its kernel time in the projections
+with the residual add (o_proj, out_proj, down: 9 us each at M = 128, N = 1024), the gated MLP GEMM and the
+chunked delta rule's first kernel (16 us a layer). Which chunk sizes and tiles would make them faster?
+Method: three measurements, each timed as the course times (CUDA graph over enough inputs to pass L2,
+bf16, Qwen3.5-0.8B's shapes):
 1. the chunked delta rule at T = 128, 512 and 4096 for every chunk size and value block;
 2. the GEMM + residual at M = 128, N = 1024: chapter 21's tiles against other tiles and against a split-K
    version (`gemm_residual_splitk_kernel` below: K cut in SPLIT pieces, every piece's fp32 tile written to
@@ -16,15 +16,25 @@ over enough inputs to pass L2, bf16, Qwen3.5-0.8B's shapes):
 3. the gated MLP GEMM (gate/up + SwiGLU, no norm) at M = 128 over a few tiles.
 Writes OUTDIR/prefill_probe_<gpu>_<date>.json. The tests run the split-K kernel under the CPU interpreter
 (`check` below).
+Result: NVIDIA H200, 2026-11-30 (lab/results/prefill_probe_nvidia-h200_2026-11-30.json). 1. The three
+kernels of the chunked rule together, chunks of 16 / 32 / 64 tokens (value blocks of 16): T = 128
+18.2 / 19.0 / 27.1 us, T = 512 42.3 / 34.7 / 36.7 us, T = 4096 301 / 245 / 259 us. 2. The GEMM + residual
+at K = 2048 / 3584: chapter 21's 64 x 32 x 128 tiles 7.8 / 11.4 us, 64 x 16 tiles in steps of 256
+7.5 / 10.7 us, split-K (best of 2-8 pieces, 3 both times) 7.7 / 9.7 us, cuBLAS + add 8.0 / 9.5 us.
+3. The gated GEMM: chapter 21's 64 x 64 tiles were the best of seven tilings (9.6 us).
+Verdict: adopted: chunks of 16 tokens for prompts up to 128 (`chunk_size_for`, solutions/delta_rule.py,
+32 beyond) and 64 x 16 x 256 tiles for the 1024-row GEMM + residual (`fused_gemm_config`,
+solutions/fusion.py). Not adopted: the split-K GEMM, whose workspace and counters bought 1 us at one shape
+only (chapter 23); the gated GEMM's tiles, already the best.
 """
-import json
 import os
-import sys
 import time
 
 import torch
 import triton
 import triton.language as tl
+
+from lab import common
 
 
 @triton.jit
@@ -107,44 +117,41 @@ def check(device="cpu"):
             y = res.clone()
             gemm_residual_splitk(x, w, y, y, split, 16, 16, 16, 1, 1)
             outs.append(y)
-        worst = max(worst, ((outs[0].double() - ref).norm() / ref.norm()).item())
+        worst = max(worst, common.rel_err(outs[0], ref))
         same = same and torch.equal(outs[0], outs[1])
     return worst, same
 
 
 def _bench_sets(make, nbytes):
-    copies = max(2, min(64, (256 << 20) // max(1, nbytes)))
-    return [make() for _ in range(copies)]
+    return [make() for _ in range(common.copies_past_l2(nbytes))]
 
 
 def main(out):
-    import tritonllm_course
-    tritonllm_course.setup(quiet=True)
+    common.setup()
     from tritonllm_course import kernels
-    from tritonllm_course.benchmark import results_stem, time_calls
     fusion = kernels.load("fusion", "solutions").module
     rule = kernels.load("delta_rule", "solutions").module
-    path = results_stem(out, "prefill_probe")[0].with_suffix(".json")
+    path = common.result_path(out, "prefill_probe")
     budget, t0 = float(os.environ.get("PROBE_S", "240")), time.time()
     dev, bf = "cuda", torch.bfloat16
-    res = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"),
-           "check": check(dev), "delta_rule": [], "gemm_residual": [], "gated_gemm": []}
+    res = common.header(check=check(dev), delta_rule=[], gemm_residual=[], gated_gemm=[])
 
     def timed(call, sets):
         try:
-            return min(time_calls(call, sets) for _ in range(2))
+            return common.best_time_calls(call, sets)
         except Exception as e:          # a config the compiler refuses: recorded, not fatal
-            return f"{type(e).__name__}: {e}"[:160]
+            return common.error_text(e, 160)
 
     def save():
-        path.write_text(json.dumps(res, indent=1))
+        common.save(path, res)
 
     # 1. the chunked delta rule: Qwen3.5-0.8B's 16 heads of 128 x 128
     H, D = 16, 128
     for T in (128, 512, 4096):
         def make(T=T):
             q = torch.nn.functional.normalize(torch.randn(T, H, D, device=dev), dim=-1).to(bf)
-            return {"q": q * D ** -0.5, "k": torch.nn.functional.normalize(torch.randn(T, H, D, device=dev), dim=-1).to(bf),
+            k = torch.nn.functional.normalize(torch.randn(T, H, D, device=dev), dim=-1).to(bf)
+            return {"q": q * D ** -0.5, "k": k,
                     "v": torch.randn(T, H, D, device=dev).to(bf),
                     "g": torch.nn.functional.logsigmoid(torch.randn(T, H, device=dev) + 4.0),
                     "beta": torch.rand(T, H, device=dev).to(bf),
@@ -156,13 +163,13 @@ def main(out):
             for bv in (16, 32, 64):
                 if time.time() - t0 > budget:
                     break
-                call = (lambda q, k, v, g, beta, s, o, c=chunk, b=bv:
-                        rule.gated_delta_rule_chunked(q, k, v, g, beta, s, out=o, final_state=s, chunk_size=c, block_v=b))
+                call = (lambda q, k, v, g, beta, s, o, c=chunk, b=bv: rule.gated_delta_rule_chunked(
+                    q, k, v, g, beta, s, out=o, final_state=s, chunk_size=c, block_v=b))
                 us = timed(call, sets)
-                o = rule.gated_delta_rule_chunked(s0["q"], s0["k"], s0["v"], s0["g"], s0["beta"], torch.zeros_like(s0["s"]),
-                                                  chunk_size=chunk, block_v=bv)[0].float()
+                o = rule.gated_delta_rule_chunked(s0["q"], s0["k"], s0["v"], s0["g"], s0["beta"],
+                                                  torch.zeros_like(s0["s"]), chunk_size=chunk, block_v=bv)[0].float()
                 res["delta_rule"].append({"T": T, "chunk": chunk, "block_v": bv, "us": us,
-                                          "rel_diff_vs_64": ((o - ref).norm() / ref.norm()).item()})
+                                          "rel_diff_vs_64": common.rel_err(o, ref)})
                 print("delta rule", res["delta_rule"][-1], flush=True)
         save()
 
@@ -203,7 +210,7 @@ def main(out):
                 programs = triton.cdiv(M, bm) * triton.cdiv(N, bn) * split
                 case["splitk"].append({"SPLIT": split, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "warps": warps,
                                        "stages": stages, "programs": programs, "us": us,
-                                       "rel_err": ((y.float() - ref).norm() / ref.norm()).item()})
+                                       "rel_err": common.rel_err(y, ref)})
                 print("split-K", N, K, case["splitk"][-1], flush=True)
         print(f"gemm+residual {N} x {K}: chapter 21 {base} us, torch {torch_us} us", flush=True)
         save()
@@ -236,4 +243,4 @@ def main(out):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(common.out_dir())

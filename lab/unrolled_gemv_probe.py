@@ -1,39 +1,40 @@
 """Does a decode GEMV get faster when its walk along K is unrolled, so that all its loads are in flight at once?
 
-    python scripts/unrolled_gemv_probe.py OUTDIR    (on a GPU; writes OUTDIR/unrolled_gemv_<gpu>_<date>.json)
+    python -m lab.unrolled_gemv_probe [OUTDIR]    (on a GPU; writes OUTDIR/unrolled_gemv_<gpu>_<date>.json)
 
-scripts/gemv_bounds_probe.py found a decode GEMV waiting on its programs' round trips to memory, not on
-its bytes. The norm-folded GEMVs of the fast level walk K = 1024 in 2-4 steps (`range(0, K, BLOCK_K)`, K a
-runtime value): each step's loads are issued only once the step before has used its own, so a program
-makes 2-4 round trips one after another. With K a compile-time constant the walk can be unrolled
+Question: lab/gemv_bounds_probe.py found a decode GEMV waiting on its programs' round trips to memory, not
+on its bytes. The norm-folded GEMVs of the fast level walk K = 1024 in 2-4 steps (`range(0, K, BLOCK_K)`,
+K a runtime value): each step's loads are issued only once the step before has used its own, so a
+program makes 2-4 round trips one after another. With K a compile-time constant the walk can be unrolled
 (`tl.static_range`) and the compiler may issue every step's loads up front: one round trip, at the price
-of the registers that hold them. Here the fast level's fused GEMV (`fused_gemv_kernel`: RMSNorm folded in,
-gated or not, or neither: the plain GEMV), whose walk is a compile-time choice (`UNROLL`: K, or 0 for a
-loop), is timed at the decode shapes with the fast level's configs and a few others, both walks, each
-beside the fast level's own launch on the same inputs (64 launches over distinct copies of the weight in
-one CUDA graph, as scripts/gemv_bounds_probe.py times). The tests run both walks under the CPU
+of the registers that hold them. Is that faster?
+Method: the fast level's fused GEMV (`fused_gemv_kernel`: RMSNorm folded in, gated or not, or neither:
+the plain GEMV), whose walk is a compile-time choice (`UNROLL`: K, or 0 for a loop), is timed at the
+decode shapes with the fast level's configs and seven others, both walks, each beside the fast level's own
+launch on the same inputs (64 launches over distinct copies of the weight in one CUDA graph,
+`common.per_launch_us`, as lab/gemv_bounds_probe.py times). The tests run both walks under the CPU
 interpreter (`check`).
-
-Measured on an H200 (2026-11-30, results/unrolled_gemv_nvidia-h200_2026-11-30.json; then with a copy of
-the kernel's walk in this script, which the kernel now has), against the fast level's kernel as it was
-(a run-time walk): attention in_proj + ln1 4.90 -> 4.54 us, DeltaNet in_proj + ln1
-5.93 -> 5.63 us (same tiles, unrolled), gate/up + ln2 + SwiGLU 5.76 -> 5.25 us (8 rows x 256 on 4 warps,
-unrolled); the plain GEMVs of 1024 outputs gain 2-3% (one or two steps). The fast level's fused GEMV
-now unrolls its walk (K a constexpr, `UNROLL`) with those tiles, except where the conv's step is its
-epilogue: unrolled there, it measured 6.48 -> 7.36 us in the decode step.
+Result: NVIDIA H200, 2026-11-30 (lab/results/unrolled_gemv_nvidia-h200_2026-11-30.json; measured with a
+copy of the kernel's walk in this probe, which the kernel now has), against the fast level's kernel as it
+was (a run-time walk): attention in_proj + ln1 4.90 -> 4.54 us, DeltaNet in_proj + ln1 5.93 -> 5.63 us
+(same tiles, unrolled), gate/up + ln2 + SwiGLU 5.76 -> 5.25 us (8 rows x 256 on 4 warps, unrolled; its
+old 4 x 512 tiles unrolled: 6.18); the plain GEMVs of 1024 outputs gain 2-3% (one or two steps). In the
+decode step, the DeltaNet in-projection whose epilogue is the conv's step went 6.48 -> 7.36 us unrolled
+(lab/results/profile_nvidia-h200_2026-11-30_conv_unrolled.{json,md}: its 2,056 programs no longer fit on
+the SMs at once).
+Verdict: adopted in solutions/fusion.py: `fused_gemv_kernel` unrolls its walk (K a constexpr, `UNROLL`)
+and `fused_gemv_config` sets it, with 8-row gate/up programs, except where the conv's step is the epilogue
+(`conv=True`), which keeps its loop (the engine run lab/results/engine_runs/residual_first/ -> the current
+results/engine_nvidia-h200_2026-11-30/: decode 0.709 -> 0.704 ms a token).
 """
-import json
-import sys
-import time
-from pathlib import Path
-
 import torch
 import triton
 
-import tritonllm_course
+from lab import common
+from lab.common import LAUNCHES, per_launch_us, weight_copies
 from tritonllm_course import kernels
 
-tritonllm_course.setup(quiet=True)
+common.setup()
 F = kernels.load("fusion", "solutions").module                      # the fast level's fused GEMV
 
 
@@ -70,7 +71,7 @@ def check(device="cpu"):
         for unroll in (False, True):
             y = torch.full((N,), float("nan"), device=device)
             walk_gemv(x, nw, w, u, y, {"BLOCK_N": 4, "BLOCK_K": 16, "num_warps": 1}, unroll)
-            worst = max(worst, ((y.double() - want).norm() / want.norm()).item())
+            worst = max(worst, common.rel_err(y, want))
     return worst
 
 
@@ -84,14 +85,11 @@ CASES = [  # name, N, K, norm, gated
 
 
 def main(out):
-    from tritonllm_course.benchmark import ceiling_gbps, results_stem
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from gemv_bounds_probe import LAUNCHES, per_launch_us, weight_copies
-    path = results_stem(out, "unrolled_gemv")[0].with_suffix(".json")
+    from tritonllm_course.measure.benchmark import ceiling_gbps
+    path = common.result_path(out, "unrolled_gemv")
     torch.manual_seed(0)
     ceiling = ceiling_gbps()
-    res = {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), "launches": LAUNCHES,
-           "ceiling_GBps": ceiling, "check_rel_err": check("cuda"), "cases": []}
+    res = common.header(launches=LAUNCHES, ceiling_GBps=ceiling, check_rel_err=check("cuda"), cases=[])
     for name, N, K, norm, gated in CASES:
         nbytes = N * K * 2 * (2 if gated else 1)
         ws = weight_copies(2 * N if gated else N, K)                     # gated: [W_gate; W_up]
@@ -137,17 +135,17 @@ def main(out):
                     compiled._init_handles()
                     row.update(us=us, pct_of_ceiling=100 * nbytes / us / 1e3 / ceiling, vs_fast_level=base / us,
                                regs=compiled.n_regs, spills=compiled.n_spills,
-                               rel_err=((y.double() - want).norm() / want.norm()).item())
+                               rel_err=common.rel_err(y, want))
                 except Exception as e:          # recorded, not fatal
-                    row["error"] = f"{type(e).__name__}: {e}"[:300]
+                    row["error"] = common.error_text(e)
                 case["rows"].append(row)
         ok = [r for r in case["rows"] if "us" in r]
         case["best"] = sorted(ok, key=lambda r: r["us"])[:3]
         print({k: case[k] for k in ("case", "fast_level_us", "best")}, flush=True)
         res["cases"].append(case)
-        path.write_text(json.dumps(res, indent=1))
-    path.write_text(json.dumps(res, indent=1))
+        common.save(path, res)
+    common.save(path, res)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(common.out_dir())

@@ -5,7 +5,7 @@
 #   scripts/gpu_check.sh DIR [STEP...]
 #     STEP: tests notebooks timing bench extra (default: all). tests and notebooks run side by side
 #     (correctness only); timing, bench and extra run alone, one after the other.
-#   EXTRAS="engine profile" runs only those scripts/gpu_extra_<name>.sh (default: all of them)
+#   EXTRAS="engine profile" runs only those of scripts/gpu_extras.sh's table (default: all of them)
 #   EXTRA_TIMEOUT=seconds stops each of them after that long (default: no limit)
 #   PYTHON=... chooses the interpreter (default python3); JOBS=N pytest workers per step (default 4)
 # Works from a plain checkout: the course is put on PYTHONPATH, nothing is installed into the system.
@@ -23,7 +23,7 @@ LOGS="$OUT/logs"
 PY=${PYTHON:-python3}
 if ! $PY -c "import nbval" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
   # all but flash-linear-attention: with it installed, transformers would route Qwen3.5 through its
-  # kernels; the DeltaNet benchmark (scripts/gpu_extra_delta_rule.sh) installs it for its own run only
+  # kernels; the DeltaNet benchmark (scripts/gpu_extras.sh delta_rule) installs it for its own run only
   $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
     $(ls .whl/*.whl | grep -v '/fla_core-')
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
@@ -75,13 +75,12 @@ for pid in "${pids[@]}"; do wait "$pid" || status=1; done
 want timing && { TRITONLLM_FAILLOG="$LOGS/failures-timing.log" step "timing tests" "$LOGS/timing.log" \
   $PYTEST tests -m "timing" $TMO || status=1; }
 want bench && { step "kernel benchmarks" "$LOGS/bench.log" \
-  $PY -m tritonllm_course.kernel_table --out "$OUT/results" || status=1; }
+  $PY -m tritonllm_course.measure.kernel_table --out "$OUT/results" || status=1; }
 if want extra; then
-  for extra in scripts/gpu_extra_*.sh; do   # chapters add their own GPU runs here
-    name=$(basename "$extra" .sh); name=${name#gpu_extra_}
+  for name in $(bash scripts/gpu_extras.sh --list); do   # chapters and lab/ add their GPU runs to its table
     [ -n "${EXTRAS:-}" ] && [[ " $EXTRAS " != *" $name "* ]] && continue
-    step "gpu_extra_$name" "$LOGS/extra_$name.log" timeout "${EXTRA_TIMEOUT:-0}" bash "$extra" "$OUT/results" \
-      || status=1
+    step "gpu_extra_$name" "$LOGS/extra_$name.log" timeout "${EXTRA_TIMEOUT:-0}" bash scripts/gpu_extras.sh \
+      "$name" "$OUT/results" || status=1
   done
 fi
 (cd "$OUT" && { [ -d results ] && tar czf results.tgz results && rm -rf results; } ; tar czf logs.tgz logs && rm -rf logs)

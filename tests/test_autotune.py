@@ -8,7 +8,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tritonllm_course import autotune_bench as B
+from tritonllm_course.measure import autotune_bench as B
 from tritonllm_course import kernels
 from tritonllm_course.runtime import runtime
 
@@ -267,7 +267,7 @@ def test_bench_plumbing_runs_on_the_cpu(monkeypatch, tmp_path):
     """The GPU measurements' code paths (tables, cost, retuning, plots) with a stand-in timer."""
     import matplotlib
     matplotlib.use("Agg")
-    from tritonllm_course import benchmark
+    from tritonllm_course.measure import benchmark
     monkeypatch.setattr(B, "DEVICE", RT.device)
     monkeypatch.setattr(benchmark, "time_calls", lambda fn, sets: (fn(**sets[0]), 1.0)[1])
     # the GEMV configs that survive pruning at 37 x 100: the interpreter's 3; on an H200 the 2 one-row tiles

@@ -280,7 +280,7 @@ def test_fused_kernels_replay_in_a_cuda_graph():
                                   "fused_gate_up_silu.ln2"])
 def test_decode_fusion_is_faster_than_the_unfused_kernels(name):
     """One token: the fused kernel saves at least one launch (~1 us in a graph) over the unfused sequence."""
-    from tritonllm_course.benchmark import bench
+    from tritonllm_course.measure.benchmark import bench
     slot = get_slot(name)
     best = None
     for _ in range(3):   # best of three: the graph replays are steady, the first run may not be

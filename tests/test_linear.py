@@ -129,7 +129,7 @@ def test_swapped_into_the_model_the_tokens_do_not_change():
 
 def _best_of_3(name, shape=None):
     """bench three times and keep each implementation's best time: single runs vary by several percent."""
-    from tritonllm_course.benchmark import bench
+    from tritonllm_course.measure.benchmark import bench
     runs = [bench(name, "solutions", shape=shape, compile=False, verbose=False) for _ in range(3)]
     best = runs[0]
     best.times_us = {impl: min(r.times_us[impl] for r in runs) for impl in best.times_us}

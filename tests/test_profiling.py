@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import tritonllm_course
-from tritonllm_course import profiling as P
+from tritonllm_course.measure import profiling as P
 from tritonllm_course.config import QWEN35_0_8B, TINY
 from tritonllm_course.engine import Engine
 

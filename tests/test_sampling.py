@@ -8,7 +8,7 @@ import torch
 
 from tritonllm_course import kernels
 from tritonllm_course.reference import argmax as reference_argmax, top_k_top_p_filter
-from tritonllm_course.reference.sampling_extra import sample_with_noise, threshold_filter
+from tritonllm_course.reference.sampling import sample_with_noise, threshold_filter
 from tritonllm_course.runtime import runtime
 from helpers import randn
 
@@ -104,7 +104,8 @@ def test_threshold_keeps_exactly_the_reference_set(dtype, temperature, top_k, to
 
 
 def test_threshold_keeps_every_token_tied_at_the_boundary():
-    """top_p = 0.4 over [3, 3, 0, ...]: the nucleus ends inside the tie (each 3 has p = 0.47); the threshold keeps both."""
+    """top_p = 0.4 over [3, 3, 0, ...]: the nucleus ends inside the tie (each 3 has p = 0.47); the threshold
+    keeps both."""
     logits = tensor([[0.0, 3.0, 3.0, 0.0, -1.0, -2.0]])
     assert kept_by_kernel(logits, 1.0, 0, 0.4).tolist() == [[False, True, True, False, False, False]]
     assert (threshold_filter(logits, 0, 0.4) > float("-inf")).sum().item() == 2

@@ -11,7 +11,7 @@ import triton
 
 from tritonllm_course import kernels
 from tritonllm_course.runtime import runtime
-from tritonllm_course.splitk_bench import run_to_run
+from tritonllm_course.measure.splitk_bench import run_to_run
 
 RT = runtime()
 SK = kernels.load("splitk", "solutions").module
@@ -205,7 +205,7 @@ def test_bench_plumbing_runs_on_the_cpu(monkeypatch, tmp_path):
     """The GPU measurements' code paths (inputs, variants, sweep, spread, plots) with a stand-in timer."""
     import matplotlib
     matplotlib.use("Agg")
-    from tritonllm_course import benchmark, splitk_bench as B
+    from tritonllm_course.measure import benchmark, splitk_bench as B
     monkeypatch.setattr(B, "DEVICE", RT.device)
     monkeypatch.setattr(benchmark, "time_calls", lambda fn, sets: (fn(**sets[0]), 1.0)[1])
     linear = kernels.load("linear", "solutions").module
@@ -226,7 +226,7 @@ REAL_NARROW = [(1024, 2048), (1024, 3584)]
 @pytest.mark.parametrize("N,K", REAL_NARROW)
 def test_two_stage_is_bit_identical_on_the_gpu_and_the_atomic_spread_is_reported(N, K):
     """Asserts the two-stage variant's bits; reports (as a warning in the log) how the atomic one varies."""
-    from tritonllm_course.splitk_bench import spread
+    from tritonllm_course.measure.splitk_bench import spread
     report = spread(N, K, SK, runs=50)
     for dtype in ("bfloat16", "float32"):
         assert report[f"two-stage {dtype}"]["identical"], report
@@ -239,7 +239,7 @@ def test_two_stage_is_bit_identical_on_the_gpu_and_the_atomic_spread_is_reported
 @pytest.mark.parametrize("index", [0, 1])
 def test_splitk_beats_cublas_at_the_narrow_shapes(index):
     """cuBLAS measured 12.1 us (1024 x 2048) and 7.8 us (1024 x 3584) on an H200: too few blocks."""
-    from tritonllm_course.benchmark import bench
+    from tritonllm_course.measure.benchmark import bench
     from tritonllm_course.slots import get
     result = bench("splitk_gemv", "solutions", shape=get("splitk_gemv").shape(RT.preset, index),
                    compile=False, verbose=False)

@@ -15,8 +15,8 @@ def check(*args, **kwargs):
 
 
 def bench(*args, **kwargs):
-    """See `tritonllm_course.benchmark.bench`."""
-    from .benchmark import bench as _bench
+    """See `tritonllm_course.measure.benchmark.bench`."""
+    from .measure.benchmark import bench as _bench
     return _bench(*args, **kwargs)
 
 

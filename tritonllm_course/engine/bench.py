@@ -312,8 +312,8 @@ def run(args) -> dict:
     import torch
     import transformers
     import triton
-    from ..benchmark import ceiling_gbps
-    from ..benchmark import gpu_tag
+    from ..measure.benchmark import ceiling_gbps
+    from ..measure.benchmark import gpu_tag
     from .. import kernels
     from ..model import Qwen35Model
     from .engine import Engine

@@ -16,7 +16,7 @@ On a GPU (kernel times: CUDA-graph replays over input sets larger than L2, `benc
   compiled kernels and `cache_results` timings cached);
 - `capture_script`: a program that captures the autotuned GEMV in a CUDA graph, with or without a warm-up.
 
-    python -m tritonllm_course.autotune_bench --out results/     # on a GPU machine
+    python -m tritonllm_course.measure.autotune_bench --out results/     # on a GPU machine
 """
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ from pathlib import Path
 import torch
 
 from .benchmark import gpu_script, results_stem
-from .runtime import runtime
+from ..runtime import runtime
 
 SHAPES = [(5120, 1024), (8224, 1024), (7168, 1024), (1024, 3584), (1024, 2048), (248320, 1024)]
 CONFIG_COUNTS = (1, 2, 4, 8, 16)
@@ -136,7 +136,7 @@ def retuning(at, lengths, key: list[str], N: int, K: int, dtype=None) -> dict:
 # --- GPU ---------------------------------------------------------------------------------------------
 def _input_sets(N, K, dtype, min_bytes=256 * 2**20):
     """x [1, K], weight [N, K], out [1, N]: enough copies to exceed L2 (the slot's make_inputs)."""
-    from . import slots
+    from .. import slots
     slot = slots.get("qkv_proj.autotuned")
     gen = torch.Generator(device=_device()).manual_seed(N + K)
     copies = max(1, min(64, math.ceil(min_bytes / (N * K * dtype.itemsize))))
@@ -232,7 +232,7 @@ import torch, tritonllm_course
 tritonllm_course.setup(quiet=True)
 import triton
 from tritonllm_course import kernels
-from tritonllm_course.autotune_bench import tuning_log
+from tritonllm_course.measure.autotune_bench import tuning_log
 at = kernels.load("autotune", "solutions").module
 N, K, cache_results = {N}, {K}, {cache_results}
 if "cache_results" not in inspect.signature(triton.autotune).parameters:
@@ -255,7 +255,7 @@ print(json.dumps({{"supported": True, "first_call_s": seconds, "configs_timed": 
 
 def _run_python(code: str, env: dict | None = None, timeout: int = 300) -> tuple[int, str]:
     """Run `code` in a fresh Python process (the course on its path); (exit status, stdout + stderr)."""
-    root = str(Path(__file__).resolve().parents[1])
+    root = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, **(env or {}), "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                           timeout=timeout)
@@ -384,7 +384,7 @@ def main(argv=None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import triton
-    from . import kernels
+    from .. import kernels
     at = kernels.load("autotune", "solutions").module
     linear = kernels.load("linear", "solutions").module
     tables = [config_table(at, linear, N, K) for N, K in SHAPES]

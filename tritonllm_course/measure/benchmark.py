@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from . import kernels, slots
-from .runtime import runtime
+from .. import kernels, slots
+from ..runtime import runtime
 
 CACHE_DIR = Path.home() / ".cache" / "tritonllm_course"
 L2_FLUSH_BYTES = 256 * 2**20
@@ -235,7 +235,7 @@ def results_stem(out: str | Path, name: str) -> tuple[Path, str]:
 def gpu_script(doc: str, argv=None, add_args=None):
     """The command line every GPU benchmark script shares: `--out DIR` (and `add_args(parser)`'s).
     Returns (args, runtime), or None after saying why when there is no GPU."""
-    from .runtime import setup
+    from ..runtime import setup
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="results", help="folder for the JSON, markdown and PNG results")
     if add_args:

@@ -9,7 +9,7 @@
   chunk sizes 16 / 32 / 64 and growing T.
 Every timing is a CUDA-graph replay over input sets larger than L2 (`benchmark.time_calls`).
 
-    python -m tritonllm_course.delta_rule_bench --out results/     # on a GPU machine
+    python -m tritonllm_course.measure.delta_rule_bench --out results/     # on a GPU machine
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ SHAPE = {"H": 16, "HV": 16, "DK": 128, "DV": 128}
 def _input_sets(T, dtype, n_bytes_min=256 * 2**20):
     """Independent input sets, together larger than L2, so the timings measure HBM."""
     import torch
-    from .slots.delta_rule import make_inputs, moved
+    from ..slots.delta_rule import make_inputs, moved
     gen = torch.Generator(device="cuda").manual_seed(T)
     first = make_inputs({"T": T, **SHAPE}, dtype, "cuda", gen)
     copies = max(2, min(64, math.ceil(n_bytes_min / moved(first))))
@@ -84,7 +84,7 @@ def _time(fn, sets):
 
 
 def decode(kernels_mod, ceiling, peers, dtype):
-    from .slots.delta_rule import moved
+    from ..slots.delta_rule import moved
     sets = _input_sets(1, dtype)
     nbytes = moved(sets[0])
     rows = []
@@ -107,7 +107,7 @@ def decode(kernels_mod, ceiling, peers, dtype):
 
 
 def prefill(kernels_mod, peers, dtype):
-    from .slots.delta_rule import chunked_flops, moved
+    from ..slots.delta_rule import chunked_flops, moved
     out = []
     for T in PREFILL_T:
         sets = _input_sets(T, dtype)
@@ -158,9 +158,9 @@ def stages(kernels_mod, dtype, T=4096, chunk=64, block_v=16):
 def accuracy(kernels_mod, peers, dtype):
     """Relative error against the fp64 recurrence, in `dtype`, for the kernels and the peers."""
     import torch
-    from . import reference as R
-    from .checking import compare
-    from .slots.delta_rule import make_inputs
+    from .. import reference as R
+    from ..checking import compare
+    from ..slots.delta_rule import make_inputs
     rows = []
     for T in ERROR_T:
         inp = make_inputs({"T": T, **SHAPE}, dtype, "cuda", torch.Generator(device="cuda").manual_seed(1))
@@ -255,9 +255,9 @@ def main(argv=None) -> int:
         return 1
     args, rt = started
     import torch
-    from . import kernels
+    from .. import kernels
     from .benchmark import ceiling_gbps
-    from . import slots
+    from .. import slots
     slots.get("gated_delta_chunked")              # registers the catalogue before the spec module is used
     mod = kernels.load("delta_rule", "solutions").module
     peers, fla_note = _peers()

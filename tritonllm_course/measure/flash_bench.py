@@ -10,7 +10,7 @@
 - accuracy: bf16 against the fp64 reference.
 Every timing is a CUDA-graph replay over input sets larger than L2 (`benchmark.time_calls`).
 
-    python -m tritonllm_course.flash_bench --out results/     # on a GPU machine
+    python -m tritonllm_course.measure.flash_bench --out results/     # on a GPU machine
 """
 from __future__ import annotations
 
@@ -58,8 +58,8 @@ def _sdpa(q, k, v, pos, scale):
 
 def prefill(fa, attn, dtype):
     import torch
-    from . import reference as R
-    from . import slots
+    from .. import reference as R
+    from .. import slots
     slot = slots.get("flash_attention")
 
     def chain(q, k, v, pos, scale):
@@ -75,12 +75,13 @@ def prefill(fa, attn, dtype):
             impls["reference torch.compile"] = torch.compile(R.attention, dynamic=False)
         times = {name: _time(fn, sets) for name, fn in impls.items()}
         rows.append({"T": T, "flops": slot.flops(sets[0]), "bytes": slot.bytes(sets[0]), "times_us": times})
-        print(f"prefill T={T}: " + "  ".join(f"{n} {t if isinstance(t, str) else f'{t:.1f}'}" for n, t in times.items()))
+        print(f"prefill T={T}: "
+              + "  ".join(f"{n} {t if isinstance(t, str) else f'{t:.1f}'}" for n, t in times.items()))
     return rows
 
 
 def tiles(fa, dtype):
-    from . import slots
+    from .. import slots
     slot = slots.get("flash_attention")
     rows = []
     for T in TILE_T:
@@ -94,7 +95,7 @@ def tiles(fa, dtype):
 
 
 def decode(fd, attn, dtype):
-    from . import slots
+    from .. import slots
     slot = slots.get("flash_decoding")
     rows = []
     for n in DECODE_LENGTHS:
@@ -109,7 +110,7 @@ def decode(fd, attn, dtype):
 
 
 def splits(fd, dtype):
-    from . import slots
+    from .. import slots
     slot = slots.get("flash_decoding")
     rows = []
     for n in SPLIT_LENGTHS:
@@ -122,8 +123,8 @@ def splits(fd, dtype):
 
 def accuracy(fa, fd, attn, dtype):
     import torch
-    from . import reference as R
-    from . import slots
+    from .. import reference as R
+    from .. import slots
 
     def rel(a, b):
         return ((a.double() - b.double()).norm() / b.double().norm()).item()
@@ -132,7 +133,8 @@ def accuracy(fa, fd, attn, dtype):
     out = {}
     inp = slots.get("flash_attention").make_inputs({"tokens": 4096, "keys": 4096, **HEADS}, dtype, "cuda", gen)
     ref = R.attention(*(inp[k].double() for k in ("q", "k", "v")), inp["pos"], inp["scale"])
-    out["prefill T=4096"] = {"flash": rel(fa.flash_attention(**inp), ref), "two-pass (ch08)": rel(attn.attention(**inp), ref),
+    out["prefill T=4096"] = {"flash": rel(fa.flash_attention(**inp), ref),
+                             "two-pass (ch08)": rel(attn.attention(**inp), ref),
                              "torch SDPA": rel(_sdpa(**inp), ref)}
     inp = slots.get("flash_decoding").make_inputs({"length": 16384, "max_len": 16384, **HEADS}, dtype, "cuda", gen)
     ref = R.decode_attention(*(inp[k].double() for k in ("q", "k_cache", "v_cache")), inp["length"], inp["scale"])
@@ -192,7 +194,8 @@ def plot(res, path: Path) -> None:
         pts = [(r["T"], r["flops"] / r["times_us"][impl] / 1e6) for r in res["prefill"]
                if not isinstance(r["times_us"].get(impl, "-"), str)]
         axes[0].plot(*zip(*pts), marker="o", label=impl)
-    axes[0].set_ylabel("TFLOP/s (causal)"); axes[0].set_xlabel("prompt tokens T"); axes[0].set_title("prefill attention")
+    axes[0].set_ylabel("TFLOP/s (causal)"); axes[0].set_xlabel("prompt tokens T")
+    axes[0].set_title("prefill attention")
     for impl in res["decode"][0]["times_us"]:
         pts = [(r["length"], r["times_us"][impl]) for r in res["decode"] if not isinstance(r["times_us"][impl], str)]
         axes[1].plot(*zip(*pts), marker="o", label=impl)
@@ -211,7 +214,7 @@ def main(argv=None) -> int:
         return 1
     args, rt = started
     import torch
-    from . import kernels, slots
+    from .. import kernels, slots
     from .benchmark import ceiling_gbps
     slots.get("flash_attention")                  # registers the catalogue and the slot specs
     fa = kernels.load("flash_attention", "solutions").module

@@ -1,7 +1,7 @@
 """The measured table of every ready kernel at its real shapes: time, GB/s, % of the measured ceiling,
 and the ratio to PyTorch eager and torch.compile. Writes JSON, a markdown table and a plot.
 
-    python -m tritonllm_course.kernel_table --out results/   # on a GPU machine
+    python -m tritonllm_course.measure.kernel_table --out results/   # on a GPU machine
 """
 from __future__ import annotations
 
@@ -55,7 +55,7 @@ def main(argv=None) -> int:
     if started is None:
         return 1
     args, rt = started
-    from . import slots
+    from .. import slots
     from .benchmark import bench
     results = []
     for slot in slots.all_slots():

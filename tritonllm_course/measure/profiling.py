@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .config import Qwen35Config
-from .engine.engine import TokenReader
-from .engine.ops import LEVELS, STEPS
-from .regions import call_closure
+from ..config import Qwen35Config
+from ..engine.engine import TokenReader
+from ..engine.ops import LEVELS, STEPS
+from ..regions import call_closure
 
 OTHER = "other (not a course kernel)"
 
@@ -501,7 +501,7 @@ def prefill_breakdown(engine, prompt_len: int = 128, runs: int = 3,
     return out
 
 
-# --- the GPU script: scripts/gpu_extra_profile.sh ------------------------------------------------------------
+# --- the GPU script: scripts/gpu_extras.sh profile -----------------------------------------------------------
 def _runs_json(runs: dict[str, Breakdown]) -> dict:
     return {m: {"wall_us": b.wall_us, "kernel_us": b.kernel_us, "launches": b.launches, "kernels": b.kernels,
                 "slots": b.slots} for m, b in runs.items()}
@@ -530,8 +530,8 @@ def main(argv=None) -> int:
     import json
 
     from .benchmark import gpu_script, results_stem
-    from .config import QWEN35_0_8B
-    from .engine import Engine
+    from ..config import QWEN35_0_8B
+    from ..engine import Engine
 
     started = gpu_script(main.__doc__, argv)
     if started is None:

@@ -8,7 +8,7 @@
   variant's order of additions changes; the two-stage one's must not).
 Every time is a CUDA-graph replay over input sets larger than L2 (`benchmark.time_calls`), best of 3.
 
-    python -m tritonllm_course.splitk_bench --out results/       # on a GPU machine
+    python -m tritonllm_course.measure.splitk_bench --out results/       # on a GPU machine
 """
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import math
 import torch
 
 from .benchmark import gpu_script, results_stem
-from .runtime import runtime
+from ..runtime import runtime
 
 SHAPES = [(1024, 2048), (1024, 3584), (248320, 1024)]       # o_proj / out_proj, MLP down, LM head
 SPLITS = (1, 2, 4, 7, 8, 14, 16, 32)                        # asked for; `splitk_config` says what is used
@@ -42,7 +42,7 @@ def run_to_run(fn, runs: int = 20) -> dict:
 
 
 def _inputs(shape, dtype, device, gen):
-    from . import slots
+    from .. import slots
     return slots.get("splitk_gemv").make_inputs(shape, dtype, device, gen)      # x [1, K], weight [N, K]
 
 
@@ -167,7 +167,7 @@ def main(argv=None) -> int:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    from . import kernels
+    from .. import kernels
     from .benchmark import ceiling_gbps
     splitk = kernels.load("splitk", "solutions").module
     linear = kernels.load("linear", "solutions").module

@@ -4,6 +4,7 @@ Layouts, batch 1, tokens first:
   q [T, heads, head_dim]; k, v [S, kv_heads, head_dim]; scores / probabilities [heads, T, S];
   the static KV cache [max_seq_len, kv_heads, head_dim] per layer, row p = the token at position p.
 GQA: query head h reads kv head h // (heads / kv_heads) (4 query heads per kv head in Qwen3.5-0.8B).
+The `*_static` versions at the end are the same ops with static shapes, as a CUDA graph captures them.
 """
 from __future__ import annotations
 
@@ -172,3 +173,39 @@ def kv_cache_read(k_cache: torch.Tensor, v_cache: torch.Tensor, length):
     n = _as_int(length)
     expect(0 <= n <= k_cache.shape[0], f"length {n} is outside the cache of {k_cache.shape[0]} rows")
     return k_cache[:n], v_cache[:n]
+
+
+# --- static shapes: the ops a CUDA graph can capture ------------------------------------------------------
+# The references above read `length` and the positions on the host (`int(...)`, slicing by them): exact
+# and readable, but a host read is a sync, which CUDA-graph capture forbids, and a slice by a device value
+# has a shape PyTorch cannot know. These versions keep every shape static: they work on the whole
+# `max_len` cache and mask by the device-side length, as PyTorch under a CUDA graph must (transformers'
+# static cache does the same). The benchmarks time them as "torch eager".
+def kv_cache_write_static(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                          pos: torch.Tensor):
+    """`kv_cache_write` without host-side checks: index_copy_ at the device positions pos [T]."""
+    k_cache.index_copy_(0, pos.long(), k)
+    v_cache.index_copy_(0, pos.long(), v)
+    return k_cache, v_cache
+
+
+def kv_cache_read_static(k_cache: torch.Tensor, v_cache: torch.Tensor, length: torch.Tensor):
+    """The whole cache [max_len, kv_heads, head_dim] with rows >= length (device int [1]) set to 0."""
+    keep = (torch.arange(k_cache.shape[0], device=k_cache.device) < length)[:, None, None]   # [max_len, 1, 1]
+    return torch.where(keep, k_cache, 0.0), torch.where(keep, v_cache, 0.0)
+
+
+def decode_attention_static(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
+                            length: torch.Tensor, scale: float) -> torch.Tensor:
+    """`decode_attention` over all max_len rows, masking rows >= length (device int [1]).
+
+    q [heads, head_dim]; caches [max_len, kv_heads, head_dim]; returns [heads, head_dim]. Reads the
+    whole cache whatever the length: the price of static shapes in PyTorch.
+    """
+    group = q.shape[0] // k_cache.shape[1]
+    k = k_cache.repeat_interleave(group, dim=1)                                # [max_len, heads, head_dim]
+    v = v_cache.repeat_interleave(group, dim=1)                                # [max_len, heads, head_dim]
+    scores = torch.einsum("hd,shd->hs", q, k)                                  # [heads, max_len]
+    visible = torch.arange(k_cache.shape[0], device=q.device) < length        # [max_len]
+    probs = torch.softmax(acc(scores) * scale + torch.where(visible, 0.0, float("-inf")), dim=-1)
+    return torch.einsum("hs,shd->hd", probs.to(q.dtype), v)

@@ -14,7 +14,7 @@ import math
 import torch
 
 from .. import reference as R
-from ..reference.attention_extra import decode_attention_static
+from ..reference.attention import decode_attention_static
 from . import Edge, implement, tensor_bytes
 from .common import scaled
 
@@ -92,10 +92,15 @@ implement(
 
 
 # --- op 20 -----------------------------------------------------------------------------------------
+def _mask_reference(pos, kv_len):
+    """`causal_mask` as int8: bool compared as int8, since the check poisons outputs with the dtype's
+    minimum, which bool lacks."""
+    return R.causal_mask(pos, kv_len).to(torch.int8)
+
+
 implement(
     "causal_mask_gen", family="attention", function="causal_mask",
-    # bool compared as int8: the check poisons outputs with the dtype's minimum, which bool lacks
-    reference=lambda pos, kv_len: R.causal_mask(pos, kv_len).to(torch.int8),
+    reference=_mask_reference,
     torch_impl=R.causal_mask,
     make_inputs=lambda shape, dtype, device, gen: {"pos": _positions(shape, device), "kv_len": shape["keys"]},
     make_out=lambda inp: {"out": torch.empty(inp["pos"].shape[0], inp["kv_len"], dtype=torch.int8,

@@ -2,8 +2,7 @@
 conv + SiLU + L2-norm variants of chapter 17."""
 import torch
 
-from ..reference.conv1d import conv1d_decode, conv1d_prefill
-from ..reference.conv1d_extra import conv1d_l2norm_decode, conv1d_l2norm_prefill
+from ..reference.conv1d import conv1d_decode, conv1d_l2norm_decode, conv1d_l2norm_prefill, conv1d_prefill
 from . import implement, tensor_bytes
 
 

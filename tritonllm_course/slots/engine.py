@@ -1,7 +1,7 @@
 """Slot spec of chapter 18's kernel: the decode step's counters, advanced in device memory."""
 import torch
 
-from ..reference.engine_extra import advance_positions
+from ..reference.engine import advance_positions
 from . import implement, tensor_bytes
 
 

@@ -15,7 +15,7 @@ reads the partials of the 4 past the length reads NaN.
 import torch
 
 from .. import reference as R
-from ..reference.attention_extra import decode_attention_static
+from ..reference.attention import decode_attention_static
 from . import Edge, implement, tensor_bytes
 from .attention import ODD, REAL, TINY, WIDE, _decode_bytes, _decode_inputs, rising_scores, with_gate
 

@@ -2,7 +2,7 @@
 import torch
 
 from .. import reference as R
-from ..reference.attention_extra import kv_cache_read_static, kv_cache_write_static
+from ..reference.attention import kv_cache_read_static, kv_cache_write_static
 from . import Edge, implement, tensor_bytes
 
 

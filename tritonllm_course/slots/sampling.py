@@ -4,8 +4,7 @@ import torch
 
 from . import Edge, implement, tensor_bytes
 from .. import kernels
-from ..reference import argmax, sample
-from ..reference.sampling_extra import sample_with_noise
+from ..reference.sampling import argmax, sample, sample_with_noise
 
 
 def _logits_with_ties(shape, dtype, device, gen):
@@ -71,13 +70,18 @@ def _sampling_reference(logits, temperature, top_k, top_p, seed, num_blocks=None
     return sample_with_noise(logits, noise, temperature, top_k, top_p)
 
 
+def _argmax_reference(logits, num_blocks=None):
+    """`argmax`; num_blocks (how the kernel splits the row) changes nothing in the result."""
+    return argmax(logits)
+
+
 def _out(inp):
     return {"out": torch.empty(inp["logits"].shape[:-1], dtype=torch.int64, device=inp["logits"].device)}
 
 
 implement(
     "argmax_sample", family="sampling", function="argmax",
-    reference=lambda logits, num_blocks=None: argmax(logits),    # num_blocks: how the kernel splits the row
+    reference=_argmax_reference,
     # the reference's NaN check syncs the host
     torch_impl=lambda logits, num_blocks=None: torch.argmax(logits, dim=-1),
     make_inputs=_logits_with_ties,

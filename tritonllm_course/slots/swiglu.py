@@ -2,8 +2,7 @@
 import torch
 
 from . import Edge, implement, tensor_bytes
-from ..reference import swiglu
-from ..reference.swiglu_extra import swiglu_merged
+from ..reference.mlp import swiglu, swiglu_merged
 
 # tiny: two column programs of 1024 (the last partial) over several rows, and a single partial block
 _SHAPES = {"tiny": [{"T": 3, "I": 1030}, {"T": 1, "I": 333}],

@@ -1,0 +1,146 @@
+"""What the lab's probes share: where a result goes and how it is written, the timing helpers, the
+relative error of a check, and the grid barrier of the one-kernel experiments.
+
+A probe runs from the repository root as a module, so that it finds this one as `lab.common`:
+
+    python -m lab.<probe> [OUTDIR]     (OUTDIR: default lab/results/)
+
+Every result file is named as the course's benchmarks name theirs (`<name>_<gpu>_<date>.json`) and starts
+with the GPU and the date (`header`). Timings are CUDA-graph replays over inputs larger than L2, as
+`tritonllm_course.measure.benchmark` times the course's kernels: `best_time_calls` over copies of a
+call's inputs (`copies_past_l2` of them), `per_launch_us` for LAUNCHES launches captured back to back,
+`timed_layers` for a chain of layers updating one stream in place.
+"""
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import triton
+import triton.language as tl
+
+LAB = Path(__file__).resolve().parent
+RESULTS = LAB / "results"         # where a probe writes when no OUTDIR is given
+LAUNCHES = 64                     # launches back to back in one graph: `per_launch_us`'s unit
+L2_PASS = 256 << 20               # bytes of distinct inputs per timed graph: the H200's L2 is 50 MB
+
+
+# --- where a result goes ----------------------------------------------------------------------------------
+def out_dir(argv: list[str] | None = None) -> str:
+    """The output folder: the command line's first argument, or lab/results/."""
+    argv = sys.argv[1:] if argv is None else argv
+    return argv[0] if argv else str(RESULTS)
+
+
+def setup():
+    """The course's runtime, quietly (the probes need a GPU; their `check`s run anywhere)."""
+    import tritonllm_course
+    return tritonllm_course.setup(quiet=True)
+
+
+def result_path(out: str | Path, name: str) -> Path:
+    """OUTDIR/<name>_<gpu>_<date>.json (the folder made if missing)."""
+    from tritonllm_course.measure.benchmark import results_stem
+    return results_stem(out, name)[0].with_suffix(".json")
+
+
+def header(**fields) -> dict:
+    """The start of every result: the GPU, the date, then `fields`."""
+    return {"gpu": torch.cuda.get_device_name(0), "date": time.strftime("%Y-%m-%d"), **fields}
+
+
+def save(path: Path, res: dict) -> None:
+    """Write `res` (again: a probe saves after every case, so a run cut short keeps what it measured)."""
+    path.write_text(json.dumps(res, indent=1))
+
+
+def error_text(e: Exception, limit: int = 300) -> str:
+    """A config that fails is recorded, not fatal: its exception, shortened."""
+    return f"{type(e).__name__}: {e}"[:limit]
+
+
+# --- checks ------------------------------------------------------------------------------------------------
+def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
+    """|got - want| / |want| (2-norms, in fp64)."""
+    want = want.double()
+    return ((got.double() - want).norm() / want.norm()).item()
+
+
+# --- timing ------------------------------------------------------------------------------------------------
+def copies_past_l2(nbytes: int, least: int = 2, most: int = 64) -> int:
+    """How many copies of `nbytes` of inputs one timed graph cycles through: L2_PASS bytes in all."""
+    return max(least, min(most, L2_PASS // max(1, nbytes)))
+
+
+def best_time_calls(call, input_sets: list[dict], runs: int = 2) -> float:
+    """The best of `runs` `benchmark.time_calls`: us per `call(**inputs)`, replayed over the input sets."""
+    from tritonllm_course.measure.benchmark import time_calls
+    return min(time_calls(call, input_sets) for _ in range(runs))
+
+
+def weight_copies(rows: int, K: int) -> list:
+    """Copies of one random bf16 [rows, K] weight (the same values, distinct memory), enough of them to
+    pass L2 many times over when launches cycle through them (at least L2_PASS bytes in all)."""
+    w0 = 0.02 * torch.randn(rows, K, device="cuda", dtype=torch.bfloat16)
+    return [w0] + [w0.clone() for _ in range(max(1, triton.cdiv(L2_PASS, rows * K * 2) - 1))]
+
+
+def per_launch_us(fn, launches: int = LAUNCHES) -> float:
+    """us per launch of fn() (`launches` launches) replayed from a CUDA graph: the best of three medians."""
+    from tritonllm_course.measure.benchmark import _median_event_time
+    fn()                                            # compile outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    return min(_median_event_time(graph.replay, 20) for _ in range(3)) * 1e3 / launches
+
+
+def timed_layers(fn, x, x0, layers: int):
+    """(us per layer, the stream after one fn()) for fn(), which runs `layers` layers on the stream x in
+    place: compiled outside the capture, then replayed from a CUDA graph (best of three medians)."""
+    from tritonllm_course.measure.benchmark import _median_event_time
+    x.copy_(x0)
+    fn()                            # compile outside the capture
+    torch.cuda.synchronize()
+    x.copy_(x0)
+    fn()
+    result = x.clone()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    graph.replay()
+    return min(_median_event_time(graph.replay, 30) for _ in range(3)) * 1e3 / layers, result
+
+
+# --- one kernel for several: a grid-wide barrier -----------------------------------------------------------
+def fits_one_wave(compiled, programs: int, warps: int) -> str | None:
+    """Why `programs` programs of this compiled kernel cannot all be resident at once (None: they can).
+    A grid barrier with a program left waiting for a free SM would wait forever."""
+    props = torch.cuda.get_device_properties(0)
+    compiled._init_handles()
+    regs = getattr(props, "regs_per_multiprocessor", 65536)
+    shared = getattr(props, "shared_memory_per_multiprocessor", 228 * 1024)
+    per_sm = min(regs // max(1, compiled.n_regs * 32 * warps), shared // max(1, compiled.metadata.shared))
+    if compiled.n_spills:
+        return f"{compiled.n_spills} registers spilled"
+    if per_sm * props.multi_processor_count < programs:
+        return f"{per_sm} program(s) per SM x {props.multi_processor_count} SMs < {programs} programs"
+    return None
+
+
+@triton.jit
+def grid_barrier(counter_ptr, P):
+    """Wait until all P programs of the grid got here. counter_ptr: an int32 that starts at a multiple of P
+    and grows by P per crossing, so it needs no reset between launches or graph replays of one grid size
+    (a grid of another size needs its own counter). Launch cooperatively (`launch_cooperative_grid=True`):
+    a grid that cannot be resident at once then fails to launch instead of waiting here forever."""
+    tl.debug_barrier()                  # every thread of this program has issued its stores
+    ticket = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+    target = (ticket // P + 1) * P
+    seen = ticket + 1
+    while seen < target:
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()                  # the whole program waits for its first thread

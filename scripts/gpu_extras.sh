@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# The GPU runs beyond the tests and the kernel table: benchmarks of the chapters (tritonllm_course/measure/,
+# the engine, the profile) and the lab's experiments (lab/). One per call; scripts/gpu_check.sh calls each
+# of the table below in turn (its `extra` step; EXTRAS="engine profile" picks some).
+#   scripts/gpu_extras.sh NAME RESULTS_DIR      run one (PYTHON=... to choose the interpreter)
+#   scripts/gpu_extras.sh --list                the names, in the table's order
+#
+# name        what it measures (chapters)
+# autotune    the autotuned projections (25): every GEMV config at the decode shapes with the autotuner's
+#             pick and chapter 05's marked, the cost of tuning against the number of configs, the prefill
+#             GEMM keyed on the prompt length against its bucket, the on-disk caches across processes
+# delta_rule  the gated delta rule (15-16): decode step, chunked prefill against transformers' PyTorch path
+#             and flash-linear-attention, accuracy in bf16
+# engine      the whole model (19, 26): transformers eager and compiled, the reference model eager and
+#             compiled, the Triton engine at each level, each without and with the CUDA graph; prefill of
+#             128 tokens, decode at contexts 128, 1024 and 4096, random weights of the real shapes; writes
+#             RESULTS_DIR/engine_<gpu>_<date>/bench.{md,json,png}. It starts no new system after BUDGET_S
+#             seconds (default 400) and is stopped 70 s later: what was measured by then is written.
+# flash       FlashAttention and FlashDecoding (22, 24): prefill against chapter 08's kernels and PyTorch
+#             SDPA, tile sizes, decode over cache lengths, split counts, bf16 accuracy
+# gemv        the lab's experiments on the decode GEMVs (05, 21), each lab/<probe>.py writing
+#             RESULTS_DIR/<probe's name>_<gpu>_<date>.json: the config sweep (and its PNG), the persistent
+#             GEMV, the L2 prefetch, the MLP block and the layer's phases as one kernel, a GEMV cut down
+#             step by step, the TMA GEMV, the unrolled walk, the other decode kernels' launch parameters,
+#             the token loop against its replays queued back to back
+# prefill     the lab's prompt experiment (16, 21, 26, lab/prefill_probe.py): the chunked delta rule's chunk
+#             size and value block, the GEMM + residual's tiles and a split-K version at M = 128, the gated
+#             MLP GEMM's tiles
+# profile     the engine's decode step per kernel and per slot (20), op by op and from the CUDA graph, every
+#             level at 128 cached tokens, the fast one at 4,096 too; RESULTS_DIR/profile_<gpu>_<date>.*
+# splitk      the split-K GEMV (23): time against the number of pieces, against chapter 05's GEMV and
+#             cuBLAS at the narrow decode shapes and the LM head, the atomic reduction's run-to-run spread
+set -uo pipefail
+NAMES="autotune delta_rule engine flash gemv prefill profile splitk"
+if [ "${1:-}" = "--list" ]; then
+  echo $NAMES
+  exit 0
+fi
+NAME=${1:?usage: scripts/gpu_extras.sh NAME RESULTS_DIR | --list}
+OUT=${2:?usage: scripts/gpu_extras.sh NAME RESULTS_DIR | --list}
+[[ " $NAMES " == *" $NAME "* ]] || { echo "scripts/gpu_extras.sh: no extra named $NAME (one of: $NAMES)" >&2; exit 2; }
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-python3}
+# the course and lab/ importable from anywhere (python -m lab.<probe>)
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+
+autotune() {
+  export TRITONLLM_KERNELS=solutions
+  exec $PY -m tritonllm_course.measure.autotune_bench --out "$OUT"
+}
+
+delta_rule() {
+  # flash-linear-attention is the peer to beat. If it is not installed but its wheel was carried in .whl/,
+  # install it for this run only (the tests must not see it: transformers would route Qwen3.5 through it).
+  if ! $PY -c "import fla" 2>/dev/null; then
+    local wheel site
+    wheel=$(ls "$ROOT"/.whl/fla_core-*.whl 2>/dev/null | head -n 1)
+    if [ -n "$wheel" ]; then
+      site=$(mktemp -d)
+      $PY -m pip install -q --no-index --no-deps --no-compile --target "$site" "$wheel" \
+        && export PYTHONPATH="$PYTHONPATH:$site"
+    fi
+  fi
+  exec $PY -m tritonllm_course.measure.delta_rule_bench --out "$OUT"
+}
+
+engine() {
+  export TRITONLLM_KERNELS=solutions
+  local budget=${BUDGET_S:-400}
+  exec timeout $((budget + 70)) $PY -m tritonllm_course.cli bench --out "$OUT" --budget-s "$budget"
+}
+
+flash() {
+  export TRITONLLM_KERNELS=solutions
+  exec $PY -m tritonllm_course.measure.flash_bench --out "$OUT"
+}
+
+gemv() {   # each probe under its own time limit; one that fails does not stop the others
+  export TRITONLLM_KERNELS=solutions
+  local status=0
+  SWEEP_S=${SWEEP_S:-120} timeout 200 $PY -m lab.gemv_sweep "$OUT" || status=1
+  PROBE_S=${PROBE_S:-150} timeout 230 $PY -m lab.gemv_persistent_probe "$OUT" || status=1
+  timeout 150 $PY -m lab.l2_prefetch_probe "$OUT" || status=1
+  timeout 150 $PY -m lab.mlp_block_probe "$OUT" || status=1
+  timeout 150 $PY -m lab.layer_phases_probe "$OUT" || status=1
+  timeout 150 $PY -m lab.gemv_bounds_probe "$OUT" || status=1
+  timeout 400 $PY -m lab.gemv_tma_probe "$OUT" || status=1
+  timeout 200 $PY -m lab.unrolled_gemv_probe "$OUT" || status=1
+  timeout 330 $PY -m lab.decode_small_sweep "$OUT" || status=1
+  timeout 150 $PY -m lab.decode_overlap_probe "$OUT" || status=1
+  exit $status
+}
+
+prefill() {
+  export TRITONLLM_KERNELS=solutions
+  PROBE_S=${PROBE_S:-120} exec timeout 400 $PY -m lab.prefill_probe "$OUT"
+}
+
+profile() {
+  export TRITONLLM_KERNELS=solutions
+  exec timeout 300 $PY -m tritonllm_course.measure.profiling --out "$OUT"
+}
+
+splitk() {
+  exec $PY -m tritonllm_course.measure.splitk_bench --out "$OUT"
+}
+
+"$NAME"

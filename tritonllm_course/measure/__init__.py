@@ -1,0 +1,12 @@
+"""Measuring the kernels: how fast, against what, and where a decode step spends its time.
+
+- `benchmark`: `bench` (a kernel against PyTorch eager, torch.compile and the bandwidth ceiling), the
+  CUDA-graph timer `time_calls`, the measured copy ceiling, and what every GPU script shares;
+- `kernel_table`: every ready kernel at its real shapes, one table;
+- `profiling`: the bytes one decode token must move, and where the engine's step spends its time
+  (chapter 20);
+- `delta_rule_bench` (chapters 15 and 16), `flash_bench` (22 and 24), `splitk_bench` (23),
+  `autotune_bench` (25): each chapter's GPU measurements beyond the kernel table.
+
+Each GPU script runs as `python -m tritonllm_course.measure.<name> --out results/`.
+"""
