@@ -139,7 +139,7 @@ def test_a_fallback_replaces_the_fused_steps_only():
     assert [s.name for s in fitted].index("gates") == [s.name for s in fitted].index("conv") + 1
     assert _path(fitted, "prefill") == _path(fast, "prefill")
     for level in ("fused", "fast"):              # heads over FlashAttention's: its prompt path only
-        assert _path(fitted_steps(level, config_of("wide_heads"))[0], "decode") == _path(LEVELS[level], "decode")
+        assert _path(fitted_steps(level, config_of("wide_heads"))[0], "decode") == _path(LEVELS[level].steps, "decode")
 
 
 def _path(steps, path):

@@ -235,9 +235,6 @@ class Plan:
                 raise ValueError(f"the {path} steps do not match the {path} fusions: steps without a call "
                                  f"{sorted(names - want)}, calls without a step {sorted(want - names)}")
 
-    def __iter__(self):
-        return iter(self.steps)
-
 
 # Each level's fusions, as edits of the previous level's
 _FUSED_PREFILL = Fusions(swiglu_into_gate_up=True, residual_into_final_norm=True)
@@ -378,7 +375,7 @@ def levels_markdown() -> str:
         for i, s in enumerate(plan.steps):
             if s.name not in order:
                 order.insert(order.index(plan.steps[i - 1].name) + 1 if i else 0, s.name)
-    by_name = {level: {s.name: s for s in plan} for level, plan in LEVELS.items()}
+    by_name = {level: {s.name: s for s in plan.steps} for level, plan in LEVELS.items()}
 
     def cell(step):
         return "-" if step is None else " / ".join(f"`{n}`" if n else "-" for n in (step.prefill, step.decode))
