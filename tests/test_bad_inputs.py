@@ -280,6 +280,20 @@ def test_a_second_stream_supersedes_the_first(good):
         next(unstarted)
 
 
+@pytest.mark.parametrize("use", ["reset", "prefill", "decode"])
+def test_a_direct_call_supersedes_a_live_stream(good, use):
+    """prefill, decode or reset called while a stream is live would change the cache under it (a silent
+    wrong answer): the stream raises when resumed, and the engine runs as if the stream had never been."""
+    engine = Engine.from_model(Qwen35Model(TINY, good[1]), max_seq_len=32, default_source="reference")
+    alone = engine.generate(PROMPT, 5, eos_token_id=None)
+    live = engine.stream(PROMPT, 5, eos_token_id=None)
+    assert next(live) == alone[0]
+    {"reset": engine.reset, "prefill": lambda: engine.prefill(PROMPT[:2]), "decode": engine.decode}[use]()
+    with pytest.raises(StreamSuperseded, match=f"direct prefill\\(\\), decode\\(\\) or reset\\(\\)"):
+        next(live)
+    assert engine.generate(PROMPT, 5, eos_token_id=None) == alone
+
+
 # --- the tokenizer ---------------------------------------------------------------------------------------------------
 class _Words:
     """A tokenizer of three words, for a model vocabulary of five ids."""

@@ -69,8 +69,8 @@ class Sampling:
 
 
 class StreamSuperseded(RuntimeError):
-    """A stream resumed after a newer `stream` (or `generate`) on the same Engine began: the engine holds
-    one sequence, which the newer one now owns."""
+    """A stream resumed after the same Engine was used otherwise (a newer `stream` or `generate`, or a
+    direct `prefill`, `decode` or `reset`): the engine holds one sequence, which the newer use now owns."""
 
 
 class TokenReader:
@@ -420,7 +420,12 @@ class Engine:
 
     # running -------------------------------------------------------------------------------------------
     def reset(self) -> None:
-        """Start a new sequence: the cache zeroed in place (the graphs keep their addresses)."""
+        """Start a new sequence: the cache zeroed in place (the graphs keep their addresses). A live
+        stream is superseded (`StreamSuperseded`), as by every direct prefill and decode."""
+        self.streams += 1
+        self._reset()
+
+    def _reset(self) -> None:
         self.cache.reset()
         self.length = 0
         self.pending = None
@@ -448,6 +453,10 @@ class Engine:
         ids = self.check_tokens(ids)
         if not ids:
             raise ValueError("no tokens to prefill: give at least one")
+        self.streams += 1
+        return self._prefill(ids, sampling, seed)
+
+    def _prefill(self, ids: list[int], sampling: Sampling | None, seed: int) -> torch.Tensor:
         host_ids = torch.tensor(ids, dtype=torch.int64)
         P = self.prefill_chunk
         for first in range(0, len(ids), P):
@@ -526,6 +535,10 @@ class Engine:
         if token is not None:
             self.check_tokens([token])
             self.counters.ids.fill_(int(token))
+        self.streams += 1
+        return self._decode(sampling)
+
+    def _decode(self, sampling: Sampling | None) -> torch.Tensor:
         if self.use_graph:
             self._graph(sampling)()
         else:
@@ -569,14 +582,15 @@ class Engine:
         eos = set() if eos is None else {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
         self.streams += 1             # an older stream, resumed, raises StreamSuperseded
         if reset:
-            self.reset()
+            self._reset()
         return self._tokens(prompt, max_new_tokens, sampling, eos, seed, self.streams)
 
     def _check_newest(self, stream: int) -> None:
         """Two streams interleaved would feed each other's tokens through one cache: only the newest runs."""
         if stream != self.streams:
-            raise StreamSuperseded("this stream was superseded: a newer stream() or generate() began on the "
-                                   "same Engine, which holds one sequence at a time")
+            raise StreamSuperseded("this stream was superseded: a newer stream() or generate(), or a direct "
+                                   "prefill(), decode() or reset(), used the same Engine, which holds one "
+                                   "sequence at a time")
 
     def _tokens(self, prompt: list[int], max_new_tokens: int, sampling: Sampling | None, eos: set[int],
                 seed: int, stream: int) -> Iterator[int]:
@@ -588,13 +602,13 @@ class Engine:
         if max_new_tokens == 0:
             return
         self._check_newest(stream)
-        self.prefill(prompt, sampling=sampling, seed=seed)
+        self._prefill(prompt, sampling, seed)
         reader = TokenReader(self.counters.ids)
         reader.push()                                   # token 0, copied behind the prefill
         for n in range(max_new_tokens):
             ahead = n + 1 < max_new_tokens              # the step a full run would take next
             if ahead:
-                self.decode(sampling=sampling)          # consumes token n, makes token n + 1
+                self._decode(sampling)                  # consumes token n, makes token n + 1
                 reader.push()
             token = reader.pop()                        # the one host read per token: token n
             self.pending = None if ahead else token
