@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from .precision import acc, acc_dtype, expect, shape_str
+from .precision import acc_dtype, expect, shape_str
 
 
 def _prepare(q, k, v, g, beta, initial_state):
