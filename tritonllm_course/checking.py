@@ -294,8 +294,6 @@ def run_case(fn, reference, make_inputs, make_out, case: Case, *, dtype, device,
         if problem:
             case.problems.append(problem)
             return case
-        if device == "cuda":
-            torch.cuda.synchronize()
         got = list(outs.values()) + [inputs[k] for k in mutated]
         names = list(outs) + list(mutated)
         if len(got) != len(expected):
@@ -399,9 +397,10 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
         return report
     fn = getattr(loaded.module, slot.function)
     report = Report(name, loaded.source, loaded.note)
+    plan = plan_cases(slot, rt.preset, shape, edges)
     for dt in dtypes:
         tol = (slot.tol or {}).get(dt, TOLERANCE[dt])
-        for case_shape, edge, label in plan_cases(slot, rt.preset, shape, edges):
+        for case_shape, edge, label in plan:
             case = Case(_dtype_name(dt), case_shape, label, tol)
             run_case(fn, slot.reference, slot.make_inputs, slot.make_out, case, dtype=dt, device=rt.device,
                      trials=trials, seed=seed, mutated=slot.mutated, exact=slot.exact, edge=edge,
