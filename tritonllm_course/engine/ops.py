@@ -221,8 +221,7 @@ class Fusions:
 
 @dataclass(frozen=True)
 class Plan:
-    """An optimisation level: its steps (the slot each runs on each path) and what each path fuses.
-    Iterating a plan gives its steps, as a step table."""
+    """An optimisation level: its steps (the slot each runs on each path) and what each path fuses."""
     steps: tuple[Step, ...] = field(repr=False)
     prefill: Fusions
     decode: Fusions
