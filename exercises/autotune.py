@@ -1,4 +1,4 @@
-"""Autotuned projections (chapter 25): chapter 05's decode GEMV and prefill GEMM, their launch parameters
+"""Autotuned projections (chapter 26): chapter 05's decode GEMV and prefill GEMM, their launch parameters
 chosen by measuring on the GPU at hand instead of by hand.
 
 `@triton.autotune(configs=..., key=...)` wraps a kernel. The first call with a new value of the key (here
@@ -13,7 +13,7 @@ for that key; every later call with that key launches the cached one straight aw
 - `bucket_m`: the GEMM's tuning key for a prompt of M tokens. Keyed on M itself, every new prompt length
   would be tuned again; keyed on its power-of-two bucket, a handful of tunings cover every length.
 - Benchmarking runs each config on the caller's buffers: harmless here, every config writes the same `out`.
-  A kernel that accumulates or updates in place needs `reset_to_zero=` / `restore_value=` (chapter 25).
+  A kernel that accumulates or updates in place needs `reset_to_zero=` / `restore_value=` (chapter 26).
 
 Under the CPU interpreter there is no GPU to time: the course patches a CPU timer into the autotuner
 (`runtime._install_cpu_benchmarker`), so the mechanics (pruning, benchmarking, caching) run as on a GPU,

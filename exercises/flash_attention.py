@@ -1,4 +1,4 @@
-"""FlashAttention for prefill (chapter 22): scores, causal mask, scaled softmax and P . V in one kernel,
+"""FlashAttention for prefill (chapter 23): scores, causal mask, scaled softmax and P . V in one kernel,
 one pass over the keys and values, nothing of size [T, S] ever written.
 
 Shapes (batch 1, tokens first): q [T, heads, head_dim] at positions pos [T]; k, v [S, kv_heads, head_dim]
@@ -72,7 +72,7 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, gate_ptr, T, S
 
 
 def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted: bool = False) -> dict:
-    """Tile sizes and launch parameters (reasoned for an H200; chapter 22 measures the alternatives).
+    """Tile sizes and launch parameters (reasoned for an H200; chapter 23 measures the alternatives).
 
     Rows per program (BLOCK_M): 64 when that still gives half a wave of programs (for Qwen3.5 from
     T = 528 on: 2 KV heads x 4T / 64 row blocks >= 66), else 32 or 16, so a 128-token prompt has 64
@@ -83,7 +83,7 @@ def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted
     interpreter a program costs about the same whatever its size: there, 32 rows and 16 keys, so small
     tests still cross several blocks.
     Long prompts in bf16/fp16, once 128-row blocks alone make a full wave (Qwen3.5: T >= 2112), take
-    128 x 64 tiles on 8 warps (196 KB of tiles, past the budget but within the H200's 227 KB): chapter 22's
+    128 x 64 tiles on 8 warps (196 KB of tiles, past the budget but within the H200's 227 KB): chapter 23's
     tile table measured 147 us at T = 4096 against 293 us for 64 x 64 (H200, 2026-11-30).
     """
     if interpreted:

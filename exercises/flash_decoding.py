@@ -1,4 +1,4 @@
-"""FlashDecoding (chapter 24): decode attention split along the cache, then an exact merge.
+"""FlashDecoding (chapter 25): decode attention split along the cache, then an exact merge.
 
 One new token, q [heads, head_dim], over the first `length` rows of the static cache
 [max_len, kv_heads, head_dim] (token-first), `length` a 1-element int tensor in device memory.
@@ -27,8 +27,8 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
-from tritonllm_course.runtime import runtime
-from tritonllm_course.triton_helpers import online_softmax_update, sigmoid
+from tritonllm_course.runtime import pdl_args, runtime
+from tritonllm_course.triton_helpers import online_softmax_update, pdl_enter, sigmoid
 
 LOG2E = math.log2(math.e)
 SMS = 132                   # an H200's SMs: the split count when no GPU is there to ask
@@ -49,10 +49,12 @@ def _chunk_rows(length, num_splits, BLOCK_N: tl.constexpr):
 @triton.jit
 def flash_decoding_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, length_ptr, acc_ptr, m_ptr, l_ptr,
                                 max_len, num_splits, KV, D, scale_log2e, G: tl.constexpr,
-                                BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                                BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                                PDL: tl.constexpr = False):
     """Program (g, split): the G query heads of KV head g over cache rows [split * chunk, + chunk) that
     are before the length. Partials of (head, split) at index head * num_splits + split: m, l [H * splits],
     acc [H * splits, D], all fp32. A split with no row before the length writes nothing."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN EXERCISE: length from device memory (at most max_len); this split's rows start .. end from _chunk_rows;
     #   only if start < length: load the G query rows (padded to BLOCK_H), loop over the chunk in BLOCK_N rows
     #   (scores in log2 units, -inf past end, online_softmax_update);
@@ -64,9 +66,10 @@ def flash_decoding_split_kernel(q_ptr, k_cache_ptr, v_cache_ptr, length_ptr, acc
 @triton.jit
 def flash_decoding_merge_kernel(acc_ptr, m_ptr, l_ptr, length_ptr, out_ptr, gate_ptr, max_len, num_splits, D,
                                 BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
-                                HAS_GATE: tl.constexpr):
+                                HAS_GATE: tl.constexpr, PDL: tl.constexpr = False):
     """Program (head, d block): out[head, d] from the partials of the splits in use (BLOCK_S >= splits).
     HAS_GATE: times sigmoid(gate[head, d]) (Qwen's output gate, fused)."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN EXERCISE: the splits in use = cdiv(length, chunk) (same length and _chunk_rows as the split kernel);
     #   load their m and l (others: -inf and 0, never read); M = max m; w = exp2(m - M), 0 for unused splits;
     #   out = sum w * acc / sum w * l (the gate and the store follow)
@@ -79,7 +82,7 @@ def flash_decoding_merge_kernel(acc_ptr, m_ptr, l_ptr, length_ptr, out_ptr, gate
 
 def decoding_config(max_len: int, KV: int, D: int, element_size: int, device: torch.device,
                     interpreted: bool = False) -> dict:
-    """Split count and tiles (reasoned for an H200; chapter 24 measures them).
+    """Split count and tiles (reasoned for an H200; chapter 25 measures them).
 
     BLOCK_N = 64 cache rows per step, as chapter 08's decode loop. Splits: one program per SM at most
     (KV x splits <= SMs; 66 splits per KV head on an H200): every program then has its own SM and its
@@ -143,10 +146,10 @@ def flash_decoding(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     flash_decoding_split_kernel[(KV, splits)](
         q, k_cache, v_cache, length, acc, m, l, max_len, splits, KV, D, scale * LOG2E, G=G,
         BLOCK_H=max(16, triton.next_power_of_2(G)), BLOCK_N=cfg["BLOCK_N"], BLOCK_D=block_d,
-        num_warps=4, num_stages=cfg["num_stages"])
+        num_warps=4, num_stages=cfg["num_stages"], **pdl_args())
     merge_d = min(MERGE_BLOCK_D, block_d)
     flash_decoding_merge_kernel[(H, triton.cdiv(D, merge_d))](
         acc, m, l, length, out, q if gate is None else gate, max_len, splits, D, BLOCK_N=cfg["BLOCK_N"],
         BLOCK_S=max(2, triton.next_power_of_2(splits)), BLOCK_D=merge_d, HAS_GATE=gate is not None,
-        num_warps=4)
+        num_warps=4, **pdl_args())
     return out

@@ -24,6 +24,8 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
+from tritonllm_course.runtime import pdl_args
+from tritonllm_course.triton_helpers import pdl_enter
 
 ELEMENTS_PER_PROGRAM = 1024
 MAX_DIM = 32768      # a whole row lives in registers: 16 warps x 32 threads x 64 fp32 values
@@ -31,7 +33,8 @@ MAX_DIM = 32768      # a whole row lives in registers: 16 warps x 32 threads x 6
 
 @triton.jit
 def rms_norm_kernel(x_ptr, w_ptr, out_ptr, rows, heads, dim, stride_t, stride_h, eps,
-                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN EXERCISE: rows r = program_id * BLOCK_M + [0, BLOCK_M)
     #   sit at x + (r // heads) * stride_t + (r % heads) * stride_h, packed in out;
     #   load a [BLOCK_M, BLOCK_D] tile as fp32 (mask rows >= rows, columns >= dim);
@@ -60,7 +63,7 @@ def _launch(x: torch.Tensor, rows3: torch.Tensor, weight: torch.Tensor, eps: flo
     num_warps = min(16, max(1, block_m * block_d // 256))   # 8 elements (16 bytes of bf16) per thread
     rms_norm_kernel[(triton.cdiv(rows, block_m),)](
         rows3, weight, out, rows, heads, dim, rows3.stride(0), rows3.stride(1), eps,
-        BLOCK_M=block_m, BLOCK_D=block_d, num_warps=num_warps)
+        BLOCK_M=block_m, BLOCK_D=block_d, num_warps=num_warps, **pdl_args())
     return out
 
 

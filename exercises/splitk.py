@@ -1,4 +1,4 @@
-"""Split-K decode GEMV (chapter 23): `y = x @ W.T` for one token, each row cut into pieces along K.
+"""Split-K decode GEMV (chapter 24): `y = x @ W.T` for one token, each row cut into pieces along K.
 
 A decode GEMV gives each program a few rows of W [N, K]. When N is small (the narrow projections of
 Qwen3.5: o_proj / out_proj 1024 x 2048, MLP down 1024 x 3584) there are few row blocks to hand out:

@@ -21,7 +21,7 @@ of each space timed). The recurrence runs faster on one warp: 3.37 against 3.63 
 (3.70 against 3.55 us). FlashDecoding's is within 4-7% of one config for all three contexts (7.24 / 7.82
 / 9.31 us against 6.73 / 7.31 / 8.99 us for 32-row steps, 132 splits per KV head, 4 warps, 1 stage); the
 best of 108 at each context alone: 6.23 / 6.98 / 8.78 us (16-row steps at the shorter two).
-Verdict: adopted for the recurrence: `gated_delta_rule_recurrent_gates` (solutions/fusion.py) launches on
+Verdict: adopted for the recurrence: `gated_delta_rule_recurrent_gates` (solutions/layer_fusion.py) launches on
 one warp (2.83 -> 2.68 us in the engine's profile; first run: lab/results/engine_runs/one_ahead/). Not
 changed: the gated-norm out-projection (`gated_norm_linear_residual`) and FlashDecoding (`decoding_config`,
 solutions/flash_decoding.py), ~3 us a token in all, within the run-to-run spread of the engine's table.
@@ -72,7 +72,7 @@ def sweep(name, space, make_call, sets, check, deadline, hand):
 def main(out):
     common.setup()
     from tritonllm_course import kernels
-    fus = kernels.load("fusion", "solutions").module
+    fus = kernels.load("layer_fusion", "solutions").module
     fd = kernels.load("flash_decoding", "solutions").module
     path = common.result_path(out, "decode_small_sweep")
     start, total = time.time(), float(os.environ.get("DECODE_SWEEP_S", "300"))
@@ -103,7 +103,7 @@ def main(out):
         gn_call(cfg)(**s)
         return s["y"].clone()
 
-    base = fus.fused_gemv_config(N, K)
+    base = fus.gemv_residual_config(N, K)
     bk0 = max(base["BLOCK_K"], DV)
     gn_hand = {"BLOCK_N": base["BLOCK_N"], "BLOCK_K": bk0, "num_warps": max(1, min(16, base["BLOCK_N"] * bk0 // 512))}
     gn_space = [{"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": nw} for bn in (1, 2, 4, 8, 16)

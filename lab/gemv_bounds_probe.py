@@ -26,7 +26,7 @@ From HBM rather than L2 adds 0.6-0.9 us a GEMV (`evict_first` or `evict_last`: t
 weight either way); the rest is there without any weight: the launch, scheduling the grid's programs
 (2.5 us for 4112 of them) and each program's round trip to memory for x and back.
 Verdict: nothing to adopt (a measurement): it showed that the bytes are not what a decode GEMV waits on,
-so the work went to fewer kernels (chapter 21's fusions, solutions/fusion.py) and to kernels that keep
+so the work went to fewer kernels (chapters 21-22's fusions, solutions/*_fusion.py) and to kernels that keep
 more loads in flight (lab/gemv_tma_probe.py: not adopted; lab/unrolled_gemv_probe.py: adopted).
 """
 import torch

@@ -3,7 +3,7 @@
     python -m lab.gemv_sweep [OUTDIR]      (on a GPU; SWEEP_S=seconds bounds the run, default 300)
     python -m lab.gemv_sweep --plot JSON   (anywhere: the PNG beside the JSON)
 
-Question: chapter 05's GEMV and chapter 21's fused GEMVs (RMSNorm folded in, gated, with the residual)
+Question: chapter 05's GEMV and chapters 21-22's fused GEMVs (RMSNorm folded in, gated, with the residual)
 take configs reasoned from the plain GEMV; is any other config faster at Qwen3.5-0.8B's decode shapes?
 Method: rows per program 1-16, columns per step 256-2048, 8-64 elements per thread (which sets num_warps);
 each config timed as the course times (`benchmark.time_calls`: a CUDA graph over enough weights to pass
@@ -15,7 +15,7 @@ configs a shape. The plain GEMV's config is within 4% of the best everywhere (51
 the best). The norm-folded ones were not: four rows per program share the norm's extra loads, in steps of
 256 on 2 warps 5.88 -> 4.91 us (5120 x 1024; best 4.68 on 8 rows) and 8.38 -> 6.18 us (8224 x 1024, the
 best), gated in steps of 512 7.23 -> 5.80 us (3584 x 1024, the best).
-Verdict: adopted in solutions/fusion.py, `fused_gemv_config`: those four-row programs for the norm-folded
+Verdict: adopted in solutions/norm_fusion.py, `fused_gemv_config`: those four-row programs for the norm-folded
 GEMVs (83 us less kernel time per token at the fast level); `gemv_config` (solutions/linear.py) kept.
 lab/unrolled_gemv_probe.py later moved the gated one to 8 rows in steps of 256 on 4 warps.
 """
@@ -42,7 +42,7 @@ def sets_for(N, K, n_up=False, res=False):
     return out
 
 
-def call_for(lin, fus, kind, N, K, bn, bk, warps):
+def call_for(lin, fus, lay, kind, N, K, bn, bk, warps):
     import triton
     grid, meta = (triton.cdiv(N, bn),), dict(BLOCK_N=bn, BLOCK_K=bk, num_warps=warps)
     if kind == "gemv":
@@ -53,7 +53,7 @@ def call_for(lin, fus, kind, N, K, bn, bk, warps):
     if kind == "norm_gate_up":
         return lambda x, w, y, nw, u, **_: fus.fused_gemv_kernel[grid](x, nw, w, u, y, N, K, 1e-6, w, w, 0,
                                                                         HAS_NORM=True, GATED=True, **meta)
-    return lambda x, w, y, r, **_: fus.gemv_residual_kernel[grid](x, w, r, y, N, K, **meta)
+    return lambda x, w, y, r, **_: lay.gemv_residual_kernel[grid](x, w, r, y, N, K, **meta)
 
 
 CASES = [("gemv", 5120, 1024), ("gemv", 8224, 1024), ("gemv", 1024, 3584), ("gemv", 248320, 1024),
@@ -66,14 +66,16 @@ def main(out):
     common.setup()
     from tritonllm_course import kernels
     path = common.result_path(out, "gemv_sweep")
-    lin, fus = kernels.load("linear", "solutions").module, kernels.load("fusion", "solutions").module
+    lin, fus = kernels.load("linear", "solutions").module, kernels.load("norm_fusion", "solutions").module
+    lay = kernels.load("layer_fusion", "solutions").module
     budget = float(os.environ.get("SWEEP_S", "300"))
     t_start = time.time()
     results = common.header(cases=[])
     for kind, N, K in CASES:
         sets = sets_for(N, K, n_up=kind == "norm_gate_up", res=kind == "gemv_residual")
         nbytes = N * K * 2 * (2 if kind == "norm_gate_up" else 1)
-        hand = (fus.fused_gemv_config if kind != "gemv" else lin.gemv_config)(N, K)
+        configs = {"gemv": lin.gemv_config, "gemv_residual": lay.gemv_residual_config}
+        hand = configs.get(kind, fus.fused_gemv_config)(N, K)
         rows = []
         space = [(bn, bk, pt) for bn in (1, 2, 4, 8, 16) for bk in (256, 512, 1024, 2048) for pt in (8, 16, 32, 64)]
         for bn, bk, pt in space:
@@ -85,7 +87,7 @@ def main(out):
             if time.time() - t_start > budget:
                 break
             try:
-                us = common.best_time_calls(call_for(lin, fus, kind, N, K, bn, bk, nw), sets)
+                us = common.best_time_calls(call_for(lin, fus, lay, kind, N, K, bn, bk, nw), sets)
                 rows.append({"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": nw, "us": us, "GBps": nbytes / us / 1e3})
             except Exception as e:
                 rows.append({"BLOCK_N": bn, "BLOCK_K": bk, "num_warps": nw, "error": str(e)[:100]})

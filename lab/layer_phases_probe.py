@@ -8,15 +8,15 @@ norm + out-projection + residual (1024 x 2048), ln2 + gate/up + SwiGLU (7168 x 1
 (1024 x 3584). lab/mlp_block_probe.py found one MLP kernel with a barrier slower than the two, but its
 phases were its own GEMVs, not the tuned ones. With the tuned kernels as the phases, does a grid barrier
 beat a kernel boundary?
-Method: one cooperative kernel calls the fast level's kernels themselves (`solutions/fusion.py`) as its
-phases, program p being program p of each (a phase with fewer programs than the grid leaves the rest
-idle), with `common.grid_barrier` (or `polling_barrier` below) between phases: what is measured is the
-launch boundary against the barrier, the arithmetic is the same. Every kernel of the grid has one number
-of warps, so each variant is also timed as separate launches of the same phases (`split`), which tells the
-barrier's gain from the cost of the uniform warps. Timed on 24 layers of distinct weights (past L2) in one
-CUDA graph, bf16, beside the fast level's launches: the whole three-kernel tail (`tail`) and the MLP alone
-(`mlp`). The outputs are compared bit for bit with the fast level's. Under the CPU interpreter (the tests)
-the phases run as separate launches.
+Method: one cooperative kernel calls the fast level's kernels themselves (`solutions/norm_fusion.py`,
+`solutions/layer_fusion.py`) as its phases, program p being program p of each (a phase with fewer programs
+than the grid leaves the rest idle), with `common.grid_barrier` (or `polling_barrier` below) between phases:
+what is measured is the launch boundary against the barrier, the arithmetic is the same. Every kernel of the
+grid has one number of warps, so each variant is also timed as separate launches of the same phases (`split`),
+which tells the barrier's gain from the cost of the uniform warps. Timed on 24 layers of distinct weights
+(past L2) in one CUDA graph, bf16, beside the fast level's launches: the whole three-kernel tail (`tail`) and
+the MLP alone (`mlp`). The outputs are compared bit for bit with the fast level's. Under the CPU interpreter
+(the tests) the phases run as separate launches.
 Result: NVIDIA H200, 2026-11-30, two runs (lab/results/layer_phases_nvidia-h200_2026-11-30.json: rows 0-5,
 the barrier polling with atomics; lab/results/layer_phases_nvidia-h200_2026-11-30_poll.json: rows 0, 3,
 6-9). The one kernel is slower than its phases launched separately (MLP, 448 programs x 4 warps: 10.86 vs
@@ -38,7 +38,8 @@ from lab.common import fits_one_wave, grid_barrier, timed_layers
 from tritonllm_course import kernels
 
 common.setup()
-F = kernels.load("fusion", "solutions").module                      # the fast level's kernels, called as phases
+NF = kernels.load("norm_fusion", "solutions").module                # the fast level's kernels, called as phases
+LF = kernels.load("layer_fusion", "solutions").module
 
 
 @triton.jit
@@ -78,19 +79,19 @@ def layer_phases_kernel(a_ptr, z_ptr, gnw_ptr, wo_ptr, x_ptr, lnw_ptr, wg_ptr, w
     p = tl.program_id(0)
     if FIRST <= 0:
         if p * BN_O < N:
-            F.gated_norm_gemv_residual_kernel(a_ptr, z_ptr, gnw_ptr, wo_ptr, x_ptr, x_ptr, N, KO, KO, sz, eps,
-                                              DV=DV, BLOCK_N=BN_O, BLOCK_K=BK_O)
+            LF.gated_norm_gemv_residual_kernel(a_ptr, z_ptr, gnw_ptr, wo_ptr, x_ptr, x_ptr, N, KO, KO, sz, eps,
+                                               DV=DV, BLOCK_N=BN_O, BLOCK_K=BK_O)
         if LAST > 0:
             phase_barrier(counter_ptr, POLL)
     if FIRST <= 1 and LAST >= 1:
         if p * BN_GU < I:
-            F.fused_gemv_kernel(x_ptr, lnw_ptr, wg_ptr, wu_ptr, h_ptr, I, N, eps, x_ptr, x_ptr, 0,
-                                HAS_NORM=True, GATED=True, BLOCK_N=BN_GU, BLOCK_K=BK_GU)
+            NF.fused_gemv_kernel(x_ptr, lnw_ptr, wg_ptr, wu_ptr, h_ptr, I, N, eps, x_ptr, x_ptr, 0,
+                                 HAS_NORM=True, GATED=True, BLOCK_N=BN_GU, BLOCK_K=BK_GU)
         if LAST > 1:
             phase_barrier(counter_ptr, POLL)
     if LAST >= 2:
         if p * BN_D < N:
-            F.gemv_residual_kernel(h_ptr, wd_ptr, x_ptr, x_ptr, N, I, BLOCK_N=BN_D, BLOCK_K=BK_D)
+            LF.gemv_residual_kernel(h_ptr, wd_ptr, x_ptr, x_ptr, N, I, BLOCK_N=BN_D, BLOCK_K=BK_D)
 
 
 def programs(cfg, N, I, first, last):
@@ -119,12 +120,12 @@ def run_fast_level(lw, a, z, x, h, first, last, eps=1e-6):
     """The same phases as the fast level launches them (its wrappers, its configs)."""
     N, I, DV = x.shape[-1], lw["wgu"].shape[0] // 2, lw["gnw"].shape[0]
     if first <= 0:
-        F.gated_norm_linear_residual(a.view(1, -1, DV), z.view(1, -1, DV), lw["gnw"], lw["wo"], x.view(1, N), eps,
-                                     out=x.view(1, N))                 # a, z [1, HV * DV] -> [1, HV, DV]
+        LF.gated_norm_linear_residual(a.view(1, -1, DV), z.view(1, -1, DV), lw["gnw"], lw["wo"], x.view(1, N), eps,
+                                      out=x.view(1, N))                 # a, z [1, HV * DV] -> [1, HV, DV]
     if first <= 1 <= last:
-        F.rms_norm_gate_up_swiglu(x.view(1, N), lw["lnw"], lw["wgu"], eps, out=h.view(1, I))
+        NF.rms_norm_gate_up_swiglu(x.view(1, N), lw["lnw"], lw["wgu"], eps, out=h.view(1, I))
     if last >= 2:
-        F.linear_residual(h.view(1, I), lw["wd"], x.view(1, N), out=x.view(1, N))
+        LF.linear_residual(h.view(1, I), lw["wd"], x.view(1, N), out=x.view(1, N))
 
 
 def make_layer(N, I, HV, DV, gen, device, dtype, scale=1.0):

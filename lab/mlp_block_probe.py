@@ -23,8 +23,8 @@ the 896-program, 2-warp grid needs 142 registers and does not fit), the same gri
 11.1-22.0 us. The barrier saves ~1 us over a second launch of the same code, but a grid small enough to
 be resident at once streams the gate/up weights slower than the fast level's 896 small programs.
 Verdict: not adopted: the fast level keeps its two kernels (`rms_norm_gate_up_swiglu` and
-`linear_residual`, solutions/fusion.py); lab/layer_phases_probe.py tried the same with the fast level's
-own kernels as the phases.
+`linear_residual`, solutions/norm_fusion.py and solutions/layer_fusion.py); lab/layer_phases_probe.py tried
+the same with the fast level's own kernels as the phases.
 """
 import torch
 import triton
@@ -137,7 +137,8 @@ CONFIGS = [{"programs": 128, "block_i": 4, "warps": 8, "stages": 2},      # one 
 def main(out):
     common.setup()
     from tritonllm_course import kernels
-    fus = kernels.load("fusion", "solutions").module
+    fus = kernels.load("norm_fusion", "solutions").module
+    lay = kernels.load("layer_fusion", "solutions").module
     path = common.result_path(out, "mlp_block")
     D, I, L, eps = 1024, 3584, 24, 1e-6
     gen = torch.Generator(device="cuda").manual_seed(0)
@@ -156,7 +157,7 @@ def main(out):
     def pair():                     # the fast level's two kernels per layer
         for lw in layers:
             fus.rms_norm_gate_up_swiglu(x.view(1, D), lw["lnw"], lw["wgu"], eps, out=act)
-            fus.linear_residual(act, lw["wd"], x.view(1, D), out=x.view(1, D))
+            lay.linear_residual(act, lw["wd"], x.view(1, D), out=x.view(1, D))
 
     def block(cfg, split):
         counter.zero_()     # the barrier's count stays a multiple of the grid only for one grid size

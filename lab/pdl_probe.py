@@ -20,8 +20,9 @@ first run's first pass, 502 us, is not in them.) Alone, a one-wave GEMV gains fr
 2.31 -> 1.67 us; 1024 x 3584: 2.88 -> 2.55) and a wide one loses (7168 x 1024: 4.32 -> 4.93 us;
 6144 x 1024: 3.87 -> 4.03): the next kernel's programs, launched early, take the SM slots of its second
 wave.
-Verdict: not adopted: no kernel of the engine launches with PDL (tritonllm_course/engine replays plain
-launches from its CUDA graphs); on the whole chain the one-wave GEMVs' gain is lost to the wide ones.
+Verdict: not adopted in this form: on the whole chain the one-wave GEMVs' gain is lost to the wide ones.
+Superseded by lab/pdl_chain_probe.py: with every weight load before the wait (a whole tile a program)
+PDL does pay, and the engine adopts it there.
 """
 import torch, triton, triton.language as tl
 

@@ -22,7 +22,7 @@ old 4 x 512 tiles unrolled: 6.18); the plain GEMVs of 1024 outputs gain 2-3% (on
 decode step, the DeltaNet in-projection whose epilogue is the conv's step went 6.48 -> 7.36 us unrolled
 (lab/results/profile_nvidia-h200_2026-11-30_conv_unrolled.{json,md}: its 2,056 programs no longer fit on
 the SMs at once).
-Verdict: adopted in solutions/fusion.py: `fused_gemv_kernel` unrolls its walk (K a constexpr, `UNROLL`)
+Verdict: adopted in solutions/norm_fusion.py: `fused_gemv_kernel` unrolls its walk (K a constexpr, `UNROLL`)
 and `fused_gemv_config` sets it, with 8-row gate/up programs, except where the conv's step is the epilogue
 (`conv=True`), which keeps its loop (the engine run lab/results/engine_runs/residual_first/ -> the current
 results/engine_nvidia-h200_2026-11-30/: decode 0.709 -> 0.704 ms a token).
@@ -35,7 +35,8 @@ from lab.common import LAUNCHES, per_launch_us, weight_copies
 from tritonllm_course import kernels
 
 common.setup()
-F = kernels.load("fusion", "solutions").module                      # the fast level's fused GEMV
+F = kernels.load("norm_fusion", "solutions").module                 # the fast level's fused GEMV
+LF = kernels.load("layer_fusion", "solutions").module               # and its GEMV + residual
 
 
 def walk_gemv(x, nw, w, u, y, cfg, unroll, eps=1e-6):
@@ -107,7 +108,7 @@ def main(out):
             elif norm:
                 F.rms_norm_linear(x.view(1, K), nw, w, out=y.view(1, N))
             else:
-                F.linear_residual(x.view(1, K), w, zero, out=y.view(1, N))
+                LF.linear_residual(x.view(1, K), w, zero, out=y.view(1, N))
         base = per_launch_us(lambda: [fast(i) for i in range(LAUNCHES)])
         engine_cfg = F.fused_gemv_config(N, K, norm=norm, gated=gated)
         case = {"case": name, "N": N, "K": K, "MB": nbytes / 1e6, "fast_level_us": base, "fast_level_cfg": engine_cfg,

@@ -23,6 +23,10 @@
 #             GEMV, the L2 prefetch, the MLP block and the layer's phases as one kernel, a GEMV cut down
 #             step by step, the TMA GEMV, the unrolled walk, the other decode kernels' launch parameters,
 #             the token loop against its replays queued back to back
+# pdl         programmatic dependent launch (18, lab/pdl_chain_probe.py): the decode GEMV chain with and
+#             without it, where its loads sit in the SASS, a read before the wait; then the engine's fast
+#             level replayed from its CUDA graph with and without PDL beside transformers + torch.compile,
+#             decode at 128 and 4,096 cached tokens, the tokens of both compared
 # prefill     the lab's prompt experiment (16, 21, 26, lab/prefill_probe.py): the chunked delta rule's chunk
 #             size and value block, the GEMM + residual's tiles and a split-K version at M = 128, the gated
 #             MLP GEMM's tiles
@@ -31,7 +35,7 @@
 # splitk      the split-K GEMV (23): time against the number of pieces, against chapter 05's GEMV and
 #             cuBLAS at the narrow decode shapes and the LM head, the atomic reduction's run-to-run spread
 set -uo pipefail
-NAMES="autotune delta_rule engine flash gemv prefill profile splitk"
+NAMES="autotune delta_rule engine flash gemv pdl prefill profile splitk"
 if [ "${1:-}" = "--list" ]; then
   echo $NAMES
   exit 0
@@ -88,6 +92,16 @@ gemv() {   # each probe under its own time limit; one that fails does not stop t
   timeout 200 $PY -m lab.unrolled_gemv_probe "$OUT" || status=1
   timeout 330 $PY -m lab.decode_small_sweep "$OUT" || status=1
   timeout 150 $PY -m lab.decode_overlap_probe "$OUT" || status=1
+  exit $status
+}
+
+pdl() {
+  export TRITONLLM_KERNELS=solutions
+  local status=0
+  timeout 240 $PY -m lab.pdl_chain_probe "$OUT" || status=1
+  timeout 420 $PY -m tritonllm_course.cli bench --out "$OUT" --contexts 128 4096 --budget-s 330 --systems \
+    "Triton, fewest kernels + CUDA Graph + PDL" "Triton, fewest kernels + CUDA Graph" "transformers static + compile" \
+    || status=1
   exit $status
 }
 

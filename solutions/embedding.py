@@ -20,12 +20,15 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
+from tritonllm_course.runtime import pdl_args
+from tritonllm_course.triton_helpers import pdl_enter
 
 MAX_BLOCK_H = 1024   # columns per program: 16 bytes per thread at 4 warps in bf16
 
 
 @triton.jit
-def embedding_kernel(ids_ptr, weight_ptr, out_ptr, vocab, hidden, BLOCK_H: tl.constexpr):
+def embedding_kernel(ids_ptr, weight_ptr, out_ptr, vocab, hidden, BLOCK_H: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN SOLUTION: read the id of token program_id(0) (as int64: id * hidden can pass 2^31),
     #   copy block program_id(1) of its row; a row whose id is outside [0, vocab) is written as NaN and never read
     t = tl.program_id(0).to(tl.int64)
@@ -60,5 +63,5 @@ def embedding(ids: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None 
         return out
     block = min(triton.next_power_of_2(hidden), MAX_BLOCK_H)
     grid = (ids.shape[0], triton.cdiv(hidden, block))
-    embedding_kernel[grid](ids, weight, out, vocab, hidden, BLOCK_H=block, num_warps=4)
+    embedding_kernel[grid](ids, weight, out, vocab, hidden, BLOCK_H=block, num_warps=4, **pdl_args())
     return out

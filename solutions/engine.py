@@ -16,13 +16,16 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
+from tritonllm_course.runtime import pdl_args
+from tritonllm_course.triton_helpers import pdl_enter
 
 MAX_COUNTERS = 1024   # one program holds them all
 
 
 @triton.jit
-def advance_kernel(steps_ptr, n, BLOCK: tl.constexpr):
+def advance_kernel(steps_ptr, n, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """steps[i] += 1 for i < n, in place (one program)."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN SOLUTION: offsets 0..BLOCK-1 masked to n; load the counters, add 1, store them back in place
     offsets = tl.arange(0, BLOCK)
     mask = offsets < n
@@ -42,5 +45,5 @@ def advance_positions(steps: torch.Tensor) -> torch.Tensor:
     if not 0 < n <= MAX_COUNTERS:
         raise ValueError(f"steps has {n} counters; expected 1 to {MAX_COUNTERS}")
     validate.same_device(steps=steps)
-    advance_kernel[(1,)](steps, n, BLOCK=max(16, triton.next_power_of_2(n)), num_warps=1)
+    advance_kernel[(1,)](steps, n, BLOCK=max(16, triton.next_power_of_2(n)), num_warps=1, **pdl_args())
     return steps

@@ -19,15 +19,17 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
-from tritonllm_course.runtime import runtime
+from tritonllm_course.runtime import pdl_args, runtime
+from tritonllm_course.triton_helpers import pdl_enter
 
 SMS = 132  # streaming multiprocessors of an H200 (and an H100 SXM): the grids are sized against them
 
 
 @triton.jit
 def gemv_kernel(x_ptr, w_ptr, y_ptr, N, K,
-                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
     """y[n] = sum_k W[n, k] x[k] for this program's BLOCK_N rows; x [K], W [N, K], y [N]."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN SOLUTION: this program's rows; walk K in BLOCK_K chunks, fp32 products of W-tile and x; sum, store
     pid = tl.program_id(0)
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -146,7 +148,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None)
     cfg = gemv_config(N, K, runtime().interpreted)
     grid = (triton.cdiv(N, cfg["BLOCK_N"]),)
     gemv_kernel[grid](x, weight, out, N, K, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-                      num_warps=cfg["num_warps"])
+                      num_warps=cfg["num_warps"], **pdl_args())
     return out
 
 

@@ -19,7 +19,7 @@ and writes 64 of the 256 dims, a quarter of the bytes `apply_rope` moves (it mus
 model's q and k are fresh outputs of q_norm / k_norm that nobody else reads, so the in-place form is the
 one the engine uses and the q_rope / k_rope slots time. q and k go through separate launches: each
 arrives from its own norm, and the launch this saves is better saved by fusing RoPE into the q/k norm
-(chapter 21).
+(chapter 22).
 
 Positions outside the cache: checked on the host by default (`check_pos`, as the embedding's ids); the
 kernel never reads outside the cache, a token with a bad position comes out as NaN.

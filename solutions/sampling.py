@@ -28,6 +28,8 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
+from tritonllm_course.runtime import pdl_args
+from tritonllm_course.triton_helpers import pdl_enter
 
 KEY_NONE = tl.constexpr(-(2**31))      # below every real key: masked lanes, tokens filtered out
 KEY_NAN = tl.constexpr(2**31 - 1)      # above +inf's key: NaN wins, as in torch.argmax
@@ -69,12 +71,13 @@ def first_max(keys, idx):
 
 @triton.jit
 def argmax_partial_kernel(logits_ptr, part_key_ptr, part_idx_ptr, bounds_ptr, seed_ptr, inv_temp,
-                          vocab, chunk, n_blocks, TILE: tl.constexpr, SAMPLE: tl.constexpr):
+                          vocab, chunk, n_blocks, TILE: tl.constexpr, SAMPLE: tl.constexpr, PDL: tl.constexpr = False):
     """Stage 1: program (row, block) reduces logits[row, block*chunk : (block+1)*chunk] to one pair.
 
     SAMPLE: the key of token i is that of logits[i] / T + gumbel(seed, row * vocab + i), and tokens whose
     logit key lies below bounds[row, 0] (the top-k / top-p threshold) are left out.
     """
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     row = tl.program_id(0).to(tl.int64)
     block = tl.program_id(1)
     lanes = tl.arange(0, TILE)
@@ -103,8 +106,9 @@ def argmax_partial_kernel(logits_ptr, part_key_ptr, part_idx_ptr, bounds_ptr, se
 
 
 @triton.jit
-def argmax_merge_kernel(part_key_ptr, part_idx_ptr, out_ptr, n_blocks, BLOCKS: tl.constexpr):
+def argmax_merge_kernel(part_key_ptr, part_idx_ptr, out_ptr, n_blocks, BLOCKS: tl.constexpr, PDL: tl.constexpr = False):
     """Stage 2: one program per row reduces the row's n_blocks pairs and writes the index as int64."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     row = tl.program_id(0).to(tl.int64)
     # BEGIN SOLUTION: load the row's pairs (masked past n_blocks), reduce them with first_max, store the index
     b = tl.arange(0, BLOCKS)
@@ -234,9 +238,9 @@ def _reduce(flat, out_flat, tile, chunk, n_blocks, *, bounds=None, seed=None, in
     sample = bounds is not None
     argmax_partial_kernel[(rows, n_blocks)](       # greedy never reads bounds_ptr / seed_ptr: any pointer
         flat, part_key, part_idx, bounds if sample else part_key, seed if sample else part_key, inv_temp,
-        vocab, chunk, n_blocks, TILE=tile, SAMPLE=sample, num_warps=4)
+        vocab, chunk, n_blocks, TILE=tile, SAMPLE=sample, num_warps=4, **pdl_args())
     argmax_merge_kernel[(rows,)](part_key, part_idx, out_flat, n_blocks,
-                                 BLOCKS=triton.next_power_of_2(n_blocks), num_warps=4)
+                                 BLOCKS=triton.next_power_of_2(n_blocks), num_warps=4, **pdl_args())
 
 
 def argmax(logits: torch.Tensor, out: torch.Tensor | None = None,

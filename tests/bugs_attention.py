@@ -1,4 +1,4 @@
-"""Planted bugs of chapters 08, 22 and 24: the attention pipeline op by op, fused decode and prefill
+"""Planted bugs of chapters 08, 23 and 25: the attention pipeline op by op, fused decode and prefill
 attention, the output gate, FlashAttention and FlashDecoding."""
 from planted import Bug, out_of_bounds
 

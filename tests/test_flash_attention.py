@@ -1,4 +1,4 @@
-"""FlashAttention (chapter 22) beyond the generic slot check: every tile configuration gives the
+"""FlashAttention (chapter 23) beyond the generic slot check: every tile configuration gives the
 reference, whatever the positions; blocks after the newest position are never read; large scores do
 not overflow; a kernel without the rescale or with the mask off by one fails; bad input is named; and
 (GPU) bf16 against PyTorch's scaled_dot_product_attention at the real shapes, fp32 at head_dim 256."""

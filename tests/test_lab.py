@@ -66,6 +66,7 @@ PROBES_CHECKED = {
     "gemv_bounds_probe.py": "a GEMV cut down step by step (the x-only form's row sums too)",
     "gemv_tma_probe.py": "a GEMV over a tensor descriptor, tiles past both edges",
     "unrolled_gemv_probe.py": "the fused GEMV's two walks along K",
+    "pdl_chain_probe.py": "the whole-tile GEMV in every PDL mode (the PDL calls are no-ops there)",
 }
 
 

@@ -147,7 +147,7 @@ def probe_chapter(path: Path) -> tuple[list[dict], dict]:
 
 def test_the_chapters_with_widgets_are_found():
     names = [p.name for p in widget_chapters()]
-    assert "22_flash_attention.ipynb" in names and "01_triton_basics.ipynb" in names, names
+    assert "23_flash_attention.ipynb" in names and "01_triton_basics.ipynb" in names, names
 
 
 @pytest.mark.parametrize("path", widget_chapters(), ids=lambda p: p.stem)

@@ -6,6 +6,7 @@ first code cell and the test suite calls it in `conftest.py`.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import sys
@@ -105,6 +106,49 @@ def setup(dtype: str | None = None, preset: str | None = None, quiet: bool = Fal
 def runtime() -> Runtime:
     """The current runtime; runs `setup(quiet=True)` the first time if nobody has."""
     return _RUNTIME or setup(quiet=True)
+
+
+# Programmatic dependent launch (chapter 18, `triton_helpers.pdl_wait`): the engine's decode step turns it on
+# around its kernels; a wrapper whose kernel takes PDL passes `**pdl_args()` to its launch. One switch for the
+# kernel's PDL constexpr and the launch attribute: a kernel launched with PDL that never waits could read
+# its inputs before the kernel that writes them has finished.
+_PDL = False
+_OVERLAP = True     # False: the PDL kernels launched without the attribute (`no_launch_overlap`)
+
+
+def pdl_args() -> dict:
+    """The launch arguments of a kernel that takes PDL: {"PDL": on, "launch_pdl": on}."""
+    return {"PDL": _PDL, "launch_pdl": _PDL and _OVERLAP}
+
+
+@contextlib.contextmanager
+def no_launch_overlap():
+    """The PDL kernels, with their launch parameters, launched without the attribute: each starts only
+    when the one before has finished. What PDL itself changes is then the timing alone: the outputs are
+    bit-identical (tests/test_pdl.py, `tritonllm-course bench`)."""
+    global _OVERLAP
+    before, _OVERLAP = _OVERLAP, False
+    try:
+        yield
+    finally:
+        _OVERLAP = before
+
+
+@contextlib.contextmanager
+def programmatic_launches(on: bool = True):
+    """Launch the kernels that take PDL with it (on an sm_90+ GPU; harmless under the interpreter)."""
+    global _PDL
+    before, _PDL = _PDL, bool(on)
+    try:
+        yield
+    finally:
+        _PDL = before
+
+
+def pdl_supported() -> bool:
+    """Whether this machine's GPU has programmatic dependent launch (sm_90 and newer)."""
+    rt = runtime()
+    return rt.mode == "gpu" and rt.capability >= (9, 0)
 
 
 def _cpu_do_bench(fn, warmup=1, rep=1, quantiles=None, return_mode="mean", **_):

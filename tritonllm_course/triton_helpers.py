@@ -2,6 +2,8 @@
 
 All take and return fp32 blocks: the kernels cast to fp32 right after loading.
 """
+import os
+
 import triton
 import triton.language as tl
 
@@ -83,7 +85,7 @@ def linear_tile(x_ptr, w_ptr, rm, rn, M, N, K,
     """x[rm, :] @ W[rn, :].T for the BLOCK_M rows `rm` of x [M, K] and the BLOCK_N rows `rn` of W [N, K]:
     fp32 [BLOCK_M, BLOCK_N] (0 outside M and N).
 
-    The prefill GEMM's walk along K (chapter 05's, shared by chapter 25's autotuned GEMM): each step an x
+    The prefill GEMM's walk along K (chapter 05's, shared by chapter 26's autotuned GEMM): each step an x
     tile [BLOCK_M, BLOCK_K] and a W.T tile [BLOCK_K, BLOCK_N] read in place, multiplied by `tl.dot` in the
     input dtype (bf16/fp16 on the tensor cores; "ieee": fp32 stays fp32, not tf32), summed in fp32.
     """
@@ -103,14 +105,75 @@ def linear_tile(x_ptr, w_ptr, rm, rn, M, N, K,
     return acc
 
 
+# A decode GEMV launched with PDL holds its whole [rows, K] weight tile in registers, so that every weight
+# load is issued before the wait: PDL_ROWS rows a program, about PDL_ELEMENTS weights a thread, up to
+# K = PDL_MAX_K (`lab/pdl_chain_probe.py`; the configs of solutions/norm_fusion.py and layer_fusion.py).
+PDL_ROWS, PDL_ELEMENTS, PDL_MAX_K = 4, 32, 4096
+
+
+def pdl_gemv_config(K: int) -> dict | None:
+    """The whole-tile launch parameters of a decode GEMV with PDL (None: K is too wide for one tile)."""
+    if K > PDL_MAX_K:
+        return None
+    block_k = max(16, triton.next_power_of_2(K))
+    warps = max(1, min(16, PDL_ROWS * block_k // (32 * PDL_ELEMENTS)))
+    return {"BLOCK_N": PDL_ROWS, "BLOCK_K": block_k, "num_warps": triton.next_power_of_2(warps)}
+
+
+@triton.jit
+def row_tile(w_ptr, rows, N, K, k0, BLOCK_K: tl.constexpr):
+    """W[rows, k0 : k0 + BLOCK_K] of a row-major [N, K] W, in W's dtype, 0 outside it: [BLOCK_N, BLOCK_K].
+    Each weight is read once: evict_first keeps it from pushing the activations out of the caches. A tile
+    wholly past K reads no memory (every lane masked): a walk may load one tile ahead without a test."""
+    k = k0 + tl.arange(0, BLOCK_K)
+    ok = (rows < N)[:, None] & (k < K)[None, :]
+    return tl.load(w_ptr + rows.to(tl.int64)[:, None] * K + k[None, :], mask=ok, other=0.0,
+                   eviction_policy="evict_first")
+
+
 @triton.jit
 def delta_rule_step(S, q, k, v, g, beta):
     """One token of the gated delta rule on a state slice S [BK, BV] (fp32; q, k [BK], v [BV], g and beta
     scalars, all fp32): forget (decay by exp(g)), correct what S predicts for k by beta times the error,
     then read with q. Returns (S, o [BV]). Chapter 15's recurrence (written out there, as its exercise),
-    for the fused kernels that run it (chapter 21)."""
+    for the fused kernels that run it (chapter 22)."""
     S = S * tl.exp(g)                                        # forget a little
     u = beta * (v - tl.sum(S * k[:, None], axis=0))          # the prediction's error for k: [BV]
     S = S + k[:, None] * u[None, :]                          # write it: rank-1 update
     o = tl.sum(S * q[:, None], axis=0)                       # read with the updated state: [BV]
     return S, o
+
+
+# Programmatic dependent launch (PDL, sm_90+): a kernel launched with `launch_pdl=True` may start while the
+# kernel before it in the stream still runs, once every program of that one has called `pdl_launch_dependents`
+# (or exited). Everything before `pdl_wait` overlaps the previous kernel, so it may only read memory that no
+# kernel of the step writes (weights); everything after it sees all earlier kernels' stores. The memory
+# clobber keeps the compiler from moving loads across either call (lab/pdl_chain_probe.py reads the SASS).
+# Under the CPU interpreter kernels run one after another and there is no overlap to control: both are no-ops.
+if os.environ.get("TRITON_INTERPRET") == "1":
+    @triton.jit
+    def pdl_launch_dependents():
+        pass
+
+    @triton.jit
+    def pdl_wait():
+        pass
+else:
+    @triton.jit
+    def pdl_launch_dependents():
+        tl.inline_asm_elementwise("griddepcontrol.launch_dependents; mov.u32 $0, 0;", "=r,~{memory}", [],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+    @triton.jit
+    def pdl_wait():
+        tl.inline_asm_elementwise("griddepcontrol.wait; mov.u32 $0, 0;", "=r,~{memory}", [],
+                                  dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
+def pdl_enter(PDL: tl.constexpr):
+    """The top of a kernel with nothing to load before its inputs: with PDL, let the next kernel launch, then
+    wait for the previous one (without PDL, nothing)."""
+    if PDL:
+        pdl_launch_dependents()
+        pdl_wait()

@@ -15,15 +15,18 @@ Systems (the same random weights of Qwen3.5-0.8B's real shapes, bf16, batch 1, g
                                  the same, decode step replayed from a CUDA graph (chapter 18; also
                                  "triton engine + CUDA graph")
   Triton + fusion + split-K      level "fused": RMSNorm folded into the merged projections, split-K for the
-                                 narrow decode GEMVs, FlashDecoding / FlashAttention (chapters 21 to 24)
+                                 narrow decode GEMVs, FlashDecoding / FlashAttention (chapters 21, 23-25)
   Triton + fusion + split-K + CUDA Graph
                                  the same, replayed from a CUDA graph
   Triton, fewest kernels         level "fast": "fused" with the residual adds in the output projections'
                                  epilogues, plain GEMVs for them, the attention's q/k norms, RoPE and
                                  cache write in one kernel, at decode the DeltaNet gates inside the
-                                 recurrence and its gated RMSNorm inside out_proj (chapter 21)
+                                 recurrence and its gated RMSNorm inside out_proj (chapter 22)
   Triton, fewest kernels + CUDA Graph
                                  the same, replayed from a CUDA graph
+  Triton, fewest kernels + CUDA Graph + PDL
+                                 the same, every kernel of the decode step launched with programmatic
+                                 dependent launch (chapter 18; sm_90+): the rows above launch without it
 With a CUDA graph, a prompt length met before also replays its prefill from a graph (captured in the
 set-up's warm-up; `Engine(prefill_graph=...)`). The Triton rows run the kernels TRITONLLM_KERNELS selects
 (`auto` when unset: yours where filled in, else the solutions); the run prints which, per level.
@@ -56,18 +59,18 @@ WEIGHT_AND_STATE_BYTES = 1_544_820_416     # per decode token, bf16 (docs/qwen35
 KV_BYTES_PER_TOKEN = 12_288                # 6 layers x (K, V) x 2 heads x 256 x 2 bytes, per cached token
 
 OPERATORS, FUSED, FAST = "Triton (one kernel per operator)", "Triton + fusion + split-K", "Triton, fewest kernels"
-GRAPH = " + CUDA Graph"
+GRAPH, PDL = " + CUDA Graph", " + PDL"
 SYSTEMS = ("transformers eager", "transformers static + compile", "reference eager", "reference compiled",
-           OPERATORS, OPERATORS + GRAPH, FUSED, FUSED + GRAPH, FAST, FAST + GRAPH)
+           OPERATORS, OPERATORS + GRAPH, FUSED, FUSED + GRAPH, FAST, FAST + GRAPH, FAST + GRAPH + PDL)
 ALIASES = {"triton engine": OPERATORS, "triton engine + CUDA graph": OPERATORS + GRAPH}   # the first names
 # the article's rows first; the slow compiles last (the time budget may skip them)
-RUN_ORDER = (FAST + GRAPH, FUSED + GRAPH, OPERATORS + GRAPH, OPERATORS, FUSED, FAST, "reference eager",
-             "transformers eager", "transformers static + compile", "reference compiled")
+RUN_ORDER = (FAST + GRAPH + PDL, FAST + GRAPH, FUSED + GRAPH, OPERATORS + GRAPH, OPERATORS, FUSED, FAST,
+             "reference eager", "transformers eager", "transformers static + compile", "reference compiled")
 LEVEL_OF = {name + graph: level for name, level in ((OPERATORS, "operators"), (FUSED, "fused"), (FAST, "fast"))
-            for graph in ("", GRAPH)}
+            for graph in ("", GRAPH)} | {FAST + GRAPH + PDL: "fast"}
 NOTES = {
-    **{name + GRAPH: "decode and the prompt replayed from CUDA graphs (the prompt's captured in the set-up)"
-       for name in (OPERATORS, FUSED, FAST)},
+    **{name: "decode and the prompt replayed from CUDA graphs (the prompt's captured in the set-up)"
+       for name in (OPERATORS + GRAPH, FUSED + GRAPH, FAST + GRAPH, FAST + GRAPH + PDL)},
     "transformers static + compile": "decode compiled (reduce-overhead); prefill eager",
     "reference compiled": "decode compiled; prefill eager",
 }
@@ -103,6 +106,21 @@ def kernels_per_token(config=None, level: str = "operators") -> tuple[int, int]:
     with engine.tracing() as calls:
         engine.decode()
     return len(calls), engine.ops.launches(calls)
+
+
+def same_tokens(engine, other, prompt: list[int], new_tokens: int = 32) -> dict:
+    """Whether the PDL engine generates the same tokens from `prompt` (greedy and sampled, one seed, each
+    from a fresh sequence) as its own kernels launched without the overlap ("... without overlap": what
+    PDL must not change) and as the engine without PDL ("... without PDL": its GEMVs walk K in other
+    tiles, so their sums round in another order)."""
+    from ..runtime import no_launch_overlap
+    out = {}
+    for mode, kwargs in (("greedy", {}), ("sampled", dict(greedy=False, temperature=0.8, top_k=50, seed=1))):
+        ids = engine.generate(prompt, new_tokens, **kwargs)
+        with no_launch_overlap():
+            out[f"{mode} without overlap"] = ids == engine.generate(prompt, new_tokens, **kwargs)
+        out[f"{mode} without PDL"] = ids == other.generate(prompt, new_tokens, **kwargs)
+    return out
 
 
 def systems_named(names) -> list[str]:
@@ -225,6 +243,10 @@ def markdown(result: dict) -> str:
         lines.append(f"| {r['system']} | " + " | ".join(cells) + " |")
     setup = [f"{r['system']} {r['setup_s']:.0f} s" for r in result["rows"] if r["setup_s"] is not None]
     lines += ["", "Set-up (build, compile, capture): " + ", ".join(setup) + "."]
+    if result.get("pdl_tokens"):
+        same = ", ".join(f"{mode} {'identical' if ok else 'DIFFERENT'}" for mode, ok in result["pdl_tokens"].items())
+        lines += ["", f"Tokens of the fewest-kernels engine with PDL against its kernels launched without the "
+                      f"overlap, and against the engine without PDL (other GEMV tiles): {same}."]
     if result.get("levels"):
         lines += ["", "The slot each step of the Triton engine runs at each level (prefill / decode):", "",
                   result["levels"]]
@@ -331,7 +353,7 @@ def run(args) -> dict:
     gen = torch.Generator().manual_seed(args.seed)
     prompts = {c: torch.randint(0, config.vocab_size, (c,), generator=gen).tolist() for c in contexts}
     max_len = max(contexts) + args.steps + 8
-    engines = {}                                       # level -> the engine its two rows share
+    engines = {}                                       # (level, pdl) -> the engine its rows share
     rows = {name: Row(name, note=NOTES.get(name, "")) for name in systems_named(args.systems)}
     counts = {level: kernels_per_token(config, level) for level in sorted({LEVEL_OF[n] for n in rows
                                                                            if n in LEVEL_OF})}
@@ -354,11 +376,11 @@ def run(args) -> dict:
             _substitute_shape_str()
             ref_engine = Engine(config, weights, max_seq_len=max_len, default_source="reference", cuda_graph=False)
             return _engine_runner(ref_engine.compile(fullgraph=True), graph=False)
-        level = LEVEL_OF[name]
-        if level not in engines:   # the kernels TRITONLLM_KERNELS selects ("auto": yours where filled in)
-            engines[level] = Engine(config, weights, max_seq_len=max_len, level=level)
-            print(f"    {level}: {kernels.sources_line(engines[level].ops.sources())}", file=sys.stderr)
-        return _engine_runner(engines[level], graph=name.endswith(GRAPH))
+        key = LEVEL_OF[name], name.endswith(PDL)
+        if key not in engines:   # the kernels TRITONLLM_KERNELS selects ("auto": yours where filled in)
+            engines[key] = Engine(config, weights, max_seq_len=max_len, level=key[0], pdl=key[1])
+            print(f"    {key[0]}: {kernels.sources_line(engines[key].ops.sources())}", file=sys.stderr)
+        return _engine_runner(engines[key], graph=GRAPH in name)
 
     for name in [n for n in RUN_ORDER if n in rows]:
         row = rows[name]
@@ -383,6 +405,9 @@ def run(args) -> dict:
         result["rows"] = [asdict(r) for r in (rows[n] for n in SYSTEMS if n in rows)]
         write(result, folder)
         print(f"    {row.error or f'decode {row.decode_ms}, prefill {row.prefill_ms:.1f} ms'}", file=sys.stderr)
+    if ("fast", True) in engines and ("fast", False) in engines:
+        result["pdl_tokens"] = same_tokens(engines[("fast", True)], engines[("fast", False)], prompts[args.prompt_len])
+        print(f"    PDL against no PDL: {result['pdl_tokens']}", file=sys.stderr)
     result["folder"] = str(folder)
     result["seconds"] = time.perf_counter() - start
     write(result, folder)

@@ -23,11 +23,11 @@ one decode path below follow:
   "operators"  one kernel per operator (chapter 19)
   "fused"      RMSNorm folded into the merged projections (ln1 at decode only), the last residual add
                into the final norm, split-K for the narrow decode GEMVs, FlashDecoding /
-               FlashAttention (chapters 21 to 24)
+               FlashAttention (chapters 21, 23-25)
   "fast"       "fused" with the residual adds in the output projections' epilogues, plain GEMVs for
                them, an attention layer's q/k norms, RoPE and cache write in one kernel, at decode the
                DeltaNet gates inside the recurrent delta rule and its gated RMSNorm inside out_proj
-               (chapter 21): the fewest kernels per token
+               (chapter 22): the fewest kernels per token
 
 fp16 mode (`residual_dtype`): the residual stream a.x is fp32, as in the reference model (Qwen's stream
 outgrows fp16's 65,504). The residual adds take it as it is; the kernels that write or read it in the
@@ -53,6 +53,7 @@ from .. import validate
 from ..config import Qwen35Config
 from ..generation import check_sampling
 from ..model.cache import Qwen35Cache
+from ..runtime import programmatic_launches
 from ..weights import check_weights, load_weights, random_weights
 from .buffers import Activations, Counters
 from .graph import GraphedStep
@@ -118,11 +119,16 @@ class Engine:
                      than it saves); a repeated one (a benchmark, a server's usual lengths) replays
     prefill_chunk:   prompt tokens per prefill pass; longer prompts run chunk after chunk
     level:           "operators" (one kernel per operator), "fused" or "fast": the plan `ops.LEVELS` holds
+    pdl:             launch the decode step's kernels with programmatic dependent launch (chapter 18): each
+                     may start while the one before it drains, loading its weights before it waits for
+                     its input. None: where the GPU has it (sm_90+); on the CPU the interpreter runs the
+                     same kernels, for which the PDL calls are no-ops
     """
 
     def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], *, max_seq_len: int = 4096,
                  sources: dict | None = None, default_source: str | None = None, cuda_graph: bool = True,
-                 prefill_chunk: int = 512, level: str = "operators", prefill_graph: bool = True):
+                 prefill_chunk: int = 512, level: str = "operators", prefill_graph: bool = True,
+                 pdl: bool | None = None):
         check_weights(config, weights)
         check_limits(config)            # shapes no level takes: refused before anything is allocated
         embed = weights["embed_tokens.weight"]
@@ -157,6 +163,7 @@ class Engine:
                                           device=self.device)
         self.positions = torch.arange(max_seq_len, dtype=torch.int32, device=self.device)
         self.use_graph = cuda_graph and self.device.type == "cuda"
+        self.pdl = self._pdl(pdl)
         self._graphs: dict[Sampling | None, GraphedStep] = {}
         self.prefill_graph = prefill_graph
         self._prefill_graphs: OrderedDict[tuple[int, int, bool], GraphedStep] = OrderedDict()
@@ -166,6 +173,16 @@ class Engine:
         self.length = 0          # tokens in the cache (host count; the device counters follow it)
         self.pending = None      # the last token handed out, not yet in the cache
         self.streams = 0         # streams begun: only the newest may run (`StreamSuperseded`)
+
+    def _pdl(self, pdl: bool | None) -> bool:
+        """Whether the decode step launches with PDL: asked for, or (None) where the GPU has it."""
+        gpu = self.device.type == "cuda"
+        has = gpu and torch.cuda.get_device_capability(self.device) >= (9, 0)
+        if pdl and gpu and not has:
+            major, minor = torch.cuda.get_device_capability(self.device)
+            raise ValueError(f"pdl=True needs programmatic dependent launch (sm_90 or newer); this GPU is "
+                             f"sm_{major}{minor}: use pdl=False or None")
+        return has if pdl is None else bool(pdl) and self.device.type != "meta"
 
     @property
     def residual_dtype(self) -> torch.dtype:
@@ -197,7 +214,8 @@ class Engine:
         advances the counters. Static shapes and buffers only: this is what the CUDA graph captures."""
         op, f, ctr, w = self.ops.decode, self.plan.decode, self.counters, self.weights
         a = self._decode_views
-        self._embed(op, ctr.ids, a)
+        with programmatic_launches(False):   # with PDL: a step starts when the one before has finished
+            self._embed(op, ctr.ids, a)
         self._layers(op, f, a, 1, ctr.pos, None)
         if f.residual_into_final_norm:
             self._final_residual_norm(op, f, a)
@@ -550,7 +568,7 @@ class Engine:
     def _decode_unchecked(self, sampling: Sampling | None) -> None:
         """The decode step without the kernels' host-side range checks (a device sync each): the ids,
         position and length are the engine's own, checked before any work."""
-        with validate.no_device_checks():
+        with validate.no_device_checks(), programmatic_launches(self.pdl):
             self._decode_fn(sampling)
 
     def capture(self, sampling: Sampling | None = None) -> None:
@@ -655,6 +673,7 @@ class Engine:
                  "decode step launched op by op" if self.device.type == "cuda" else
                  "buffers sized only (meta device)" if self.device.type == "meta" else
                  "decode step launched op by op (no CUDA here)")
+        graph += ", with programmatic dependent launch" if self.pdl and self.device.type == "cuda" else ""
         lines = [f"Engine ({self.level}): {c.num_hidden_layers} layers ({len(c.linear_layers)} DeltaNet, "
                  f"{len(c.attention_layers)} attention), {self.device.type}, "
                  f"{str(self.dtype).replace('torch.', '')}, cache of {self.max_seq_len} tokens, prompts in chunks "

@@ -16,11 +16,11 @@ Three optimisation levels (the CUDA graph is the engine's separate option), each
 steps (which slot each runs) and, per path, its `Fusions` (which operators share a kernel), which the
 engine follows. Each level's steps are an `edit` of the previous level's:
   operators  one kernel per operator of the model (`STEPS`, chapter 19)
-  fused      chapters 21 to 24 (`FUSED_STEPS`): ln1 folded into the merged input projection (at decode),
+  fused      chapters 21, 23-25 (`FUSED_STEPS`): ln1 folded into the merged input projection (at decode),
              ln2 into the gate/up projection and its SwiGLU, the last residual add into the final norm;
              split-K for the narrow decode GEMVs (o_proj / out_proj, down); FlashDecoding at decode and
              FlashAttention at prefill
-  fast       the fewest kernels (`FAST_STEPS`): see the comment above it
+  fast       the fewest kernels (`FAST_STEPS`, chapter 22): see the comment above it
 Every Qwen3.5 text config runs at every level: where its shapes do not fit a fused kernel (a value head dim
 that is not a power of two, heads wider than FlashAttention's tile), the level runs the plain kernels for
 those steps (`FALLBACKS`, named in the engine's summary); what no level runs is refused (`LIMITS`).
@@ -287,9 +287,9 @@ def _power_of_two(n: int) -> bool:
 
 
 def _deltanet_decode_misfit(c) -> str | None:
-    """The fast level's decode DeltaNet kernels (solutions/fusion.py): the conv's step inside the
-    in-projection holds a power-of-two window of at least 2 taps, the gated norm inside out_proj splits a
-    tile into power-of-two heads."""
+    """The fast level's decode DeltaNet kernels (solutions/norm_fusion.py, solutions/layer_fusion.py): the
+    conv's step inside the in-projection holds a power-of-two window of at least 2 taps, the gated norm
+    inside out_proj splits a tile into power-of-two heads."""
     if not c.linear_layers:
         return None
     why = []

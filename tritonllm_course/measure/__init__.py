@@ -5,8 +5,8 @@
 - `kernel_table`: every ready kernel at its real shapes, one table;
 - `profiling`: the bytes one decode token must move, and where the engine's step spends its time
   (chapter 20);
-- `delta_rule_bench` (chapters 15 and 16), `flash_bench` (22 and 24), `splitk_bench` (23),
-  `autotune_bench` (25): each chapter's GPU measurements beyond the kernel table.
+- `delta_rule_bench` (chapters 15 and 16), `flash_bench` (23 and 25), `splitk_bench` (24),
+  `autotune_bench` (26): each chapter's GPU measurements beyond the kernel table.
 
 Each GPU script runs as `python -m tritonllm_course.measure.<name> --out results/`.
 """

@@ -1,4 +1,4 @@
-"""Chapter 25's tools for watching an autotuner, and its GPU measurements.
+"""Chapter 26's tools for watching an autotuner, and its GPU measurements.
 
 On any machine (the interpreter included, where the course's CPU timer stands in for `do_bench`):
 - `tuning_log(kernel)`: count what an autotuned kernel benchmarks inside a `with` block (configs timed,

@@ -1,4 +1,4 @@
-"""GPU benchmark of FlashAttention (chapter 22) and FlashDecoding (chapter 24) at Qwen3.5-0.8B's shapes
+"""GPU benchmark of FlashAttention (chapter 23) and FlashDecoding (chapter 25) at Qwen3.5-0.8B's shapes
 (8 query heads, 2 KV heads, head_dim 256), beyond the kernel table's per-slot rows:
 
 - prefill: FlashAttention against chapter 08's two-pass kernel and op-by-op chain, PyTorch's

@@ -1,4 +1,4 @@
-"""GPU measurements of chapter 23's split-K GEMV at Qwen3.5-0.8B's decode shapes.
+"""GPU measurements of chapter 24's split-K GEMV at Qwen3.5-0.8B's decode shapes.
 
 - `compare`: at one shape, the two split-K variants (two-stage; atomic with its accumulator kept zeroed
   by the cast step; the atomic kernel alone, as when neighbouring kernels zero and read the accumulator)

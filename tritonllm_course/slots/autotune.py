@@ -1,4 +1,4 @@
-"""Slot specs of chapter 25's autotuned projections: variants of the decode GEMV and prefill GEMM slots.
+"""Slot specs of chapter 26's autotuned projections: variants of the decode GEMV and prefill GEMM slots.
 
 Same inputs, output, reference and byte count as the projections of chapter 05 (slots/linear.py); only the
 kernel differs: its tiles are tuned on first use for each (N, K, dtype), and for the GEMM each bucket of
@@ -17,7 +17,7 @@ def _shape(M, N, K):
 
 
 _COMMON = dict(family="autotune", reference=linear, make_inputs=_inputs, make_out=_out, bytes=_bytes,
-               flops=_flops, chapter="25_autotune", dims={"out": ("token", "row")})
+               flops=_flops, chapter="26_autotune", dims={"out": ("token", "row")})
 
 implement("qkv_proj.autotuned", function="autotuned_gemv", op=2, title="QKV projection (decode, autotuned)",
           qwen="the merged attention / DeltaNet input projections of one token, tiles tuned per shape",

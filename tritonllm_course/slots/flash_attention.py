@@ -1,4 +1,4 @@
-"""Slot spec of chapter 22: FlashAttention for prefill, against the reference `attention`.
+"""Slot spec of chapter 23: FlashAttention for prefill, against the reference `attention`.
 
 Shapes as in chapter 08 ("tokens" queries at the last T of "keys" positions). Tiny: the interpreter's
 32-row, 16-key tiles cross several row blocks, whole (bulk) key blocks and diagonal ones; one token at
@@ -52,7 +52,7 @@ def gated_attention(q, k, v, pos, scale, gate):
 
 
 implement(
-    "flash_attention.gated", title="FlashAttention + output gate", chapter="22_flash_attention",
+    "flash_attention.gated", title="FlashAttention + output gate", chapter="23_flash_attention",
     qwen="the prompt's attention with o * sigmoid(gate) applied to the output tile before its store",
     family="flash_attention", function="flash_attention", reference=gated_attention,
     make_inputs=with_gate(_attention_inputs),

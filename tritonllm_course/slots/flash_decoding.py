@@ -1,4 +1,4 @@
-"""Slot spec of chapter 24: FlashDecoding, against the reference `decode_attention` (the length in
+"""Slot spec of chapter 25: FlashDecoding, against the reference `decode_attention` (the length in
 device memory, cache rows past it filled with NaN so that a kernel reading them fails).
 
 Tiny: the interpreter's 16-row steps split a cache of a few dozen rows, its length not a multiple of a
@@ -75,7 +75,7 @@ def gated_decode_attention_static(q, k_cache, v_cache, length, scale, gate):
 
 
 implement(
-    "flash_decoding.gated", title="FlashDecoding + output gate", chapter="24_flash_decoding",
+    "flash_decoding.gated", title="FlashDecoding + output gate", chapter="25_flash_decoding",
     qwen="one token's split attention with o * sigmoid(gate) applied by the merge",
     family="flash_decoding", function="flash_decoding", reference=gated_decode_attention,
     torch_impl=gated_decode_attention_static,

@@ -1,4 +1,4 @@
-"""Slot specs of chapter 23's split-K GEMV: the deterministic two-stage reduction and the atomic one.
+"""Slot specs of chapter 24's split-K GEMV: the deterministic two-stage reduction and the atomic one.
 
 Shapes are {"M": 1, "N": output rows, "K": input features}, as for the projections (slots/linear.py, whose
 inputs, output and byte count these reuse). The real ones are the decode GEMVs where split-K is meant to
@@ -24,7 +24,7 @@ def _shape(N, K):
 
 
 _COMMON = dict(family="splitk", reference=linear, make_inputs=_inputs, make_out=_out, bytes=_bytes,
-               flops=_flops, chapter="23_split_k")
+               flops=_flops, chapter="24_split_k")
 
 
 def _atomic_inputs(shape, dtype, device, gen):

@@ -1,5 +1,5 @@
-"""The fused kernels beyond the generic slot checks: each equals the unfused sequence of the course's own
-kernels, the norm statistic covers the whole row, the GPU launch configurations, an fp32 residual
+"""Chapter 21's fused kernels beyond the generic slot checks: each equals the unfused sequence of the course's
+own kernels, the norm statistic covers the whole row, the GPU launch configurations, an fp32 residual
 stream, transformers' modules, bad input; on a GPU, CUDA-graph capture and the launch saved."""
 import pytest
 import torch
@@ -14,7 +14,7 @@ from tritonllm_course.slots import get as get_slot
 from helpers import randn, rel
 
 RT = runtime()
-FUSION = kernels.load("fusion", "solutions").module
+FUSION = kernels.load("norm_fusion", "solutions").module
 rms_norm = kernels.get("rmsnorm", "rms_norm", "solutions")
 residual_add = kernels.get("residual", "residual_add", "solutions")
 linear = kernels.get("linear", "linear", "solutions")
@@ -121,8 +121,7 @@ def test_gpu_gemv_configs():
     assert walks == {True, False}                          # both walks ran: unrolled, and the loop (k = 3000)
 
 
-@pytest.mark.parametrize("M,N,gated", [(3, 5000, False), (130, 100, False), (300, 130, False),
-                                       (100, 70, True), (300, 70, True)])
+@pytest.mark.parametrize("M,N,gated", [(3, 5000, False), (300, 130, False), (100, 70, True), (300, 70, True)])
 def test_every_gpu_gemm_config_branch(M, N, gated, monkeypatch):
     """Each tile configuration of the GPU (run by the interpreter on a CPU), norm folded in."""
     monkeypatch.setattr(FUSION, "_max_shared_memory", lambda index: 228 * 1024)    # an H200's
@@ -208,14 +207,6 @@ def test_bad_input_is_named():
         FUSION.residual_rms_norm(x, x, nw, h_out=torch.empty(2, 64, dtype=torch.float16, device=RT.device))
     with pytest.raises(ValueError, match="contiguous"):
         FUSION.residual_rms_norm(randn(64, 2).t(), x, nw)
-    # the decode kernels that read views of the in-projection's output: token rows, each contiguous
-    q, v = randn(1, 2, 16), randn(1, 4, 16)
-    ab, A_log = randn(1, 8), randn(4)
-    with pytest.raises(ValueError, match="a must be contiguous within each token"):
-        FUSION.gated_delta_rule_recurrent_gates(q, q, v, ab[:, ::2], ab[:, :4], A_log, A_log)
-    with pytest.raises(ValueError, match="z must be contiguous within each token"):
-        FUSION.gated_norm_linear_residual(v, randn(1, 16, 4).transpose(1, 2), _norm_weight(16),
-                                          _weights(8, 64), randn(1, 8))
 
 
 # GPU ------------------------------------------------------------------------------------------------
@@ -289,51 +280,3 @@ def test_decode_fusion_is_faster_than_the_unfused_kernels(name):
         best = result if best is None else best
         best.times_us = {k: min(v, result.times_us[k]) for k, v in best.times_us.items()}
     assert best.times_us["triton"] + 0.3 <= best.times_us["unfused"], str(best)
-
-
-# --- q/k norm + RoPE + cache write ---------------------------------------------------------------------------
-def _prologue_case(T=5, start=3):
-    slot = get_slot("qk_norm_rope_cache")
-    gen = torch.Generator(device=RT.device).manual_seed(T)
-    shape = {"T": T, "heads": 4, "kv_heads": 2, "head_dim": 32, "rotary_dim": 8, "max_len": 16}
-    inputs = slot.make_inputs(shape, torch.float32, RT.device, gen)
-    inputs["pos"] = torch.arange(start, start + T, dtype=torch.int32, device=RT.device)
-    return slot, inputs
-
-
-def test_prologue_writes_only_its_cache_rows_and_rotates_only_the_rotary_dims():
-    slot, inputs = _prologue_case()
-    k_before, v_before = inputs["k_cache"].clone(), inputs["v_cache"].clone()
-    fused = kernels.load("fusion", "solutions").module
-    q_out = fused.qk_norm_rope_cache(**inputs)
-    want_q, want_k, want_v = slot.reference(**{n: t.clone() if n.endswith("cache") else t for n, t in inputs.items()})
-    assert rel(q_out, want_q) < 1e-5 and rel(inputs["k_cache"], want_k) < 1e-5
-    assert torch.equal(inputs["v_cache"], want_v)                              # v is copied, not computed
-    rows = torch.arange(16, device=RT.device)
-    untouched = (rows < 3) | (rows >= 8)
-    assert torch.equal(inputs["k_cache"][untouched], k_before[untouched])
-    assert torch.equal(inputs["v_cache"][untouched], v_before[untouched])
-    normed = R.qk_norm(inputs["q"], inputs["q_weight"])
-    assert torch.allclose(q_out[..., 8:], normed[..., 8:], rtol=1e-6, atol=1e-6)   # dims past rotary_dim: normed only
-
-
-def test_prologue_with_gpt_j_pairs_fails_the_check():
-    """The rotate-half partner of dim d is d +- rotary_dim / 2; (2i, 2i + 1) pairs are Qwen's wrong pairing."""
-    slot, _ = _prologue_case()
-
-    def gpt_j(q, k, v, q_weight, k_weight, cos, sin, pos, k_cache, v_cache, eps=1e-6, out=None):
-        q_n, k_n = R.qk_norm(q, q_weight, eps), R.qk_norm(k, k_weight, eps)
-        out.copy_(R.apply_rope_interleaved(q_n, cos, sin, pos))
-        R.kv_cache_write(R.apply_rope_interleaved(k_n, cos, sin, pos), v, k_cache, v_cache, pos)
-        return out
-
-    report = check_fn(gpt_j, slot.reference, slot.make_inputs, slot.make_out, name="gpt-j prologue",
-                      shape=slot.shapes["tiny"][0], mutated=slot.mutated)
-    assert not report.passed
-
-
-def test_prologue_refuses_a_position_past_the_cache():
-    slot, inputs = _prologue_case(T=2, start=15)                     # rows 15 and 16 of a 16-row cache
-    fused = kernels.load("fusion", "solutions").module
-    with pytest.raises(ValueError, match="position 16 is outside"):
-        fused.qk_norm_rope_cache(**inputs)

@@ -1,9 +1,11 @@
-"""Fusion (chapter 21): operators the model runs back to back, done in one kernel each.
+"""Fusion, the norm in the projection (chapter 21): operators the model runs back to back, done in one
+kernel each.
 
     residual + RMSNorm          h = residual + x; normed = rms_norm(h)       (ln2, and ln1 of the next layer)
     RMSNorm + projection        y = rms_norm(x) @ W.T                         (ln1 + qkv, ln2 + gate/up)
     gate/up + SwiGLU            y = silu(x @ Wg.T) * (x @ Wu.T)               (the MLP's first half)
     RMSNorm + gate/up + SwiGLU  the two above at once
+    RMSNorm + in_proj + conv    the DeltaNet in-projection at decode, the conv's step in its epilogue
 
 At decode (one token) each removed kernel is a launch saved, about a microsecond inside a CUDA graph,
 while the bytes saved (the intermediate written and read again) are a few KB: the launch is the prize.
@@ -21,20 +23,16 @@ must cover the whole row: the loop accumulates it over every K tile and applies 
 
 - Decode: `fused_gemv_kernel`, chapter 05's GEMV (a program owns BLOCK_N rows of W and walks K) with
   two compile-time options: HAS_NORM folds the RMSNorm in, GATED reads the matching rows of a second
-  weight (up) and stores silu(gate) * up.
+  weight (up) and stores silu(gate) * up. A third, CONV, runs the DeltaNet conv's step on the outputs
+  that feed it: a program owns those channels whole, their state included.
 - Prefill: `fused_gemm_kernel`, chapter 05's tensor-core GEMM with the same two options: the x tile is
   scaled by (1 + w) in fp32 and rounded to the input dtype before `tl.dot` (as the model rounds its
   normed activations), each row's sum of squares accumulates beside it, and the epilogue applies inv_rms
   and the SwiGLU.
 - `residual_rms_norm_kernel`: one program per row (or a few short rows) adds, stores the new residual
   stream, and normalises the stored values: the unfused pair's second read of the stream disappears.
-- Projection + residual add (o_proj, out_proj and down, each followed by a residual add):
-  `gemv_residual_kernel` / `gemm_residual_kernel` add the residual stream to the fp32 sums in their
-  epilogue and store the new stream in place; the projection's output is never rounded or written.
-- The engine's fast level: `qk_norm_rope_cache_kernel` (q/k norms, RoPE and the KV-cache write, one
-  program per head), `recurrent_gates_kernel` (the DeltaNet gates inside chapter 15's recurrence) and
-  `gated_norm_gemv_residual_kernel` (the gated RMSNorm per head inside out_proj's GEMV, the residual add
-  in its epilogue).
+The residual add in the projections' epilogues and the per-head kernels: solutions/layer_fusion.py
+(chapter 22).
 """
 import functools
 
@@ -42,9 +40,9 @@ import torch
 import triton
 import triton.language as tl
 
-from tritonllm_course import validate
-from tritonllm_course.runtime import runtime
-from tritonllm_course.triton_helpers import delta_rule_step, gemv_rows, linear_tile, sigmoid, silu, softplus
+from tritonllm_course import triton_helpers as helpers, validate
+from tritonllm_course.runtime import pdl_args, runtime
+from tritonllm_course.triton_helpers import pdl_launch_dependents, pdl_wait, silu
 
 SMS = 132                    # streaming multiprocessors of an H200: the GEMV grid is sized against them
 ELEMENTS_PER_PROGRAM = 1024  # residual + norm: a program holds about this many elements of its rows
@@ -58,7 +56,7 @@ def residual_rms_norm_kernel(x_ptr, res_ptr, w_ptr, h_ptr, out_ptr, rows, dim, e
     # BEGIN EXERCISE: rows r = program_id * BLOCK_M + [0, BLOCK_M) of packed [rows, dim] tensors;
     #   load x and residual as fp32, add, store h in h's dtype;
     #   then normalise the stored h (rounded back to fp32): h * rsqrt(mean(h^2) + eps) * (1 + w), stored in out's dtype
-    raise NotImplementedError("exercise fusion.py, residual_rms_norm_kernel: not implemented yet")
+    raise NotImplementedError("exercise norm_fusion.py, residual_rms_norm_kernel: not implemented yet")
     # END EXERCISE
 
 
@@ -88,16 +86,30 @@ def conv_window_step(y_ptr, state_ptr, window, conv_w, c, C, KC: tl.constexpr):
 
 
 @triton.jit
-def fused_gemv_step(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, row_start, row_ok, k0, K, acc, acc_up, sum_sq,
+def weight_tiles(w_ptr, up_w_ptr, row_start, row_ok, k0, K, GATED: tl.constexpr, BLOCK_K: tl.constexpr):
+    """The [BLOCK_N, BLOCK_K] tiles of W at columns k0 .. k0 + BLOCK_K (GATED: and W_up's; else W's again),
+    in the weights' dtype. Each weight is read exactly once: evict_first keeps it from pushing x out of the
+    caches."""
+    k = k0 + tl.arange(0, BLOCK_K)
+    tile = row_start[:, None] + k[None, :]                                                  # [BLOCK_N, BLOCK_K]
+    tile_ok = row_ok[:, None] & (k < K)[None, :]
+    w = tl.load(w_ptr + tile, mask=tile_ok, other=0.0, eviction_policy="evict_first")
+    up = w
+    if GATED:
+        up = tl.load(up_w_ptr + tile, mask=tile_ok, other=0.0, eviction_policy="evict_first")
+    return w, up
+
+
+@triton.jit
+def fused_gemv_step(x_ptr, norm_w_ptr, w, up, k0, K, acc, acc_up, sum_sq,
                     HAS_NORM: tl.constexpr, GATED: tl.constexpr, BLOCK_K: tl.constexpr):
     """One step of the fused GEMV's walk along K, columns k0 .. k0 + BLOCK_K: the x tile as fp32 (HAS_NORM:
-    its squares added to sum_sq [BLOCK_K], then scaled by 1 + norm_w), its products with the weight tile
-    (GATED: and W_up's) added to acc (acc_up) [BLOCK_N, BLOCK_K]. Returns (acc, acc_up, sum_sq)."""
+    its squares added to sum_sq [BLOCK_K], then scaled by 1 + norm_w), its products with the weight tile w
+    (GATED: and up, W_up's) added to acc (acc_up) [BLOCK_N, BLOCK_K]. Returns (acc, acc_up, sum_sq)."""
     # BEGIN EXERCISE: columns k = k0 + arange(BLOCK_K) masked to K;
     #   x as fp32 (HAS_NORM: sum_sq += x^2 before x *= 1 + norm_w);
-    #   the [BLOCK_N, BLOCK_K] tile(s) at row_start + k, evict_first, as fp32, times x,
-    #   added to acc (and acc_up if GATED)
-    raise NotImplementedError("exercise fusion.py, fused_gemv_step: not implemented yet")
+    #   the tile(s) w (and up) as fp32 times x, added to acc (and acc_up if GATED)
+    raise NotImplementedError("exercise norm_fusion.py, fused_gemv_step: not implemented yet")
     # END EXERCISE
 
 
@@ -105,7 +117,7 @@ def fused_gemv_step(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, row_start, row_ok, k0, K
 def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps, conv_w_ptr, conv_state_ptr, C,
                       HAS_NORM: tl.constexpr, GATED: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, CONV: tl.constexpr = False,
-                      KC: tl.constexpr = 4, UNROLL: tl.constexpr = 0):
+                      KC: tl.constexpr = 4, UNROLL: tl.constexpr = 0, PDL: tl.constexpr = False):
     """One token: y[n] for this program's BLOCK_N outputs. x [K]; W, W_up [N, K]; y [N].
 
     y[n] = sum_k W[n, k] x[k]; HAS_NORM: x is first RMS-normalised with weight (1 + norm_w);
@@ -116,16 +128,29 @@ def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps, conv
     instead of one in all, for the registers that hold them.
     CONV (the DeltaNet in-projection): outputs n < C go on through the depthwise conv's step, y[n] =
     silu(sum_i conv_w[n, i] * window[n, i]), their state [C, KC] rolled in place.
+    PDL (programmatic dependent launch, chapter 18): the next kernel may launch at once; the first step's
+    weight tiles (with PDL the whole walk is one step) are loaded before the wait for the kernel that
+    wrote x: no kernel writes weights, so they stream in while that kernel still runs.
     """
-    if CONV:    # the conv's state and weights depend on no output: loaded before the weights stream in
+    if PDL:
+        pdl_launch_dependents()
+    # K as a constant where the walk is unrolled: its masks and offsets fold at compile time too
+    KK = UNROLL if UNROLL > 0 else K
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    row_ok = rows < N
+    row_start = rows.to(tl.int64) * KK                     # int64: N * K passes 2**31 for the LM head
+    w, up = weight_tiles(w_ptr, up_w_ptr, row_start, row_ok, 0, KK, GATED, BLOCK_K)     # the first step's
+    if PDL:
+        pdl_wait()              # from here on x and the conv state are the previous kernels' stores
+    if CONV:    # the conv's state and taps depend on no output: loaded before the walk
         conv_rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
         window, conv_w = conv_window_load(conv_state_ptr, conv_w_ptr, conv_rows, C, KC)
-    # BEGIN EXERCISE: BLOCK_N rows of W;
-    #   fp32 accumulators (one partial sum per lane: acc, acc_up [BLOCK_N, BLOCK_K], sum_sq [BLOCK_K]);
-    #   the walk, one fused_gemv_step per BLOCK_K columns: tl.static_range(0, UNROLL, BLOCK_K) with UNROLL as K
-    #   if UNROLL > 0 (masks and offsets fold), else range(0, K, BLOCK_K);
+    # BEGIN EXERCISE: fp32 accumulators (one partial sum per lane: acc, acc_up [BLOCK_N, BLOCK_K], sum_sq [BLOCK_K]);
+    #   the walk, one fused_gemv_step per BLOCK_K columns, the first with the tiles w, up loaded above, each
+    #   later one with its own weight_tiles: tl.static_range(0, UNROLL, BLOCK_K) if UNROLL > 0 (UNROLL is K:
+    #   masks and offsets fold), else step 0 then range(BLOCK_K, K, BLOCK_K);
     #   then row sums, times rsqrt(sum(x^2) / K + eps) if HAS_NORM, silu(gate) * up if GATED; store
-    raise NotImplementedError("exercise fusion.py, fused_gemv_kernel: not implemented yet")
+    raise NotImplementedError("exercise norm_fusion.py, fused_gemv_kernel: not implemented yet")
     # END EXERCISE
     if CONV:
         tl.debug_barrier()      # every thread's outputs stored before any thread reads them back
@@ -181,106 +206,22 @@ def fused_gemm_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, M, N, K, eps,
     tl.store(y_tile, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
 
 
-@triton.jit
-def gemv_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """One token: y[n] = res[n] + sum_k W[n, k] x[k] for this program's BLOCK_N rows; y may be res."""
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    # BEGIN EXERCISE: the residual loaded first (as fp32), then the fp32 row sums (gemv_rows over [0, K));
-    #   their sum stored in y's dtype
-    raise NotImplementedError("exercise fusion.py, gemv_residual_kernel: not implemented yet")
-    # END EXERCISE
-
-
-@triton.jit
-def gated_norm_gemv_residual_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, res_ptr, y_ptr, N, K, sx, sz, eps,
-                                    DV: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Token t = program_id(1): y[t, n] = res[t, n] + sum_k W[n, k] g[k], where g = the gated RMSNorm of the
-    delta rule's output x [K = heads * DV]: per head x / rms(x) * nw * silu(z). BLOCK_K is a multiple of
-    DV, so every head lies in one tile and its statistic is computed where it is used."""
-    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
-    t = tl.program_id(1).to(tl.int64)
-    row_ok = rows < N
-    row_start = w_ptr + rows.to(tl.int64) * K
-    cols = tl.arange(0, BLOCK_K)
-    # BEGIN EXERCISE: per K tile: x and z as fp32; x reshaped [BLOCK_K // DV, DV] to normalise each head by its own rms;
-    #   times nw[k % DV] and silu(z); fp32 products with the weight tile;
-    #   after the loop the row sums plus the residual, stored in y's dtype
-    raise NotImplementedError("exercise fusion.py, gated_norm_gemv_residual_kernel: not implemented yet")
-    # END EXERCISE
-
-
-@triton.jit
-def gemm_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, M, N, K,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """Several tokens: y[M, N] = res[M, N] + x[M, K] @ W[N, K].T, one BLOCK_M x BLOCK_N tile per program."""
-    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
-    # BEGIN EXERCISE: the fp32 tile (linear_tile), plus the residual tile loaded as fp32, stored in y's dtype
-    raise NotImplementedError("exercise fusion.py, gemm_residual_kernel: not implemented yet")
-    # END EXERCISE
-
-
-@triton.jit
-def qk_norm_rope_cache_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_ptr, pos_ptr, q_out_ptr,
-                              k_cache_ptr, v_cache_ptr, sq_t, sq_h, sk_t, sk_h, sv_t, sv_h,
-                              H, KV, D, half, num_positions, max_len, eps,
-                              BLOCK_D: tl.constexpr):
-    """Program (t, r): head r of token t. r < H: query head r, normalised and rotated into q_out[t, r].
-    Else key head r - H: normalised, rotated and stored in the cache row pos[t], its v row beside it."""
-    t, r = tl.program_id(0), tl.program_id(1)
-    is_q = r < H
-    d = tl.arange(0, BLOCK_D)
-    in_row = d < D
-    rot = d < 2 * half                                           # the rotary dims
-    partner = tl.where(d < half, d + half, d - half)             # rotate-half: (i, i + half) pairs
-    pos = tl.load(pos_ptr + t).to(tl.int64)
-    kv = r - H
-    # BEGIN EXERCISE: the head's row (q's or k's, strided) and its rotation partners as fp32;
-    #   RMSNorm with (1 + w) (q_norm's or k_norm's weight);
-    #   y = n * cos + sign * n[partner] * sin on the rotary dims (sign -1 in the first half), n elsewhere;
-    #   q: store to q_out[t, r]; k: store to k_cache[pos, kv], copy v[t, kv] to v_cache[pos, kv]
-    #   (only for 0 <= pos < max_len)
-    raise NotImplementedError("exercise fusion.py, qk_norm_rope_cache_kernel: not implemented yet")
-    # END EXERCISE
-
-
-@triton.jit
-def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, s0_ptr, o_ptr, st_ptr,
-                           T, sq, sk, sv, sa, sb, q_scale, eps, H: tl.constexpr, HV: tl.constexpr,
-                           DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                           HAS_S0: tl.constexpr, QK_NORM: tl.constexpr):
-    """Chapter 15's recurrent kernel reading the gates' inputs: per token, beta = sigmoid(b) and
-    g = -exp(A_log) * softplus(a + dt_bias) of its value head, computed in fp32 where they are used.
-    QK_NORM: q and k arrive as the conv left them, and are L2-normalised here (q also scaled by q_scale)."""
-    hv = tl.program_id(0)                      # value head
-    h = hv // (HV // H)                        # the key head it reads
-    rk = tl.arange(0, BK)
-    rv = tl.program_id(1) * BV + tl.arange(0, BV)
-    mk, mv = rk < DK, rv < DV
-    state = hv * DK * DV + rk[:, None] * DV + rv[None, :]   # [BK, BV] offsets into [HV, DK, DV]
-    smask = mk[:, None] & mv[None, :]
-    # BEGIN EXERCISE: the head's A_log and dt_bias once (fp32); S as in chapter 15;
-    #   per token t: q and k (QK_NORM: each divided by sqrt(its sum of squares + eps), q times q_scale),
-    #   beta and g from b[t, hv] and a[t, hv], then delta_rule_step; store o and finally S
-    raise NotImplementedError("exercise fusion.py, recurrent_gates_kernel: not implemented yet")
-    # END EXERCISE
-
-
 MAX_UNROLLED_STEPS = 8      # the longest walk along K the fused GEMV unrolls
 
 
 def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = False,
-                      gated: bool = False, conv: bool = False) -> dict:
+                      gated: bool = False, conv: bool = False, pdl: bool = False) -> dict:
     """Launch parameters of the fused GEMV for an [N, K] weight (gated: N rows in each of two weights).
 
-    Without the norm, chapter 05's GEMV: two rows per program, K = 1024 in one step, narrower steps when
-    there are programs enough to fill every SM many times (the LM head). With the norm every program also
-    reads (1 + w) and squares x, so more rows share that work: four rows (eight when gated) in steps of 256.
-    The walk along K is unrolled (UNROLL) up to MAX_UNROLLED_STEPS steps, except with the conv's step as
-    the epilogue (`conv=True`), where the unrolled kernel's registers no longer let its programs fit on the
-    SMs at once. Measured: `lab/gemv_sweep.py`, `lab/unrolled_gemv_probe.py`. Under the CPU interpreter,
-    64 x 64 tiles, so small shapes still take several K steps.
+    Chapter 05's config without the norm; with it, four rows a program (eight gated) in steps of 256, to
+    share the norm's extra loads (`lab/gemv_sweep.py`). The walk along K unrolled up to MAX_UNROLLED_STEPS
+    steps, but not with the conv's epilogue: its registers (`lab/unrolled_gemv_probe.py`). Under the CPU
+    interpreter 64 x 64 tiles, so small shapes still take several K steps.
+    With PDL the whole walk is one step (`triton_helpers.pdl_gemv_config`): every weight load is issued
+    before the wait (`lab/pdl_chain_probe.py`).
     """
+    if pdl and not interpreted and helpers.pdl_gemv_config(K):
+        return {**helpers.pdl_gemv_config(K), "UNROLL": K}
     if interpreted:
         cfg = {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4}
     else:
@@ -298,13 +239,10 @@ def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = Fa
 
 
 def fused_gemm_config(M: int, N: int, K: int, gated: bool, dtype: torch.dtype, device: torch.device) -> dict:
-    """Launch parameters of the fused GEMM (tensor-core tiles, every side >= 16).
-
-    Ungated, chapter 05's GEMM tiles, but for N < 4096 (the 1024-row output projections with the residual
-    add at M = 128) 64 x 16 tiles in steps of 256: 128 programs, enough to fill the SMs. Gated, each
-    program holds two accumulators and streams two weight tiles: 64-column tiles and, at prompt lengths
-    near 128, 64-row tiles, so 3584 outputs x 128 tokens make 112 programs for 132 SMs. Pipeline stages
-    are limited by the GPU's shared memory. Measured: `lab/prefill_probe.py`.
+    """Launch parameters of the fused GEMM (tensor-core tiles, every side >= 16): ungated, chapter 05's tiles
+    for its wide matrices (the in-projections); gated (two accumulators, two weight tiles), 64-column tiles,
+    64-row ones near M = 128 (112 programs for 132 SMs). Stages capped by shared memory. Measured:
+    `lab/prefill_probe.py`.
     """
     if device.type != "cuda":   # the interpreter: few, large tiles
         return {"BLOCK_M": min(64, max(16, triton.next_power_of_2(M))), "BLOCK_N": 64, "BLOCK_K": 64,
@@ -315,10 +253,8 @@ def fused_gemm_config(M: int, N: int, K: int, gated: bool, dtype: torch.dtype, d
                {"BLOCK_M": min(64, block_m), "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 4})
     elif M >= 256:
         cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
-    elif N >= 4096:
+    else:
         cfg = {"BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 8, "num_stages": 4}
-    else:   # the 1024-row out-projections + residual: thinner tiles, longer K steps (see the docstring)
-        cfg = {"BLOCK_M": min(64, block_m), "BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3}
     weight_tiles = 2 if gated else 1
     stage_bytes = (cfg["BLOCK_M"] + weight_tiles * cfg["BLOCK_N"]) * cfg["BLOCK_K"] * dtype.itemsize
     cfg["num_stages"] = max(1, min(cfg["num_stages"], _max_shared_memory(device.index or 0) // stage_bytes))
@@ -345,11 +281,13 @@ def _project(x, weight, up_weight, norm_weight, eps, out, conv=None):
     conv_weight, conv_state = (weight, weight) if conv is None else conv
     C, KC = (0, 4) if conv is None else conv_weight.shape
     if M == 1:
-        cfg = fused_gemv_config(N, K, runtime().interpreted, norm=has_norm, gated=gated, conv=conv is not None)
+        pdl = pdl_args()
+        cfg = fused_gemv_config(N, K, runtime().interpreted, norm=has_norm, gated=gated, conv=conv is not None,
+                                pdl=pdl["PDL"])
         fused_gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
             x2, norm_weight, weight, up_weight, out2, N, K, eps, conv_weight, conv_state, C, HAS_NORM=has_norm,
             GATED=gated, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], CONV=conv is not None, KC=KC,
-            UNROLL=cfg["UNROLL"], num_warps=cfg["num_warps"])
+            UNROLL=cfg["UNROLL"], num_warps=cfg["num_warps"], **pdl)
     else:
         cfg = fused_gemm_config(M, N, K, gated, x.dtype, x.device)
         grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
@@ -498,153 +436,3 @@ def residual_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
         x, residual, weight, h_out, out, rows, dim, eps, BLOCK_M=block_m, BLOCK_D=block_d,
         num_warps=num_warps)
     return h_out, out
-
-
-def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor,
-                    out: torch.Tensor | None = None) -> torch.Tensor:
-    """`residual + x @ weight.T` in one kernel: o_proj / out_proj / down and the residual add after them.
-
-    x:        [..., K] float, contiguous, the weight's dtype (the attention's or DeltaNet's output, or the
-              SwiGLU's)
-    weight:   [N, K] row-major (1024 x 2048, 1024 x 3584)
-    residual: [..., N], the residual stream (the model dtype, or fp32 in fp16 mode), contiguous
-    out:      optional [..., N] buffer in residual's dtype; `out=residual` updates the stream in place
-    The projection is summed in fp32 and added to the stream before the one rounding to the stream's
-    dtype (the unfused pair rounds the projection to x's dtype first).
-    """
-    K = validate.projection(x, weight, "weight")
-    N = weight.shape[0]
-    validate.tensor(residual, "residual", dtype=validate.FLOATS, shape=(*x.shape[:-1], N))
-    device = validate.same_device(x=x, weight=weight, residual=residual)
-    out = validate.output(out, "out", tuple(residual.shape), residual.dtype, device)
-    x2, r2, out2 = x.reshape(-1, K), residual.view(-1, N), out.view(-1, N)       # [M, K], [M, N], [M, N]
-    M = x2.shape[0]
-    if M == 0:
-        return out
-    if M == 1:
-        cfg = fused_gemv_config(N, K, runtime().interpreted)
-        gemv_residual_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
-            x2, weight, r2, out2, N, K, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-            num_warps=cfg["num_warps"])
-    else:
-        cfg = fused_gemm_config(M, N, K, False, x.dtype, x.device)
-        grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
-        gemm_residual_kernel[grid](x2, weight, r2, out2, M, N, K, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-                                   BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
-                                   num_stages=cfg["num_stages"])
-    return out
-
-
-def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
-                       k_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor,
-                       k_cache: torch.Tensor, v_cache: torch.Tensor, eps: float = 1e-6,
-                       out: torch.Tensor | None = None) -> torch.Tensor:
-    """q_norm, k_norm, RoPE on q and k, and the KV cache write: five kernels of chapters 06-08 in one.
-
-    q:                [T, heads, head_dim] (a view of the projection's output: each head contiguous)
-    k, v:             [T, kv_heads, head_dim], likewise
-    q_weight, k_weight: [head_dim], the norms' offsets from 1
-    cos, sin:         [positions, rotary_dim] tables (`reference.rope_cache`), rotary_dim <= head_dim
-    pos:              [T] int positions in device memory (the cache rows; within the tables)
-    k_cache, v_cache: [max_len, kv_heads, head_dim] in k's dtype, updated in place
-    out:              optional [T, heads, head_dim] buffer for the rotated q (q's dtype)
-    returns out. One program per (token, head): its row normalised in fp32, rotated, stored once.
-    """
-    validate.tensor(q, "q", dtype=validate.FLOATS, ndim=3, contiguous=False)
-    T, H, D = q.shape
-    validate.tensor(k, "k", dtype=q.dtype, ndim=3, contiguous=False)
-    KV = k.shape[1]
-    validate.tensor(k, "k", shape=(T, KV, D), contiguous=False)
-    validate.tensor(v, "v", dtype=q.dtype, shape=(T, KV, D), contiguous=False)
-    for x, name in ((q, "q"), (k, "k"), (v, "v")):
-        if x.stride(2) != 1:
-            raise ValueError(f"{name} must be contiguous within each head (stride 1 on the last dim), got "
-                             f"strides {x.stride()}")
-    _check_norm(q_weight, D, eps, "q_weight")
-    validate.tensor(k_weight, "k_weight", dtype=q_weight.dtype, shape=(D,))
-    validate.tensor(cos, "cos", dtype=validate.FLOATS, ndim=2)
-    validate.tensor(sin, "sin", dtype=cos.dtype, shape=tuple(cos.shape))
-    num_positions, rotary_dim = cos.shape
-    if rotary_dim % 2 or not 0 < rotary_dim <= D:
-        raise ValueError(f"cos/sin have rotary_dim {rotary_dim}; it must be even and in [2, head_dim = {D}]")
-    validate.tensor(pos, "pos", dtype=validate.INTS, shape=(T,))
-    validate.tensor(k_cache, "k_cache", dtype=k.dtype, ndim=3)
-    max_len = k_cache.shape[0]
-    validate.tensor(k_cache, "k_cache", shape=(max_len, KV, D))
-    validate.tensor(v_cache, "v_cache", dtype=v.dtype, shape=(max_len, KV, D))
-    device = validate.same_device(q=q, k=k, v=v, q_weight=q_weight, k_weight=k_weight, cos=cos, sin=sin,
-                                  pos=pos, k_cache=k_cache, v_cache=v_cache)
-    validate.device_range(pos, 0, min(num_positions, max_len) - 1, "position", "beyond the cache or the cos/sin table")
-    out = validate.output(out, "out", (T, H, D), q.dtype, device)
-    if T == 0:
-        return out
-    qk_norm_rope_cache_kernel[(T, H + KV)](
-        q, k, v, q_weight, k_weight, cos, sin, pos, out, k_cache, v_cache, q.stride(0), q.stride(1),
-        k.stride(0), k.stride(1), v.stride(0), v.stride(1), H, KV, D, rotary_dim // 2, num_positions, max_len,
-        eps, BLOCK_D=triton.next_power_of_2(D), num_warps=max(1, min(4, triton.next_power_of_2(D) // 64)))
-    return out
-
-
-def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, a: torch.Tensor,
-                                     b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
-                                     initial_state: torch.Tensor | None = None, out: torch.Tensor | None = None,
-                                     final_state: torch.Tensor | None = None, block_v: int = 16,
-                                     qk_norm: bool = False, eps: float = 1e-6):
-    """The DeltaNet gates (chapter 14) inside the recurrent delta rule (chapter 15): one kernel for two.
-
-    q, k [T, H, DK], v [T, HV, DV] as `gated_delta_rule_recurrent` takes them (each token's heads
-    contiguous); a, b [T, HV]: in_proj_a's and in_proj_b's outputs (each token's row contiguous);
-    A_log, dt_bias [HV]; initial_state [HV, DK, DV] fp32 or None; final_state may be initial_state
-    (updated in place). returns (out [T, HV, DV] in v's dtype, final_state fp32). beta and g never
-    reach memory. qk_norm: q and k come straight from the conv (`rms_norm_linear_conv`): each head is
-    L2-normalised here (eps inside the root), q also scaled by DK ** -0.5, as `conv1d_l2norm_*` would.
-    One warp per [DK, 16] slice of the state: with the norms' reductions it beats four warps
-    (`lab/decode_small_sweep.py`).
-    """
-    T, H, HV, DK, DV, _, out, final_state = validate.delta_rule_gate_inputs(   # chapter 15's head-size limit
-        q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, max_head_dim=256)
-    if block_v not in (4, 8, 16, 32, 64):
-        raise ValueError(f"block_v must be 4, 8, 16, 32 or 64, got {block_v}")
-    if qk_norm and not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
-    recurrent_gates_kernel[(HV, triton.cdiv(DV, block_v))](
-        q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, T, q.stride(0), k.stride(0),
-        v.stride(0), a.stride(0), b.stride(0), DK ** -0.5, eps, H=H, HV=HV, DK=DK, DV=DV,
-        BK=max(16, triton.next_power_of_2(DK)), BV=block_v, HAS_S0=initial_state is not None,
-        QK_NORM=bool(qk_norm), num_warps=1)
-    return out, final_state
-
-
-def gated_norm_linear_residual(x: torch.Tensor, z: torch.Tensor, norm_weight: torch.Tensor,
-                               weight: torch.Tensor, residual: torch.Tensor, eps: float = 1e-6,
-                               out: torch.Tensor | None = None) -> torch.Tensor:
-    """The DeltaNet output at decode in one kernel: gated RMSNorm (chapter 17), out_proj, residual add.
-
-    x:           [T, heads, DV], the delta rule's output; DV a power of two (128)
-    z:           [T, heads, DV], the output gate (a view of in_proj's output: each token's row contiguous)
-    norm_weight: [DV], the gated norm's plain scale
-    weight:      [N, heads * DV] (out_proj, 1024 x 2048), x's dtype
-    residual:    [T, N], the stream; out: optional [T, N] in residual's dtype (`out=residual`: in place)
-    Made for one token: each token is a row of the grid that reads the whole weight (the engine keeps the
-    separate kernels for prompts).
-    """
-    validate.tensor(x, "x", dtype=validate.FLOATS, ndim=3)
-    T, HV, DV = x.shape
-    if DV & (DV - 1):
-        raise ValueError(f"x's head dim {DV} must be a power of two (the kernel splits a tile into heads)")
-    validate.tensor(z, "z", dtype=x.dtype, shape=(T, HV, DV), contiguous=False)
-    validate.token_rows(z, "z")
-    _check_norm(norm_weight, DV, eps)
-    K = validate.projection(x.view(T, HV * DV), weight, "weight")                     # [T, heads * DV]
-    N = weight.shape[0]
-    validate.tensor(residual, "residual", dtype=validate.FLOATS, shape=(T, N))
-    device = validate.same_device(x=x, z=z, norm_weight=norm_weight, weight=weight, residual=residual)
-    out = validate.output(out, "out", (T, N), residual.dtype, device)
-    if T == 0:
-        return out
-    cfg = fused_gemv_config(N, K, runtime().interpreted)
-    block_k = max(cfg["BLOCK_K"], DV)                                                 # whole heads per tile
-    gated_norm_gemv_residual_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), T)](
-        x, z, norm_weight, weight, residual, out, N, K, HV * DV, z.stride(0), eps, DV=DV,
-        BLOCK_N=cfg["BLOCK_N"], BLOCK_K=block_k, num_warps=max(1, min(16, cfg["BLOCK_N"] * block_k // 512)))
-    return out
