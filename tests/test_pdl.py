@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tritonllm_course import kernels, runtime as runtime_module
-from tritonllm_course.runtime import pdl_args, programmatic_launches
+from tritonllm_course import kernels
+from tritonllm_course.runtime import pdl_args, pdl_supported, programmatic_launches
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,9 +94,9 @@ def tiny_engine_pair(rt):
     def make(level):
         dtype = torch.float32 if rt.mode == "interpreter" else torch.bfloat16
         return tuple(Engine.random(TINY, dtype=dtype, device=rt.device, seed=0, max_seq_len=64, level=level,
-                                   pdl=pdl if rt.mode == "interpreter" or runtime_module.pdl_supported() else False)
+                                   pdl=pdl if rt.mode == "interpreter" or pdl_supported() else False)
                      for pdl in (True, False))
-    if rt.mode == "gpu" and not runtime_module.pdl_supported():
+    if rt.mode == "gpu" and not pdl_supported():
         pytest.skip("this GPU has no programmatic dependent launch (sm_90+)")
     return make
 
@@ -104,7 +104,7 @@ def tiny_engine_pair(rt):
 def test_every_kernel_of_the_fast_decode_step_launches_with_pdl(rt):
     """On a GPU: the names of the kernels one fast-level decode step launches (Triton's launch hook), each a
     kernel that takes PDL: a kernel launched without it ends the overlap where it stands."""
-    if rt.mode != "gpu" or not runtime_module.pdl_supported():
+    if rt.mode != "gpu" or not pdl_supported():
         pytest.skip("needs an sm_90+ GPU")
     import triton
     from tritonllm_course.config import QWEN35_0_8B

@@ -10,7 +10,7 @@ from ..reference.fusion import (gated_delta_rule_chunked_gates, gated_delta_rule
                                 gated_norm_linear_residual, linear_residual, qk_norm_rope_cache)
 from ..reference.rope import rope_cache
 from . import Edge, implement, tensor_bytes
-from .common import HUGE_SCALE, TINY_SCALE, scaled
+from .common import HUGE_SCALE, TINY_SCALE, scaled, sized
 from .delta_rule import make_inputs as delta_rule_inputs, make_out as delta_rule_out
 from .norm_fusion import PROMPT, _at, _in_place, _norm_edges_of, _norm_weight, _randn
 
@@ -179,6 +179,8 @@ implement(
     flops=lambda inp: 2 * inp["x"].numel() * inp["weight"].shape[0],
     # a zero head needs eps; tiny and huge x: mean(x^2) near eps, squares past fp16's range
     edges=_at({"N": 70}, [_in_place("a zero head", ("x",), lambda x, dtype: x[0, 1].zero_()),
-                          scaled("x", "tiny scale", TINY_SCALE), scaled("x", "huge scale", HUGE_SCALE)]),
+                          scaled("x", "tiny scale", TINY_SCALE), scaled("x", "huge scale", HUGE_SCALE)])
+    # on a GPU the real K (2048) is one tile of the walk: 20 heads make two
+    + [sized("a walk along K of two tiles", {"heads": 20, "N": 40})],
     dims={"out": ("token", "column")},
 )
