@@ -127,8 +127,12 @@ def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias
                            HAS_S0: tl.constexpr, QK_NORM: tl.constexpr, PDL: tl.constexpr = False):
     """Chapter 15's recurrent kernel reading the gates' inputs: per token, beta = sigmoid(b) and
     g = -exp(A_log) * softplus(a + dt_bias) of its value head, computed in fp32 where they are used.
-    QK_NORM: q and k arrive as the conv left them, and are L2-normalised here (q also scaled by q_scale)."""
-    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
+    QK_NORM: q and k arrive as the conv left them, and are L2-normalised here (q also scaled by q_scale).
+    PDL (chapter 18): the gates' parameters and the initial state are loaded before the wait. The engine's
+    state is only written by this kernel, in the step before, and a step starts when the one before has
+    finished: with PDL, s0 must not be the output of a kernel of the same step."""
+    if PDL:
+        pdl_launch_dependents()
     hv = tl.program_id(0)                      # value head
     h = hv // (HV // H)                        # the key head it reads
     rk = tl.arange(0, BK)
@@ -136,9 +140,18 @@ def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias
     mk, mv = rk < DK, rv < DV
     state = hv * DK * DV + rk[:, None] * DV + rv[None, :]   # [BK, BV] offsets into [HV, DK, DV]
     smask = mk[:, None] & mv[None, :]
-    # BEGIN EXERCISE: the head's A_log and dt_bias once (fp32); S as in chapter 15;
-    #   per token t: q and k (QK_NORM: each divided by sqrt(its sum of squares + eps), q times q_scale),
-    #   beta and g from b[t, hv] and a[t, hv], then delta_rule_step; store o and finally S
+    # the head's gate parameters (fp32) and its state slice: what no kernel of the step writes
+    decay_rate = -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32))
+    dt_bias = tl.load(dt_bias_ptr + hv).to(tl.float32)
+    if HAS_S0:
+        S = tl.load(s0_ptr + state, mask=smask, other=0.0)
+    else:
+        S = tl.zeros([BK, BV], dtype=tl.float32)
+    if PDL:
+        pdl_wait()              # from here on q, k, v, a and b are the previous kernels' stores
+    # BEGIN EXERCISE: per token t: q and k (QK_NORM: each divided by sqrt(its sum of squares + eps), q times
+    #   q_scale), beta and g (decay_rate, dt_bias above) from b[t, hv] and a[t, hv], then delta_rule_step on S;
+    #   store o and finally S
     raise NotImplementedError("exercise layer_fusion.py, recurrent_gates_kernel: not implemented yet")
     # END EXERCISE
 

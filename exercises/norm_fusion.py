@@ -314,7 +314,7 @@ def _split_merged(gate_up_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
 
 def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
                     out: torch.Tensor | None = None) -> torch.Tensor:
-    """`linear(rms_norm(x, norm_weight, eps), weight)` in one kernel: ln1 + qkv_proj, ln2 + gate/up.
+    """`linear(rms_norm(x, norm_weight, eps), weight)` in one kernel: ln1 + in_proj, ln2 + gate/up.
 
     x:           [..., K] float (one token [1, 1024] at decode), contiguous, weight's dtype
     norm_weight: [K], the zero-centred norm's offset from 1 (any float dtype)

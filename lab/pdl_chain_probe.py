@@ -22,24 +22,24 @@ input before the wait, after a slow producer, reads stale data (the number of st
 Last, the real kernels: the engine's fast decode step of Qwen3.5-0.8B (random weights, 128 cached tokens,
 its CUDA graph) without PDL and with it at several (rows, weights per thread) of the whole-tile GEMVs.
 Result: NVIDIA H200, 2026-12-02 (lab/results/pdl_chain_probe_nvidia-h200_2026-12-02.json; the SASS in
-lab/results/pdl_chain_probe_nvidia-h200_2026-12-02_sass_K{1024,3584}.txt). Copy ceiling 4,263 GB/s, so the
-chain's 1.44 GB take at least 338 us. Without PDL the best tile is 2 rows on 4 warps, 530 us (64% of the
-ceiling); a whole tile of 4 or more rows is slower without PDL (616-770 us). With the recipe (mode 1):
-4 rows on 2 warps 430 us (79%), 4 on 4 warps 436 us (78%), 8 on 4 458 us, 16 on 8 482 us, 2 on 4 500 us.
+lab/results/pdl_chain_probe_nvidia-h200_2026-12-02_sass_K{1024,3584}.txt). Copy ceiling 4,238 GB/s, so the
+chain's 1.44 GB take at least 340 us. Without PDL the best tile is 2 rows on 4 warps, 528 us (64% of the
+ceiling); a whole tile of 4 or more rows is slower without PDL (617-775 us). With the recipe (mode 1):
+4 rows on 2 warps 428 us (79%), 4 on 4 warps 432 us (79%), 8 on 4 456 us, 16 on 8 480 us, 2 on 4 501 us.
 At 4 rows on 4 warps: the wait first (mode 2) 596 us, the weights before the wait without the early
-trigger (mode 3) 475 us. Every mode's output is bit-identical to mode 0's. SASS: the trigger is `PREEXIT`,
+trigger (mode 3) 472 us. Every mode's output is bit-identical to mode 0's. SASS: the trigger is `PREEXIT`,
 the wait `ACQBULK`; at K = 1024 all 4 of a thread's weight loads (`LDG.E.128`) sit before `ACQBULK` and
 the x load after it, at K = 3584 all 16 before and the 4 x loads after (the PTX's order is the same): the
 compiler keeps them where the source puts them. Read before the wait, 19,456 of 20,480 outputs were
-stale; after it, none. The engine's decode step at 128 cached tokens: 692 us a token without PDL, 671 us
-with it at 4 rows and 32 weights a thread (16: 704; 64: 702; 2 rows: 683; 8 rows: 696), its tokens
+stale; after it, none. The engine's decode step at 128 cached tokens: 690 us a token without PDL, 663 us
+with it at 4 rows and 32 weights a thread (16: 699; 64: 677; 2 rows: 671; 8 rows: 695), its tokens
 identical to the same kernels launched without the overlap.
 Verdict: adopted: every kernel of the engine's decode step takes PDL (`Engine(pdl=...)`,
 tritonllm_course/engine/engine.py; on by default on sm_90+), the decode GEMVs of solutions/norm_fusion.py
 and solutions/layer_fusion.py hold their whole tile at 4 rows and 32 weights a thread
-(`triton_helpers.pdl_gemv_config`). On the chain PDL gains 19%; in the engine 3% at 128 cached tokens
-and 7% at 4,096 (results/engine_nvidia-h200_2026-12-02_pdl/): the GEMVs there follow kernels that wait
-at their top (the attention, the recurrence), which the recipe does not shorten.
+(`triton_helpers.pdl_gemv_config`), the recurrence loads its state before the wait. On the chain PDL
+gains 19%; in the engine 4% at 128 cached tokens and 9% at 4,096 (results/engine_nvidia-h200_2026-12-02_pdl/):
+the kernels that wait at their top (the attention, the sampling) and the LM head keep their gaps.
 """
 import subprocess
 import tempfile
@@ -117,16 +117,19 @@ def graph_us(fn, replays=50, runs=5) -> float:
         fn()
     for _ in range(5):
         graph.replay()
-    times = []
-    for _ in range(runs):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record()
-        for _ in range(replays):
-            graph.replay()
-        e1.record()
-        torch.cuda.synchronize()
-        times.append(e0.elapsed_time(e1) * 1e3 / replays)
-    return sorted(times)[runs // 2]
+    times = sorted(events_us(graph.replay, replays) for _ in range(runs))
+    return times[runs // 2]
+
+
+def events_us(fn, n: int) -> float:
+    """us per fn() over n calls queued back to back, timed by CUDA events."""
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(n):
+        fn()
+    e1.record()
+    torch.cuda.synchronize()
+    return e0.elapsed_time(e1) * 1e3 / n
 
 
 def sass_of(compiled) -> list[str]:
@@ -200,13 +203,7 @@ def engine_decode_us(pdl: bool, tile: tuple[int, int], context: int = 128, token
     engine.prefill(prompt.tolist())
     for _ in range(8):
         engine.decode()
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(tokens):
-        engine.decode()
-    e1.record()
-    torch.cuda.synchronize()
-    us = e0.elapsed_time(e1) * 1e3 / tokens
+    us = events_us(engine.decode, tokens)
     del engine
     torch.cuda.empty_cache()
     return {"us_per_token": us, "tokens": ids, "tokens_equal_without_overlap": same}

@@ -196,10 +196,8 @@ BUGS = [
         (("v = tl.load(v_ptr + t * sv + hv * DV + rv", "v = tl.load(v_ptr + t * sq + hv * DV + rv"),)),
     Bug("gated_delta_recurrent_gates", LF, "the initial state ignored",
         (("    if HAS_S0:\n        S = tl.load(s0_ptr + state, mask=smask, other=0.0)\n    else:\n"
-          "        S = tl.zeros([BK, BV], dtype=tl.float32)\n    for t in range(T):\n"
-          "        q = tl.load(q_ptr + t * sq + h * DK",
-          "    S = tl.zeros([BK, BV], dtype=tl.float32)\n    for t in range(T):\n"
-          "        q = tl.load(q_ptr + t * sq + h * DK"),)),
+          "        S = tl.zeros([BK, BV], dtype=tl.float32)\n    if PDL:",
+          "    S = tl.zeros([BK, BV], dtype=tl.float32)\n    if PDL:"),)),
     Bug("gated_delta_recurrent_gates", LF, "q not scaled after its norm",
         (("q = q * (tl.rsqrt(tl.sum(q * q, axis=0) + eps) * q_scale)",
           "q = q * tl.rsqrt(tl.sum(q * q, axis=0) + eps)"),)),
@@ -273,7 +271,7 @@ BUGS = [
     *(Bug(slot, A, "pruning leaves no config when every BLOCK_K is wider than K",
           (('widest = max(triton.next_power_of_2(K), min(c.kwargs["BLOCK_K"] for c in configs))\n    fit =',
             "widest = triton.next_power_of_2(K)\n    fit ="),))
-      for slot in ("qkv_proj.autotuned", "mlp_down_proj.autotuned")),
+      for slot in ("in_proj.autotuned", "down.autotuned")),
 ]
 
 BUGS = out_of_bounds(BUGS, "no K mask on x in the GEMV step", "GEMV: no mask on the residual", "GEMM: no column mask",

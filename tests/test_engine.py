@@ -168,7 +168,7 @@ def test_ops_table_and_one_decode_step(model):
     table = str(engine.ops)
     for step in STEPS:
         assert step.name in table
-    assert "qkv_proj.prefill" in table and "gated_delta_recurrent" in table and "engine.advance_positions" in table
+    assert "in_proj.prefill" in table and "gated_delta_recurrent" in table and "engine.advance_positions" in table
     launched = "decode step launched op by op" + ("" if engine.device.type == "cuda" else " (no CUDA here)")
     assert launched in engine.summary() and "cache (KV + DeltaNet states)" in engine.summary()
     engine.prefill(PROMPT)
@@ -178,14 +178,14 @@ def test_ops_table_and_one_decode_step(model):
     c = TINY
     per_layer = {"linear_attention": 13, "full_attention": 16}
     assert len(calls) == sum(per_layer[k] for k in c.layer_types) + 5   # + embed, norm, head, argmax, advance
-    assert calls.count("qkv_proj") == c.num_hidden_layers and "qkv_proj.prefill" not in calls
+    assert calls.count("in_proj") == c.num_hidden_layers and "in_proj.prefill" not in calls
     assert torch.equal(engine.counters.steps, before + 1)              # position, length, seed advanced
     assert set(slot_names()) >= {s for st in STEPS for s in (st.prefill, st.decode) if s}
 
 
 def test_sampling_is_seeded_through_the_sampling_kernel(model):
     _, ref = model
-    engine = reference_engine(ref, max_seq_len=40, sources={"argmax_sample.sample": "solutions"})
+    engine = reference_engine(ref, max_seq_len=40, sources={"sample": "solutions"})
     kw = dict(greedy=False, temperature=1.5, top_k=50, top_p=0.95, eos_token_id=None)
     a = engine.generate(PROMPT, 6, seed=1, **kw)
     assert a == engine.generate(PROMPT, 6, seed=1, **kw)

@@ -189,9 +189,9 @@ def test_bad_levels_and_slots_are_named(model):
     ref, _ = model
     with pytest.raises(ValueError, match="level must be one of"):
         Engine.from_model(ref, max_seq_len=8, level="fastest")
-    with pytest.raises(KeyError, match="level 'fused' has no slot \\['swish_mult.merged'\\]"):
+    with pytest.raises(KeyError, match="level 'fused' has no slot \\['swiglu.merged'\\]"):
         Engine.from_model(ref, max_seq_len=8, level="fused", default_source="reference",
-                          sources={"swish_mult.merged": "solutions"})
+                          sources={"swiglu.merged": "solutions"})
 
 
 def test_bench_systems_levels_and_kernel_column(tmp_path):
@@ -207,7 +207,7 @@ def test_bench_systems_levels_and_kernel_column(tmp_path):
     assert "| kernels |" in bench.markdown(result) and "| 317 |" in bench.markdown(result)
     result["levels"] = bench.levels_markdown()
     md = bench.markdown(result)
-    assert "| o_proj | `attn_out_proj.prefill` / `attn_out_proj` | `attn_out_proj.prefill` / `splitk_gemv` |" in md
+    assert "| o_proj | `out_proj.prefill` / `out_proj` | `out_proj.prefill` / `splitk_gemv` |" in md
     assert "| ln2 | `ln2` / `ln2` | `ln2` / - |" in md
     assert "| mlp | - | `fused_gate_up_silu.merged` / `fused_gate_up_silu.ln2` |" in md
 

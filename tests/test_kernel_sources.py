@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_sources_line_counts_what_was_loaded():
-    used = {"ln1": "auto: exercises", "ln2": "exercises", "embedding_lookup": "auto: solutions",
-            "qkv_proj": "solutions", "logits_head": "solutions"}
+    used = {"ln1": "auto: exercises", "ln2": "exercises", "embedding": "auto: solutions",
+            "in_proj": "solutions", "lm_head": "solutions"}
     assert kernels.sources_line(used) == "kernels: 3 solutions, 2 exercises (ln1, ln2)"
     assert kernels.sources_line({"ln1": "exercises"}) == "kernels: 1 exercises"
 
@@ -41,9 +41,9 @@ def test_the_engine_runs_a_filled_exercise_by_default(course_copy, monkeypatch):
     exercise.write_text(filled(exercise.read_text(), (ROOT / "solutions" / "embedding.py").read_text()))
     monkeypatch.delenv("TRITONLLM_KERNELS")
     used = OpTable(sources={"ln1": "reference"}).sources()
-    assert used["embedding_lookup"] == "auto: exercises" and used["ln2"] == "auto: solutions"
+    assert used["embedding"] == "auto: exercises" and used["ln2"] == "auto: solutions"
     line = kernels.sources_line(used)
-    assert line.startswith("kernels: ") and "1 exercises (embedding_lookup)" in line and "1 reference (ln1)" in line
+    assert line.startswith("kernels: ") and "1 exercises (embedding)" in line and "1 reference (ln1)" in line
 
 
 def test_generate_with_unfilled_exercises_selected_says_which(capsys, monkeypatch):

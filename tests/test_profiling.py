@@ -31,14 +31,14 @@ def test_bytes_per_token_item_by_item():
     assert b["q_norm"] + b["k_norm"] == 6 * 1_024
     assert b["gate_up"] + b["down"] == 24 * 22_020_096
     assert b["ln1"] + b["ln2"] == 24 * 4_096
-    assert b["final_norm"] == b["embed"] == 2_048
+    assert b["final_norm"] == b["embedding"] == 2_048
     assert b["lm_head"] == 508_559_360 + 496_640                               # the table; logits written
     assert b["delta_rule"] == 37_748_736
     assert b["kv_write"] == 12_288 and b["attention"] == 12_288 * 100
     weights = sum(b.values()) - b["delta_rule"] - 1_769_472 - 496_640 - b["kv_write"] - b["attention"]
     assert weights == 1_504_793_280
     slots = P.slot_bytes(QWEN35_0_8B, 100)
-    assert slots["qkv_proj"] == b["attn_in_proj"] + b["dn_in_proj"]
+    assert slots["in_proj"] == b["attn_in_proj"] + b["dn_in_proj"]
     assert slots["ln2"] == b["ln2"] + b["final_norm"]
     assert sum(slots.values()) == sum(b.values()) and P.FOLDED not in slots
 
@@ -54,7 +54,7 @@ def test_fused_slots_count_the_bytes_of_the_steps_they_replace(level):
     else:
         assert slots["fused_rmsnorm_linear"] == b["attn_in_proj"] + b["dn_in_proj"]
     assert slots["fused_gate_up_silu.ln2"] == b["ln2"] + b["gate_up"]
-    assert slots["logits_head"] == b["lm_head"]
+    assert slots["lm_head"] == b["lm_head"]
     folded = b["ln1"] + (b["gates"] + b["gated_norm"] if level == "fast" else 0)
     assert slots[P.FOLDED] == folded < 100_000                                  # norm weights, gate params
     if level == "fast":
@@ -78,27 +78,27 @@ def test_byte_model_follows_the_dtype_and_checks_context():
 def test_expected_calls_of_the_real_model():
     calls = P.expected_calls(QWEN35_0_8B)
     assert sum(calls.values()) == 335            # 24 x 7 + 6 x 9 + 18 x 6 + embed, final norm, head, argmax, advance
-    assert calls["qkv_proj"] == calls["attn_out_proj"] == 24
+    assert calls["in_proj"] == calls["out_proj"] == 24
     assert calls["ln2"] == 25 and calls["qk_norm"] == 12
     assert calls["decode_attention"] == 6 and calls["gated_delta_recurrent"] == 18
-    assert "argmax_sample.sample" not in calls
+    assert "sample" not in calls
     sampled = P.expected_calls(QWEN35_0_8B, sampling=True)
-    assert sampled["argmax_sample.sample"] == 1 and "argmax_sample" not in sampled
+    assert sampled["sample"] == 1 and "argmax" not in sampled
 
 
 def test_traced_calls_match_the_op_table(tiny_engine):
     calls = P.traced_calls(tiny_engine)
     assert Counter(calls) == P.expected_calls(TINY)
-    assert calls[0] == "embedding_lookup" and calls[-2:] == ["argmax_sample", "advance_positions"]
+    assert calls[0] == "embedding" and calls[-2:] == ["argmax", "advance_positions"]
 
 
 def test_slot_kernels(tiny_engine):
     kernels = P.slot_kernels(tiny_engine)
-    for slot in ("qkv_proj", "attn_out_proj", "mlp_gate_up", "mlp_down_proj", "logits_head"):
+    for slot in ("in_proj", "out_proj", "gate_up", "down", "lm_head"):
         assert "gemv_kernel" in kernels[slot]
     assert "decode_attention_kernel" in kernels["decode_attention"]
     assert "output_gate_kernel" not in kernels["decode_attention"]
-    assert {"argmax_partial_kernel", "argmax_merge_kernel"} <= kernels["argmax_sample"]
+    assert {"argmax_partial_kernel", "argmax_merge_kernel"} <= kernels["argmax"]
     mixed = Engine.random(TINY, torch.float32, "cpu", seed=0, max_seq_len=8, sources={"ln1": "reference"})
     assert P.slot_kernels(mixed)["ln1"] == set()
 
@@ -107,12 +107,12 @@ def test_prefill_calls_and_kernels(tiny_engine):
     calls = P.traced_prefill_calls(tiny_engine, prompt_len=5)
     steps = [s.prefill for s in tiny_engine.ops.steps if s.prefill]
     # every layer's prefill slots, then the head: each prefill slot of the table appears, nothing else
-    assert set(calls) <= set(steps) and calls[0] == "embedding_lookup" and "logits_head" in calls
+    assert set(calls) <= set(steps) and calls[0] == "embedding" and "lm_head" in calls
     # at prefill every layer's in-projection is one GEMM (the kernels after it read column views)
-    assert Counter(calls)["qkv_proj.prefill"] == TINY.num_hidden_layers
+    assert Counter(calls)["in_proj.prefill"] == TINY.num_hidden_layers
     assert tiny_engine.length == 0                                      # reset afterwards
     kernels = P.slot_kernels(tiny_engine, "prefill")
-    assert "gemm_kernel" in kernels["qkv_proj.prefill"] and "gemv_kernel" in kernels["logits_head"]
+    assert "gemm_kernel" in kernels["in_proj.prefill"] and "gemv_kernel" in kernels["lm_head"]
     assert "gated_delta_recurrent" not in kernels
     with pytest.raises(ValueError, match="path"):
         P.slot_kernels(tiny_engine, "decoding")
@@ -121,17 +121,17 @@ def test_prefill_calls_and_kernels(tiny_engine):
 
 
 def test_attribute_follows_the_call_order():
-    calls = ["ln1", "qkv_proj", "ln2", "logits_head", "argmax_sample"]
-    per_slot = {"ln1": {"norm"}, "ln2": {"norm"}, "qkv_proj": {"gemv"}, "logits_head": {"gemv"},
-                "argmax_sample": {"partial", "merge"}}
+    calls = ["ln1", "in_proj", "ln2", "lm_head", "argmax"]
+    per_slot = {"ln1": {"norm"}, "ln2": {"norm"}, "in_proj": {"gemv"}, "lm_head": {"gemv"},
+                "argmax": {"partial", "merge"}}
     one = ["norm", "gemv", "norm", "gemv", "partial", "merge"]
     trace = one + ["Memcpy DtoH"] + one
     owners = P.attribute(trace, calls, per_slot, tokens=2)
-    assert owners[:6] == ["ln1", "qkv_proj", "ln2", "logits_head", "argmax_sample", "argmax_sample"]
+    assert owners[:6] == ["ln1", "in_proj", "ln2", "lm_head", "argmax", "argmax"]
     assert owners[6] == P.OTHER and owners[7:] == owners[:6]
     # a kernel whose count does not fit the calls cannot be placed among several slots
     assert P.attribute(["norm"] * 3, calls, per_slot, tokens=2) == [P.OTHER] * 3
-    assert P.attribute(["partial"] * 3, calls, per_slot, tokens=2) == ["argmax_sample"] * 3
+    assert P.attribute(["partial"] * 3, calls, per_slot, tokens=2) == ["argmax"] * 3
 
 
 def test_decode_breakdown_needs_a_gpu(tiny_engine, rt):
@@ -156,14 +156,14 @@ def test_decode_breakdown_on_the_gpu():
         # wall time comes from a run without the profiler, kernel times from the profiled one: 2% slack
         assert run.kernel_us <= 1.02 * run.wall_us, str(run)
         slots = {r["slot"]: r for r in run.slots}
-        assert slots["logits_head"]["calls"] == 1 and slots["qkv_proj"]["calls"] == 24, str(run)
-        assert slots["logits_head"]["GB/s"] > 0
+        assert slots["lm_head"]["calls"] == 1 and slots["in_proj"]["calls"] == 24, str(run)
+        assert slots["lm_head"]["GB/s"] > 0
     assert prof.runs["CUDA graph"].wall_us < prof.runs["launched op by op"].wall_us
     pre = P.prefill_breakdown(engine, prompt_len=40, runs=2)
     assert set(pre) == {"launched op by op", "CUDA graph"}
     for run in pre.values():
         slots = {r["slot"]: r for r in run.slots}
-        assert slots["logits_head"]["calls"] == 1 and run.per == "prompt" and "us per prompt" in str(run)
+        assert slots["lm_head"]["calls"] == 1 and run.per == "prompt" and "us per prompt" in str(run)
         assert 0 < run.kernel_us <= 1.02 * run.wall_us, str(run)
     assert pre["CUDA graph"].wall_us < pre["launched op by op"].wall_us
 

@@ -413,10 +413,10 @@ class Engine:
         """The embedding rows into the stream a.x; in fp16 mode through a.h (the kernel writes the table's
         dtype), then cast: a.h also holds them in fp16 for a norm-folded first projection."""
         if self.wide_stream:
-            op.embed(ids=ids, weight=self.weights.embed, out=a.h)
+            op.embedding(ids=ids, weight=self.weights.embed, out=a.h)
             a.x.copy_(a.h)
         else:
-            op.embed(ids=ids, weight=self.weights.embed, out=a.x)
+            op.embedding(ids=ids, weight=self.weights.embed, out=a.x)
 
     def _norm(self, norm, x, weight, out, wide) -> None:
         """out = norm(x) in the model dtype; in fp16 mode x is the fp32 stream and the kernel writes x's

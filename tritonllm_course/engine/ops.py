@@ -49,9 +49,9 @@ class Step:
 
 
 STEPS = (
-    Step("embed", "model", "embedding_lookup", "embedding_lookup"),
+    Step("embedding", "model", "embedding", "embedding"),
     Step("ln1", "every layer", "ln1", "ln1"),
-    Step("attn_in_proj", "attention layers", "qkv_proj.prefill", "qkv_proj"),
+    Step("attn_in_proj", "attention layers", "in_proj.prefill", "in_proj"),
     Step("q_norm", "attention layers", "qk_norm", "qk_norm"),
     Step("k_norm", "attention layers", "qk_norm", "qk_norm"),
     Step("q_rope", "attention layers", "q_rope", "q_rope"),
@@ -59,23 +59,23 @@ STEPS = (
     Step("kv_write", "attention layers", "cache_kv_write", "cache_kv_write"),
     Step("attention", "attention layers", "prefill_attention", "decode_attention"),
     Step("output_gate", "attention layers", "attn_output_gate", "attn_output_gate"),
-    Step("o_proj", "attention layers", "attn_out_proj.prefill", "attn_out_proj"),
-    Step("dn_in_proj", "DeltaNet layers", "qkv_proj.prefill", "qkv_proj"),
+    Step("o_proj", "attention layers", "out_proj.prefill", "out_proj"),
+    Step("dn_in_proj", "DeltaNet layers", "in_proj.prefill", "in_proj"),
     Step("conv", "DeltaNet layers", "conv1d_l2norm.prefill", "conv1d_l2norm.decode"),
     Step("gates", "DeltaNet layers", "deltanet_gates", "deltanet_gates"),
     Step("delta_rule", "DeltaNet layers", "gated_delta_chunked", "gated_delta_recurrent"),
     Step("gated_norm", "DeltaNet layers", "gated_rmsnorm", "gated_rmsnorm"),
-    Step("out_proj", "DeltaNet layers", "attn_out_proj.prefill", "attn_out_proj"),
+    Step("out_proj", "DeltaNet layers", "out_proj.prefill", "out_proj"),
     Step("attn_residual", "every layer", "attn_residual", "attn_residual"),
     Step("ln2", "every layer", "ln2", "ln2"),
-    Step("gate_up", "every layer", "mlp_gate_up.prefill", "mlp_gate_up"),
-    Step("swiglu", "every layer", "swish_mult.merged", "swish_mult.merged"),
-    Step("down", "every layer", "mlp_down_proj.prefill", "mlp_down_proj"),
+    Step("gate_up", "every layer", "gate_up.prefill", "gate_up"),
+    Step("swiglu", "every layer", "swiglu.merged", "swiglu.merged"),
+    Step("down", "every layer", "down.prefill", "down"),
     Step("mlp_residual", "every layer", "mlp_residual", "mlp_residual"),
     Step("final_norm", "model", "ln2", "ln2"),
-    Step("lm_head", "model", "logits_head", "logits_head"),
-    Step("argmax", "model", "argmax_sample", "argmax_sample"),
-    Step("sample", "sampling", "argmax_sample.sample", "argmax_sample.sample"),
+    Step("lm_head", "model", "lm_head", "lm_head"),
+    Step("argmax", "model", "argmax", "argmax"),
+    Step("sample", "sampling", "sample", "sample"),
     Step("advance", "model", None, "advance_positions"),
 )
 
@@ -203,7 +203,7 @@ class Fusions:
 
     def called(self, path: str) -> set[str]:
         """The steps the engine calls on `path` with these fusions: what a level's table must hold there."""
-        names = {"embed", "attn_in_proj", "attention", "o_proj", "dn_in_proj", "delta_rule", "out_proj", "down",
+        names = {"embedding", "attn_in_proj", "attention", "o_proj", "dn_in_proj", "delta_rule", "out_proj", "down",
                  "lm_head", "argmax", "sample", *(("advance",) if path == "decode" else ())}
         names |= set() if self.norm_into_projection else {"ln1", "ln2"}
         names |= ({"qk_prologue"} if self.rope_cache_write_into_qk_norm
@@ -250,7 +250,7 @@ LEVELS = {
 
 # kernels one call of a slot's course kernel launches, where not one: two-stage reductions (the pieces,
 # then their merge). Greedy decoding; sampling searches its threshold in a few more launches.
-LAUNCHES = {"splitk_gemv": 2, "flash_decoding": 2, "flash_decoding.gated": 2, "argmax_sample": 2}
+LAUNCHES = {"splitk_gemv": 2, "flash_decoding": 2, "flash_decoding.gated": 2, "argmax": 2}
 
 
 # Shapes the course's kernels take at every level: the delta rule keeps a [key dim, value dim] slice of the

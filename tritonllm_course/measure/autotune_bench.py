@@ -137,7 +137,7 @@ def retuning(at, lengths, key: list[str], N: int, K: int, dtype=None) -> dict:
 def _input_sets(N, K, dtype, min_bytes=256 * 2**20):
     """x [1, K], weight [N, K], out [1, N]: enough copies to exceed L2 (the slot's make_inputs)."""
     from .. import slots
-    slot = slots.get("qkv_proj.autotuned")
+    slot = slots.get("in_proj.autotuned")
     gen = torch.Generator(device=_device()).manual_seed(N + K)
     copies = max(1, min(64, math.ceil(min_bytes / (N * K * dtype.itemsize))))
     sets = [slot.make_inputs({"M": 1, "N": N, "K": K}, dtype, _device(), gen) for _ in range(copies)]

@@ -59,7 +59,7 @@ def step_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> dict
     dn_in_rows = c.conv_dim + c.linear_value_dim + 2 * HV                  # merged [qkv | z | b | a]
     conv_state = c.conv_dim * c.linear_conv_kernel_dim * e                 # as many columns as taps
     return {
-        "embed": H * e,
+        "embedding": H * e,
         "ln1": n * H * e,
         "attn_in_proj": na * attn_in_rows * H * e,
         "q_norm": na * c.head_dim * e,
@@ -99,7 +99,7 @@ FOLDED = "(folded into other kernels)"
 
 def slot_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16, steps=STEPS) -> dict[str, int]:
     """`step_bytes` summed per kernel slot of a decode path: `steps` is a level's step table
-    (`engine.ops.LEVELS`), e.g. at the operators level `qkv_proj` = both in-projections.
+    (`engine.ops.LEVELS`), e.g. at the operators level `in_proj` = both in-projections.
 
     A fused step counts the bytes of the steps it replaces (`FUSED_STEP_PARTS`); a step a kernel takes in
     without a row of its own (ln1's weight in the in-projections; at the fast level the gates and the gated

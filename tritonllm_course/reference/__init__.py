@@ -15,7 +15,7 @@ from .fusion import (gate_up_swiglu, gated_delta_rule_recurrent_gates, gated_nor
                      linear_residual, qk_norm_rope_cache, rms_norm_linear)
 from .linear import attention_qkv_proj, deltanet_in_proj, linear, split_query_gate
 from .lm_head import lm_head
-from .mlp import mlp, mlp_gate_up, swiglu, swiglu_merged
+from .mlp import mlp, gate_up, swiglu, swiglu_merged
 from .norms import gated_rms_norm, qk_norm, rms_norm
 from .precision import acc
 from .residual import residual_add, residual_rms_norm

@@ -13,7 +13,7 @@ from .conv1d import conv1d_decode
 from .delta_rule import gated_delta_rule_recurrent
 from .deltanet import deltanet_gates, l2norm_qk
 from .linear import linear
-from .mlp import mlp_gate_up, swiglu, swiglu_merged
+from .mlp import gate_up, swiglu, swiglu_merged
 from .norms import gated_rms_norm, qk_norm, rms_norm
 from .precision import acc
 from .rope import apply_rope
@@ -21,7 +21,7 @@ from .rope import apply_rope
 
 def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
                     eps: float = 1e-6) -> torch.Tensor:
-    """`linear(rms_norm(x, norm_weight), weight)`: ln1 + qkv_proj, ln2 + gate/up in one kernel.
+    """`linear(rms_norm(x, norm_weight), weight)`: ln1 + in_proj, ln2 + gate/up in one kernel.
 
     x: [T, hidden]; norm_weight: [hidden] (zero-centred); weight: [N, hidden]; returns [T, N].
     """
@@ -30,7 +30,7 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
 
 def gate_up_swiglu(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor) -> torch.Tensor:
     """`silu(x @ Wg.T) * (x @ Wu.T)`: the MLP's first half. x: [T, hidden]; weights [I, hidden]; returns [T, I]."""
-    return swiglu(*mlp_gate_up(x, gate_weight, up_weight))
+    return swiglu(*gate_up(x, gate_weight, up_weight))
 
 
 def gate_up_swiglu_merged(x: torch.Tensor, gate_up_weight: torch.Tensor) -> torch.Tensor:

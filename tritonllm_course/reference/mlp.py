@@ -32,7 +32,7 @@ def swiglu_merged(gate_up: torch.Tensor) -> torch.Tensor:
     return swiglu(gate, up)
 
 
-def mlp_gate_up(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor):
+def gate_up(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor):
     """The MLP's two input projections. x: [T, hidden]; weights [I, hidden]; returns gate, up [T, I]."""
     return linear(x, gate_weight), linear(x, up_weight)
 
@@ -40,4 +40,4 @@ def mlp_gate_up(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Ten
 def mlp(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor,
         down_weight: torch.Tensor) -> torch.Tensor:
     """The whole MLP. x: [T, hidden]; gate/up [I, hidden]; down [hidden, I]; returns [T, hidden]."""
-    return linear(swiglu(*mlp_gate_up(x, gate_weight, up_weight)), down_weight)
+    return linear(swiglu(*gate_up(x, gate_weight, up_weight)), down_weight)

@@ -1,8 +1,10 @@
 """Kernel slots: every kernel of the course by name, with what is needed to check and time it.
 
-A slot names one kernel at one place in the model: its article operator number (where it has one),
-what it is in Qwen3.5, its chapter, the PyTorch reference, the solution/exercise function, how to make
-random inputs at a given shape, and the bytes and FLOPs it must move and do (for the roofline).
+A slot names one kernel at one place in the model: its article operator number (where it has one) and
+the article's name for that operator, what it is in Qwen3.5, its chapter, the PyTorch reference, the
+solution/exercise function, how to make random inputs at a given shape, and the bytes and FLOPs it must
+move and do (for the roofline). The slot's own name is the course's: the engine step that runs it, the
+kernel family that holds it and its reference use the same one.
 `catalog.py` lists every planned slot; the modules beside it (`slots/<family>.py`) fill in the ones
 that have kernels. A slot without a kernel shows as "planned".
 """
@@ -21,6 +23,7 @@ class Slot:
     name: str
     title: str
     op: int | None = None                 # operator number in the source article's table (1..21)
+    article: str | None = None            # the article's name for that operator (catalog.py)
     qwen: str = ""                        # what it is in Qwen3.5-0.8B
     chapter: str = ""                     # notebook slug, e.g. "01_triton_basics"
     family: str | None = None             # solutions/<family>.py and exercises/<family>.py

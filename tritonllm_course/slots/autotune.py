@@ -19,16 +19,16 @@ def _shape(M, N, K):
 _COMMON = dict(family="autotune", reference=linear, make_inputs=_inputs, make_out=_out, bytes=_bytes,
                flops=_flops, chapter="26_autotune", dims={"out": ("token", "row")})
 
-implement("qkv_proj.autotuned", function="autotuned_gemv", op=2, title="QKV projection (decode, autotuned)",
+implement("in_proj.autotuned", function="autotuned_gemv", op=2, title="QKV projection (decode, autotuned)",
           qwen="the merged attention / DeltaNet input projections of one token, tiles tuned per shape",
           shapes={"tiny": [_shape(1, 40, 24), _shape(1, 509, 131), _shape(1, 392, 128)],
                   "real": [_shape(1, 5120, 1024), _shape(1, 8224, 1024)]},
           **_COMMON)
-implement("mlp_down_proj.autotuned", function="autotuned_gemv", op=12,
+implement("down.autotuned", function="autotuned_gemv", op=12,
           title="MLP down projection (decode, autotuned)", qwen="3584 -> 1024 for one token, tiles tuned",
           shapes={"tiny": [_shape(1, 40, 24), _shape(1, 131, 509)], "real": [_shape(1, 1024, 3584)]},
           **_COMMON)
-implement("qkv_proj.prefill_autotuned", function="autotuned_gemm", op=2,
+implement("in_proj.prefill_autotuned", function="autotuned_gemm", op=2,
           title="QKV projection (prefill, autotuned)",
           qwen="the merged input projections over a prompt, tiles tuned per bucket of prompt lengths",
           shapes={"tiny": [_shape(37, 509, 131), _shape(16, 392, 128)],

@@ -34,7 +34,7 @@ def _first_and_last_rows(inputs, shape, dtype, gen):
 
 
 implement(
-    "embedding_lookup", family="embedding", function="embedding",
+    "embedding", family="embedding", function="embedding",
     reference=embedding,
     make_inputs=_inputs,
     make_out=lambda inp: {"out": torch.empty(inp["ids"].shape[0], inp["weight"].shape[1],

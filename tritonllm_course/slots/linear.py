@@ -62,36 +62,36 @@ LONG_K = _shape(1, 67, 2085)   # decode: BLOCK_K stops at 2048, so the K loop ta
 LONG_M = _shape(67, 131, 200)  # prefill: BLOCK_M is 64 below M = 256 (N < 4096): two programs along M
 
 # decode: one token, the GEMV
-_projection("qkv_proj", "gemv",
+_projection("in_proj", "gemv",
             tiny=[_shape(1, 509, 131), _shape(1, 392, 128), LONG_K],
             real=[_shape(1, 5120, 1024), _shape(1, 8224, 1024)])
-_projection("attn_out_proj", "gemv",
+_projection("out_proj", "gemv",
             tiny=[_shape(1, 131, 509), _shape(1, 128, 128), LONG_K],
             real=[_shape(1, 1024, 2048)])
-_projection("mlp_gate_up", "gemv",
+_projection("gate_up", "gemv",
             tiny=[_shape(1, 512, 128), _shape(1, 509, 131), LONG_K],
             real=[_shape(1, 7168, 1024)])
-_projection("mlp_down_proj", "gemv",
+_projection("down", "gemv",
             tiny=[_shape(1, 128, 256), _shape(1, 131, 509), LONG_K],
             real=[_shape(1, 1024, 3584)])
-_projection("logits_head", "gemv", reference=lm_head,
+_projection("lm_head", "gemv", reference=lm_head,
             tiny=[_shape(1, 512, 128), _shape(1, 509, 131), LONG_K],
             real=[_shape(1, 248320, 1024)])
 
 # prefill: a prompt of M tokens, the GEMM
-_projection("qkv_proj.prefill", "gemm", title="QKV projection (prefill)", op=2, chapter="05_projections",
+_projection("in_proj.prefill", "gemm", title="QKV projection (prefill)", op=2, chapter="05_projections",
             qwen="the merged attention / DeltaNet input projections over a whole prompt",
             tiny=[LONG_M, _shape(37, 509, 131), _shape(16, 392, 128)],
             real=[_shape(PROMPT, 5120, 1024), _shape(PROMPT, 8224, 1024)])
-_projection("attn_out_proj.prefill", "gemm", title="output projection (prefill)", op=8,
+_projection("out_proj.prefill", "gemm", title="output projection (prefill)", op=8,
             chapter="09_output_residual", qwen="o_proj / out_proj over a whole prompt",
             tiny=[LONG_M, _shape(37, 131, 509)],
             real=[_shape(PROMPT, 1024, 2048)])
-_projection("mlp_gate_up.prefill", "gemm", title="MLP gate/up projection (prefill)", op=10,
+_projection("gate_up.prefill", "gemm", title="MLP gate/up projection (prefill)", op=10,
             chapter="10_mlp", qwen="merged gate + up, 1024 -> 7168, over a whole prompt",
             tiny=[LONG_M, _shape(19, 512, 128)],
             real=[_shape(PROMPT, 7168, 1024)])
-_projection("mlp_down_proj.prefill", "gemm", title="MLP down projection (prefill)", op=12,
+_projection("down.prefill", "gemm", title="MLP down projection (prefill)", op=12,
             chapter="10_mlp", qwen="3584 -> 1024 over a whole prompt",
             tiny=[LONG_M, _shape(19, 131, 509)],
             real=[_shape(PROMPT, 1024, 3584)])

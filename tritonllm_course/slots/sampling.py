@@ -80,7 +80,7 @@ def _out(inp):
 
 
 implement(
-    "argmax_sample", family="sampling", function="argmax",
+    "argmax", family="sampling", function="argmax",
     reference=_argmax_reference,
     # the reference's NaN check syncs the host
     torch_impl=lambda logits, num_blocks=None: torch.argmax(logits, dim=-1),
@@ -98,7 +98,7 @@ implement(
 )
 
 implement(
-    "argmax_sample.sample", title="temperature / top-k / top-p sampling", op=17,
+    "sample", title="temperature / top-k / top-p sampling", op=17,
     qwen="Gumbel-max on the device, top-k / top-p as a threshold found without sorting",
     chapter="12_sampling", family="sampling", function="sample",
     reference=_sampling_reference,

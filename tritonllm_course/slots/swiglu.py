@@ -31,7 +31,7 @@ def _large_gate(key):
 
 
 implement(
-    "swish_mult", family="swiglu", function="swiglu",
+    "swiglu", family="swiglu", function="swiglu",
     reference=swiglu,
     make_inputs=_inputs,
     make_out=lambda inp: {"out": torch.empty_like(inp["gate"])},
@@ -43,7 +43,7 @@ implement(
 )
 
 implement(
-    "swish_mult.merged", title="SwiGLU on the merged gate/up output", op=11,
+    "swiglu.merged", title="SwiGLU on the merged gate/up output", op=11,
     qwen="silu(gate) * up read from one [T, 2 x 3584] tensor", chapter="10_mlp",
     family="swiglu", function="swiglu_merged",
     reference=swiglu_merged,
