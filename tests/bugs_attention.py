@@ -136,13 +136,13 @@ BUGS = [
           "mask=d_ok[None, :], other=0.0)                      #"),), out_of_bounds=True),
 
     # --- the output gate --------------------------------------------------------------------------
-    Bug("attn_output_gate", "attention", "no program offset",
+    Bug("output_gate", "attention", "no program offset",
         (("offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)", "offs = tl.arange(0, BLOCK)"),)),
-    Bug("attn_output_gate", "attention", "gate read as packed (its token stride ignored)",
+    Bug("output_gate", "attention", "gate read as packed (its token stride ignored)",
         (("gate_ptr + token * s_gate + (offs - token * row)", "gate_ptr + offs"),)),
-    Bug("attn_output_gate", "attention", "sigmoid of o instead of the gate",
+    Bug("output_gate", "attention", "sigmoid of o instead of the gate",
         (("(o * sigmoid(gate))", "(gate * sigmoid(o))"),)),
-    Bug("attn_output_gate", "attention", "no mask on the store",
+    Bug("output_gate", "attention", "no mask on the store",
         (("tl.store(out_ptr + offs, (o * sigmoid(gate)).to(out_ptr.dtype.element_ty), mask=ok)",
           "tl.store(out_ptr + offs, (o * sigmoid(gate)).to(out_ptr.dtype.element_ty))"),), out_of_bounds=True),
 

@@ -26,7 +26,7 @@ def test_bytes_per_token_item_by_item():
     b = P.step_bytes(QWEN35_0_8B, 100)
     assert b["dn_in_proj"] + b["out_proj"] == 18 * 21_037_056                  # GDN matrices
     assert b["conv"] == 18 * 24_576 * 2 + 1_769_472                            # taps; state read + written
-    assert b["gates"] + b["gated_norm"] == 18 * (16 * 4 + 16 * 2 + 128 * 4)    # A_log, dt_bias, norm
+    assert b["gates"] + b["gated_rmsnorm"] == 18 * (16 * 4 + 16 * 2 + 128 * 4)    # A_log, dt_bias, norm
     assert b["attn_in_proj"] + b["o_proj"] == 6 * 14_680_064                   # attention matrices
     assert b["q_norm"] + b["k_norm"] == 6 * 1_024
     assert b["gate_up"] + b["down"] == 24 * 22_020_096
@@ -34,8 +34,8 @@ def test_bytes_per_token_item_by_item():
     assert b["final_norm"] == b["embedding"] == 2_048
     assert b["lm_head"] == 508_559_360 + 496_640                               # the table; logits written
     assert b["delta_rule"] == 37_748_736
-    assert b["kv_write"] == 12_288 and b["attention"] == 12_288 * 100
-    weights = sum(b.values()) - b["delta_rule"] - 1_769_472 - 496_640 - b["kv_write"] - b["attention"]
+    assert b["cache_kv_write"] == 12_288 and b["attention"] == 12_288 * 100
+    weights = sum(b.values()) - b["delta_rule"] - 1_769_472 - 496_640 - b["cache_kv_write"] - b["attention"]
     assert weights == 1_504_793_280
     slots = P.slot_bytes(QWEN35_0_8B, 100)
     assert slots["in_proj"] == b["attn_in_proj"] + b["dn_in_proj"]
@@ -55,10 +55,10 @@ def test_fused_slots_count_the_bytes_of_the_steps_they_replace(level):
         assert slots["fused_rmsnorm_linear"] == b["attn_in_proj"] + b["dn_in_proj"]
     assert slots["fused_gate_up_silu.ln2"] == b["ln2"] + b["gate_up"]
     assert slots["lm_head"] == b["lm_head"]
-    folded = b["ln1"] + (b["gates"] + b["gated_norm"] if level == "fast" else 0)
+    folded = b["ln1"] + (b["gates"] + b["gated_rmsnorm"] if level == "fast" else 0)
     assert slots[P.FOLDED] == folded < 100_000                                  # norm weights, gate params
     if level == "fast":
-        assert slots["qk_norm_rope_cache"] == b["q_norm"] + b["k_norm"] + b["kv_write"]
+        assert slots["qk_norm_rope_cache"] == b["q_norm"] + b["k_norm"] + b["cache_kv_write"]
         assert slots["fused_linear_residual"] == b["o_proj"] + b["down"]
         assert slots["gated_norm_linear_residual"] == b["out_proj"]
         assert slots["ln2"] == b["final_norm"] and "residual_rmsnorm" not in slots

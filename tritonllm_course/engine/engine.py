@@ -284,7 +284,7 @@ class Engine:
             op.k_norm(x=k_raw, weight=layer.small["k_norm"], eps=eps, out=a.k)
             op.q_rope(x=a.q, cos=self.cos, sin=self.sin, pos=pos)
             op.k_rope(x=a.k, cos=self.cos, sin=self.sin, pos=pos)
-            op.kv_write(k=a.k, v=v, k_cache=k_cache, v_cache=v_cache, pos=pos)
+            op.cache_kv_write(k=a.k, v=v, k_cache=k_cache, v_cache=v_cache, pos=pos)
         scale = c.head_dim ** -0.5
         heads = (c.num_attention_heads, c.head_dim)
         gated = f.output_gate_into_attention          # the attention kernel writes the gated output itself
@@ -341,7 +341,7 @@ class Engine:
             x, extra = a.do, norm
         else:
             op.delta_rule(**rule, out=a.do)
-            op.gated_norm(x=a.do, z=z, weight=small["norm"], eps=c.rms_norm_eps, out=a.dnorm)
+            op.gated_rmsnorm(x=a.do, z=z, weight=small["norm"], eps=c.rms_norm_eps, out=a.dnorm)
             x, extra = a.dnorm.view(T, -1), {}
         self._out_proj(op.out_proj, f, x, layer.mixer_out, a, **extra)             # [T, HV * Dv] -> [T, hidden]
 

@@ -56,15 +56,15 @@ STEPS = (
     Step("k_norm", "attention layers", "qk_norm", "qk_norm"),
     Step("q_rope", "attention layers", "q_rope", "q_rope"),
     Step("k_rope", "attention layers", "k_rope", "k_rope"),
-    Step("kv_write", "attention layers", "cache_kv_write", "cache_kv_write"),
+    Step("cache_kv_write", "attention layers", "cache_kv_write", "cache_kv_write"),
     Step("attention", "attention layers", "prefill_attention", "decode_attention"),
-    Step("output_gate", "attention layers", "attn_output_gate", "attn_output_gate"),
+    Step("output_gate", "attention layers", "output_gate", "output_gate"),
     Step("o_proj", "attention layers", "out_proj.prefill", "out_proj"),
     Step("dn_in_proj", "DeltaNet layers", "in_proj.prefill", "in_proj"),
     Step("conv", "DeltaNet layers", "conv1d_l2norm.prefill", "conv1d_l2norm.decode"),
     Step("gates", "DeltaNet layers", "deltanet_gates", "deltanet_gates"),
     Step("delta_rule", "DeltaNet layers", "gated_delta_chunked", "gated_delta_recurrent"),
-    Step("gated_norm", "DeltaNet layers", "gated_rmsnorm", "gated_rmsnorm"),
+    Step("gated_rmsnorm", "DeltaNet layers", "gated_rmsnorm", "gated_rmsnorm"),
     Step("out_proj", "DeltaNet layers", "out_proj.prefill", "out_proj"),
     Step("attn_residual", "every layer", "attn_residual", "attn_residual"),
     Step("ln2", "every layer", "ln2", "ln2"),
@@ -148,7 +148,7 @@ FUSED_STEPS = edit(STEPS, {
 # at the fused level.
 FAST_STEPS = edit(FUSED_STEPS, {
     "q_norm": Step("qk_prologue", "attention layers", "qk_norm_rope_cache", "qk_norm_rope_cache"),
-    "k_norm": None, "q_rope": None, "k_rope": None, "kv_write": None,
+    "k_norm": None, "q_rope": None, "k_rope": None, "cache_kv_write": None,
     "attention": {"prefill": "flash_attention.gated", "decode": "flash_decoding.gated"},
     "output_gate": None,
     "o_proj": {"prefill": "fused_linear_residual", "decode": "fused_linear_residual"},
@@ -156,7 +156,7 @@ FAST_STEPS = edit(FUSED_STEPS, {
     "conv": {"decode": None},
     "gates": None,
     "delta_rule": {"prefill": "gated_delta_chunked.gates", "decode": "gated_delta_recurrent_gates"},
-    "gated_norm": None,
+    "gated_rmsnorm": None,
     "out_proj": {"prefill": "fused_linear_residual", "decode": "gated_norm_linear_residual"},
     "attn_residual": None,
     "down": {"prefill": "fused_linear_residual", "decode": "fused_linear_residual"},
@@ -207,11 +207,11 @@ class Fusions:
                  "lm_head", "argmax", "sample", *(("advance",) if path == "decode" else ())}
         names |= set() if self.norm_into_projection else {"ln1", "ln2"}
         names |= ({"qk_prologue"} if self.rope_cache_write_into_qk_norm
-                  else {"q_norm", "k_norm", "q_rope", "k_rope", "kv_write"})
+                  else {"q_norm", "k_norm", "q_rope", "k_rope", "cache_kv_write"})
         names |= set() if self.output_gate_into_attention else {"output_gate"}
         names |= set() if self.conv_into_in_proj else {"conv"}
         names |= set() if self.gates_into_delta_rule else {"gates"}
-        names |= set() if self.gated_norm_into_delta_rule or self.gated_norm_into_out_proj else {"gated_norm"}
+        names |= set() if self.gated_norm_into_delta_rule or self.gated_norm_into_out_proj else {"gated_rmsnorm"}
         names |= {"mlp"} if self.swiglu_into_gate_up else {"gate_up", "swiglu"}
         names |= set() if self.residual_in_epilogue else {"attn_residual", "mlp_residual"}
         names |= {"final_residual_norm"} if self.residual_into_final_norm else set()
@@ -313,7 +313,7 @@ FALLBACKS = (
         "dn_in_proj": {"decode": "fused_rmsnorm_linear"},
         "conv": ({"decode": "conv1d_l2norm.decode"}, Step("gates", "DeltaNet layers", None, "deltanet_gates")),
         "delta_rule": ({"decode": "gated_delta_recurrent"},
-                       Step("gated_norm", "DeltaNet layers", None, "gated_rmsnorm")),
+                       Step("gated_rmsnorm", "DeltaNet layers", None, "gated_rmsnorm")),
         "out_proj": {"decode": "fused_linear_residual"},
     }, {"decode": dict(conv_into_in_proj=False, gates_into_delta_rule=False, gated_norm_into_out_proj=False)}),
     Fallback(("fused",), "attention prefill", _flash_attention_misfit, {
@@ -321,7 +321,7 @@ FALLBACKS = (
     }),
     Fallback(("fast",), "attention prefill", _flash_attention_misfit, {
         "attention": ({"prefill": "prefill_attention"},
-                      Step("output_gate", "attention layers", "attn_output_gate", None)),
+                      Step("output_gate", "attention layers", "output_gate", None)),
     }, {"prefill": dict(output_gate_into_attention=False)}),
 )
 

@@ -40,7 +40,7 @@ def step_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> dict
     Counted as docs/qwen35.md §6 does: every weight read once (matrices, norms, conv taps, `A_log`,
     `dt_bias`) in `dtype`, except `A_log` and the gated norm's weight, which the checkpoint keeps in fp32;
     the DeltaNet conv state (model dtype) and recurrent state (fp32), each read and written; the KV cache:
-    the new token's K and V written (`kv_write`) and `context` tokens' K and V read (`attention`), where
+    the new token's K and V written (`cache_kv_write`) and `context` tokens' K and V read (`attention`), where
     `context` is the cache length the step attends to, the new token included; the logits written by the
     LM head; one embedding row. Not counted: activations (under 0.1 MB a token: the residual stream, the
     projections' outputs, the logits' re-read by the argmax) and the RoPE tables' rows.
@@ -66,7 +66,7 @@ def step_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> dict
         "k_norm": na * c.head_dim * e,
         "q_rope": 0,
         "k_rope": 0,
-        "kv_write": na * kv_token,
+        "cache_kv_write": na * kv_token,
         "attention": na * kv_token * context,
         "output_gate": 0,
         "o_proj": na * H * q_width * e,
@@ -74,7 +74,7 @@ def step_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> dict
         "conv": nd * (conv_state + 2 * conv_state),                        # taps; state read and written
         "gates": nd * HV * (f32 + e),                                      # A_log (fp32), dt_bias
         "delta_rule": nd * 2 * HV * c.linear_key_head_dim * c.linear_value_head_dim * f32,
-        "gated_norm": nd * c.linear_value_head_dim * f32,
+        "gated_rmsnorm": nd * c.linear_value_head_dim * f32,
         "out_proj": nd * H * c.linear_value_dim * e,
         "attn_residual": 0,
         "ln2": n * H * e,
@@ -91,7 +91,7 @@ def step_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> dict
 
 # a fused step of the fused and fast levels moves the bytes of the one-kernel-per-operator steps it replaces;
 # a slot that takes in a step of its own level's table, the bytes of both (FUSED_SLOT_PARTS)
-FUSED_STEP_PARTS = {"qk_prologue": ("q_norm", "k_norm", "kv_write"), "mlp": ("ln2", "gate_up"),
+FUSED_STEP_PARTS = {"qk_prologue": ("q_norm", "k_norm", "cache_kv_write"), "mlp": ("ln2", "gate_up"),
                     "final_residual_norm": ("final_norm",)}
 FUSED_SLOT_PARTS = {"fused_rmsnorm_linear.conv": ("dn_in_proj", "conv")}
 FOLDED = "(folded into other kernels)"

@@ -259,7 +259,7 @@ def _gate_inputs(shape, dtype, device, gen):
 
 
 implement(
-    "attn_output_gate", family="attention", function="output_gate", reference=R.output_gate,
+    "output_gate", family="attention", function="output_gate", reference=R.output_gate,
     make_inputs=_gate_inputs,
     make_out=lambda inp: {"out": torch.empty_like(inp["o"])},
     # 2200 elements: three 1024-element programs, the last partial

@@ -40,7 +40,7 @@ _CATALOG = [
     # beside them in Qwen3.5's gated attention
     ("qk_norm", None, None, "per-head q/k RMSNorm", "zero-centred RMSNorm over each 256-dim head, before RoPE",
      "08_attention"),
-    ("attn_output_gate", None, None, "attention output gate", "o * sigmoid(gate) before o_proj", "08_attention"),
+    ("output_gate", None, None, "attention output gate", "o * sigmoid(gate) before o_proj", "08_attention"),
     # Gated DeltaNet (18 of the 24 layers)
     ("conv1d_prefill", None, None, "causal depthwise conv1d", "kernel 4 over 6144 channels, then SiLU",
      "13_conv1d"),
