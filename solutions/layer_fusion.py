@@ -218,8 +218,8 @@ def gemv_residual_config(N: int, K: int, interpreted: bool = False, pdl: bool = 
     best of the sweep at both out-projection shapes (`lab/gemv_sweep.py`); with PDL the whole row in one
     tile (`triton_helpers.pdl_gemv_config`). Under the CPU interpreter 64 x 64 tiles, so small shapes still
     take several K steps."""
-    if pdl and not interpreted and helpers.pdl_gemv_config(K):
-        return {**helpers.pdl_gemv_config(K), "UNROLL": K}
+    if pdl and not interpreted and (tile := helpers.pdl_gemv_config(K)):
+        return {**tile, "UNROLL": K}
     if interpreted:
         # both walks: unrolled up to 8 steps (as with PDL on a GPU), a loop beyond
         return {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "UNROLL": K if triton.cdiv(K, 64) <= 8 else 0}

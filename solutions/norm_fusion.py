@@ -268,8 +268,8 @@ def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = Fa
     With PDL the whole walk is one step (`triton_helpers.pdl_gemv_config`): every weight load is issued
     before the wait (`lab/pdl_chain_probe.py`).
     """
-    if pdl and not interpreted and helpers.pdl_gemv_config(K):
-        return {**helpers.pdl_gemv_config(K), "UNROLL": K}
+    if pdl and not interpreted and (tile := helpers.pdl_gemv_config(K)):
+        return {**tile, "UNROLL": K}
     if interpreted:
         cfg = {"BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4}
     else:
