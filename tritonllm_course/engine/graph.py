@@ -48,7 +48,9 @@ class GraphedStep:
     """`fn` (no arguments, static buffers only) captured into a CUDA graph; calling it replays the graph.
 
     state: the tensors `fn` updates (caches, counters); the warm-up runs are undone on them.
-    pool:  a memory pool shared with other graphs of the same engine (`torch.cuda.graph_pool_handle()`).
+    pool:  the memory pool its capture allocates from (`torch.cuda.graph_pool_handle()`, or another graph's
+           `.pool()`); None, as the engine passes: a private one, so that graphs replay in any order
+           (chapter 18, what a capture allocates).
     """
 
     def __init__(self, fn: Callable[[], None], state: list[torch.Tensor], warmup: int = 2, pool=None):
