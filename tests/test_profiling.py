@@ -1,5 +1,6 @@
 """The profiling helpers of chapter 20: the byte model against docs/qwen35.md §6, kernel calls per token
-against the engine's step table, the attribution of a trace's kernels to slots, and the GPU breakdown."""
+against the engine's step table, the traced calls with their layers, the attribution of a trace's kernels
+to slots (to layers: tests/test_layer_times.py), and the GPU breakdown."""
 from collections import Counter
 
 import pytest
@@ -90,6 +91,17 @@ def test_traced_calls_match_the_op_table(tiny_engine):
     calls = P.traced_calls(tiny_engine)
     assert Counter(calls) == P.expected_calls(TINY)
     assert calls[0] == "embedding" and calls[-2:] == ["argmax", "advance_positions"]
+
+
+def test_traced_calls_carry_their_layer(tiny_engine):
+    calls = P.traced_calls(tiny_engine, layers=True)
+    assert Counter(c.slot for c in calls) == P.expected_calls(TINY)
+    parts = [c.part for c in calls]
+    assert list(dict.fromkeys(parts)) == [P.EMBEDDING, 0, 1, 2, 3, P.HEAD]     # each part once, in order
+    assert calls[0] == P.Call("embedding", P.EMBEDDING) and calls[-1] == P.Call("advance_positions", P.HEAD)
+    attention = {c.part for c in calls if c.slot == "decode_attention"}
+    assert attention == set(TINY.attention_layers)
+    assert not {"_embed", "_in_proj", "_layers"} & set(tiny_engine.__dict__)    # the marks are gone
 
 
 def test_slot_kernels(tiny_engine):

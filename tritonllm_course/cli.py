@@ -9,6 +9,7 @@
   colab-links           the "Open in Colab" address of every chapter (needs REPO_URL in colab.py)
   generate ...          run the model (see `generate --help`)
   bench ...             the benchmark table on a GPU (see `bench --help`)
+  layers ...            the engine per layer and per kind of layer on a GPU (see `layers --help`)
 """
 from __future__ import annotations
 
@@ -175,6 +176,12 @@ def build_parser() -> argparse.ArgumentParser:
         pass
     else:
         add_bench_parser(sub).set_defaults(func=run_bench)
+    try:
+        from .measure.layer_times import add_layers_parser
+    except ImportError:
+        pass
+    else:
+        add_layers_parser(sub)
     return ap
 
 
