@@ -23,6 +23,9 @@ from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import pdl_enter
 
 SMS = 132  # streaming multiprocessors of an H200 (and an H100 SXM): the grids are sized against them
+# A GEMV of more programs than this launches without PDL: at the LM head's tile the PDL calls cost 115 ->
+# 152 us, and no tile is as fast with them; the overlap would hide only its first wave (lab/pdl_variants_probe.py)
+PDL_MAX_PROGRAMS = 64 * SMS
 
 
 @triton.jit
@@ -111,8 +114,9 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None)
     out = validate.output(out, "out", (*x.shape[:-1], N), x.dtype, device)
     cfg = gemv_config(N, K, runtime().interpreted)
     grid = (triton.cdiv(N, cfg["BLOCK_N"]),)
+    pdl = pdl_args() if grid[0] <= PDL_MAX_PROGRAMS else {"PDL": False, "launch_pdl": False}
     gemv_kernel[grid](x, weight, out, N, K, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-                      num_warps=cfg["num_warps"], **pdl_args())
+                      num_warps=cfg["num_warps"], **pdl)
     return out
 
 

@@ -9,6 +9,8 @@
 # autotune    the autotuned projections (25): every GEMV config at the decode shapes with the autotuner's
 #             pick and chapter 05's marked, the cost of tuning against the number of configs, the prefill
 #             GEMM keyed on the prompt length against its bucket, the on-disk caches across processes
+# claims      the 21-operator article's small claims (05, 06): merged q/k/v against separate projections
+#             (lab/qkv_merge_probe.py), RoPE from a cos/sin table against tl.cos / tl.sin (lab/rope_trig_probe.py)
 # delta_rule  the gated delta rule (15-16): decode step, chunked prefill against transformers' PyTorch path
 #             and flash-linear-attention, accuracy in bf16
 # engine      the whole model (19, 26): transformers eager and compiled, the reference model eager and
@@ -23,10 +25,13 @@
 #             GEMV, the L2 prefetch, the MLP block and the layer's phases as one kernel, a GEMV cut down
 #             step by step, the TMA GEMV, the unrolled walk, the other decode kernels' launch parameters,
 #             the token loop against its replays queued back to back
+# layers      the engine per layer and per kind of layer (20): every level, a 128-token prompt and decode at
+#             128 and 4,096 cached tokens; RESULTS_DIR/layers_<gpu>_<date>.{json,md,png}
 # pdl         programmatic dependent launch (18, lab/pdl_chain_probe.py): the decode GEMV chain with and
 #             without it, where its loads sit in the SASS, a read before the wait; then the engine's fast
 #             level replayed from its CUDA graph with and without PDL beside transformers + torch.compile,
-#             decode at 128 and 4,096 cached tokens, the tokens of both compared
+#             decode at 128 and 4,096 cached tokens, the tokens of both compared; before it the step's
+#             time kernel by kernel under PDL (lab/pdl_step_profile.py) and its variants (lab/pdl_variants_probe.py)
 # prefill     the lab's prompt experiment (16, 21, 26, lab/prefill_probe.py): the chunked delta rule's chunk
 #             size and value block, the GEMM + residual's tiles and a split-K version at M = 128, the gated
 #             MLP GEMM's tiles
@@ -35,7 +40,7 @@
 # splitk      the split-K GEMV (23): time against the number of pieces, against chapter 05's GEMV and
 #             cuBLAS at the narrow decode shapes and the LM head, the atomic reduction's run-to-run spread
 set -uo pipefail
-NAMES="autotune delta_rule engine flash gemv pdl prefill profile splitk"
+NAMES="autotune claims delta_rule engine flash gemv layers pdl prefill profile splitk"
 if [ "${1:-}" = "--list" ]; then
   echo $NAMES
   exit 0
@@ -51,6 +56,14 @@ export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 autotune() {
   export TRITONLLM_KERNELS=solutions
   exec $PY -m tritonllm_course.measure.autotune_bench --out "$OUT"
+}
+
+claims() {
+  export TRITONLLM_KERNELS=solutions
+  local status=0
+  timeout 120 $PY -m lab.qkv_merge_probe "$OUT" || status=1
+  timeout 120 $PY -m lab.rope_trig_probe "$OUT" || status=1
+  exit $status
 }
 
 delta_rule() {
@@ -95,10 +108,17 @@ gemv() {   # each probe under its own time limit; one that fails does not stop t
   exit $status
 }
 
+layers() {
+  export TRITONLLM_KERNELS=solutions
+  exec timeout 240 $PY -m tritonllm_course.measure.layer_times --out "$OUT"
+}
+
 pdl() {
   export TRITONLLM_KERNELS=solutions
   local status=0
   timeout 240 $PY -m lab.pdl_chain_probe "$OUT" || status=1
+  timeout 150 $PY -m lab.pdl_step_profile "$OUT" || status=1
+  timeout 200 $PY -m lab.pdl_variants_probe "$OUT" || status=1
   timeout 420 $PY -m tritonllm_course.cli bench --out "$OUT" --contexts 128 4096 --budget-s 330 --systems \
     "Triton, fewest kernels + CUDA Graph + PDL" "Triton, fewest kernels + CUDA Graph" "transformers static + compile" \
     || status=1

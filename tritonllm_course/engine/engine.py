@@ -121,8 +121,10 @@ class Engine:
     level:           "operators" (one kernel per operator), "fused" or "fast": the plan `ops.LEVELS` holds
     pdl:             launch the decode step's kernels with programmatic dependent launch (chapter 18): each
                      may start while the one before it drains, loading its weights before it waits for
-                     its input. None: where the GPU has it (sm_90+); on the CPU the interpreter runs the
-                     same kernels, for which the PDL calls are no-ops
+                     its input; all but the LM head's GEMV, whose 124,160 programs lose more to the
+                     trigger and the wait than it gains (`solutions/linear.py`, PDL_MAX_PROGRAMS). None: where
+                     the GPU has it (sm_90+); on the CPU the interpreter runs the same kernels, for which the
+                     PDL calls are no-ops
     """
 
     def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], *, max_seq_len: int = 4096,
