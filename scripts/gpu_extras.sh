@@ -11,6 +11,9 @@
 #             GEMM keyed on the prompt length against its bucket, the on-disk caches across processes
 # claims      the 21-operator article's small claims (05, 06): merged q/k/v against separate projections
 #             (lab/qkv_merge_probe.py), RoPE from a cos/sin table against tl.cos / tl.sin (lab/rope_trig_probe.py)
+# compilers   AI compilers and Triton (28): the GEMM with a fused GELU epilogue against cuBLAS + F.gelu and
+#             torch.compile, GELU erf against tanh, the course's projection against cuBLAS over 32 shapes,
+#             Inductor's generated code for the end of a layer (RESULTS_DIR/inductor_<gpu>_<date>/)
 # delta_rule  the gated delta rule (15-16): decode step, chunked prefill against transformers' PyTorch path
 #             and flash-linear-attention, accuracy in bf16
 # engine      the whole model (19, 26): transformers eager and compiled, the reference model eager and
@@ -40,7 +43,7 @@
 # splitk      the split-K GEMV (23): time against the number of pieces, against chapter 05's GEMV and
 #             cuBLAS at the narrow decode shapes and the LM head, the atomic reduction's run-to-run spread
 set -uo pipefail
-NAMES="autotune claims delta_rule engine flash gemv layers pdl prefill profile splitk"
+NAMES="autotune claims compilers delta_rule engine flash gemv layers pdl prefill profile splitk"
 if [ "${1:-}" = "--list" ]; then
   echo $NAMES
   exit 0
@@ -64,6 +67,11 @@ claims() {
   timeout 120 $PY -m lab.qkv_merge_probe "$OUT" || status=1
   timeout 120 $PY -m lab.rope_trig_probe "$OUT" || status=1
   exit $status
+}
+
+compilers() {
+  export TRITONLLM_KERNELS=solutions
+  exec timeout 300 $PY -m tritonllm_course.measure.compiler_bench --out "$OUT"
 }
 
 delta_rule() {

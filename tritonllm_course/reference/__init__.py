@@ -13,6 +13,7 @@ from .deltanet import deltanet_gates, l2norm, l2norm_qk
 from .embedding import embedding
 from .fusion import (gate_up_swiglu, gated_delta_rule_recurrent_gates, gated_norm_linear_residual,
                      linear_residual, qk_norm_rope_cache, rms_norm_linear)
+from .gelu import gelu, gelu_linear
 from .linear import attention_qkv_proj, deltanet_in_proj, linear, split_query_gate
 from .lm_head import lm_head
 from .mlp import mlp, gate_up, swiglu, swiglu_merged

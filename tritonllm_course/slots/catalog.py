@@ -72,6 +72,9 @@ _CATALOG = [
     ("splitk_gemv", None, None, "split-K GEMV", "narrow decode GEMVs and the LM head split along K", "24_split_k"),
     ("flash_decoding", None, None, "FlashDecoding", "split-KV decode attention with an exact merge",
      "25_flash_decoding"),
+    # beyond the model: the source article's fused matmul + GELU (Qwen3.5's MLP is SwiGLU)
+    ("gemm_gelu", None, None, "GEMM + GELU epilogue", "not in Qwen3.5 (SwiGLU): gelu(x @ W.T) in one kernel",
+     "28_compilers"),
 ]
 
 for _name, _op, _article, _title, _qwen, _chapter in _CATALOG:

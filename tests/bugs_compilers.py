@@ -1,0 +1,53 @@
+"""Planted bugs of chapter 28's GEMM with a fused GELU epilogue: the tile walk, the epilogue, both GELU forms.
+The tiny shapes give the interpreter's 64 x 64 x 64 tiles 2 x 8 programs and three K steps, the last partial
+(slots/gemm_epilogue.py); the pre-activations are N(0, 1), where a wrong constant shows."""
+from planted import Bug
+
+GEMM = [
+    Bug("gemm_gelu", "gemm_epilogue", "no program offset along N",
+        (("rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)", "rn = tl.arange(0, BLOCK_N)"),)),
+    Bug("gemm_gelu", "gemm_epilogue", "no program offset along M",
+        (("rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "rm = tl.arange(0, BLOCK_M)"),)),
+    # K = 131 is three steps of 64: a walk that stops at whole steps drops the last 3 columns of every row
+    Bug("gemm_gelu", "gemm_epilogue", "the last partial K step dropped",
+        (("for k0 in range(0, K, BLOCK_K):", "for k0 in range(0, K - BLOCK_K + 1, BLOCK_K):"),)),
+    Bug("gemm_gelu.tanh", "gemm_epilogue", "the K mask not offset by the step",
+        (("k_ok = (k0 + rk) < K", "k_ok = rk < K"),), out_of_bounds=True),
+    Bug("gemm_gelu", "gemm_epilogue", "the epilogue applied to every K step's partial sums",
+        (("acc = tl.dot(a, b, acc, input_precision=\"ieee\")",
+          "acc = activation(tl.dot(a, b, acc, input_precision=\"ieee\"), ACT)"),
+         ("y = activation(acc, ACT)", "y = acc"))),
+    Bug("gemm_gelu.tanh", "gemm_epilogue", "the epilogue applied before the walk and again after it",
+        (("acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)",
+          "acc = activation(tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), ACT)"),
+         ("acc = tl.dot(a, b, acc, input_precision=\"ieee\")",
+          "acc = activation(tl.dot(a, b, acc, input_precision=\"ieee\"), ACT)"))),
+    Bug("gemm_gelu", "gemm_epilogue", "the output's row stride is K",
+        (("y_ptrs = y_ptr + rm[:, None].to(tl.int64) * N + rn[None, :]",
+          "y_ptrs = y_ptr + rm[:, None].to(tl.int64) * K + rn[None, :]"),)),
+    Bug("gemm_gelu.tanh", "gemm_epilogue", "no activation in the epilogue",
+        (("y = activation(acc, ACT)", "y = acc"),)),
+]
+
+GELU = [
+    Bug("gemm_gelu", "gemm_epilogue", "erf of x, not of x / sqrt(2)",
+        (("tl.math.erf(x * 0.7071067811865476)", "tl.math.erf(x)"),)),
+    Bug("gemm_gelu", "gemm_epilogue", "erf's argument multiplied by sqrt(2)",
+        (("tl.math.erf(x * 0.7071067811865476)", "tl.math.erf(x * 1.4142135623730951)"),)),
+    Bug("gemm_gelu.tanh", "gemm_epilogue", "the cubic's coefficient 0.44715",
+        (("(x + 0.044715 * x * x * x)", "(x + 0.44715 * x * x * x)"),)),
+    Bug("gemm_gelu.tanh", "gemm_epilogue", "the cubic's coefficient 0.0044715",
+        (("(x + 0.044715 * x * x * x)", "(x + 0.0044715 * x * x * x)"),)),
+    Bug("gemm_gelu.tanh", "gemm_epilogue", "sqrt(pi / 2) for sqrt(2 / pi)",
+        (("u = 0.7978845608028654 * (x", "u = 1.2533141373155001 * (x"),)),
+    Bug("gemm_gelu.tanh", "gemm_epilogue", "2 / pi for sqrt(2 / pi)",
+        (("u = 0.7978845608028654 * (x", "u = 0.6366197723675814 * (x"),)),
+    Bug("gemm_gelu.tanh", "gemm_epilogue", "sigmoid(u) for 0.5 * (1 + tanh(u))",
+        (("return x * sigmoid(2.0 * u)", "return x * sigmoid(u)"),)),
+    # the edge "large pre-activations": e^2u overflows fp32 past u ~ 44 (x ~ 10), and inf / inf is NaN
+    Bug("gemm_gelu.tanh", "gemm_epilogue", "tanh written as (e^2u - 1) / (e^2u + 1)",
+        (("return x * sigmoid(2.0 * u)",
+          "e = tl.exp(2.0 * u)\n    return 0.5 * x * (1.0 + (e - 1.0) / (e + 1.0))"),)),
+]
+
+BUGS = GEMM + GELU
