@@ -28,6 +28,7 @@ engine and the floor is the small kernels' latency (the recurrence's chain of lo
 FlashDecoding's two kernels) more than the GEMVs' bytes: the next step is fewer of them (the DeltaNet decode
 chain fused per head, the KV cache's past rows loaded before the wait).
 """
+import contextlib
 from collections import defaultdict
 
 import torch
@@ -50,27 +51,12 @@ def increments(starts: list[float], ends: list[float]) -> tuple[list[float], lis
     return inc, lap
 
 
-def trace(run, times: int) -> tuple[list[str], list[float], list[float]]:
-    """Names, start and end times (us) of the device work of `times` calls of `run`, in stream order."""
-    from torch.autograd import DeviceType
-    from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        for _ in range(times):
-            run()
-        torch.cuda.synchronize()
-    events = sorted((e for e in prof.events() if e.device_type == DeviceType.CUDA
-                     and not getattr(e, "is_user_annotation", False)), key=lambda e: e.time_range.start)
-    return ([e.name for e in events], [float(e.time_range.start) for e in events],
-            [float(e.time_range.end) for e in events])
-
-
 def profile_mode(mode: str, context: int, gbps: float) -> dict:
     from tritonllm_course.config import QWEN35_0_8B
     from tritonllm_course.engine import Engine
     from tritonllm_course.engine.ops import LEVELS
     from tritonllm_course.measure import profiling as P
     from tritonllm_course.runtime import no_launch_overlap
-    import contextlib
     engine = Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=0, level="fast",
                            pdl=mode != "no PDL", max_seq_len=context + 4 * STEPS + 16)
     calls = P.traced_calls(engine, context)
@@ -89,7 +75,7 @@ def profile_mode(mode: str, context: int, gbps: float) -> dict:
     stop.record()
     torch.cuda.synchronize()
     wall_us = start.elapsed_time(stop) * 1e3 / 32
-    names, starts, ends = trace(engine.decode, STEPS)
+    names, starts, ends = P.device_events(engine.decode, STEPS)
     owners = P.attribute(names, calls, per_slot, STEPS)
     inc, lap = increments(starts, ends)
     nbytes = P.slot_bytes(engine.config, context + 3 + 32 + STEPS // 2, engine.dtype, LEVELS["fast"].steps)
