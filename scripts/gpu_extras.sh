@@ -28,6 +28,9 @@
 #             GEMV, the L2 prefetch, the MLP block and the layer's phases as one kernel, a GEMV cut down
 #             step by step, the TMA GEMV, the unrolled walk, the other decode kernels' launch parameters,
 #             the token loop against its replays queued back to back
+# ladder      the naive-to-fast ladder (29): every step from one program per output to the fewest kernels +
+#             PDL, prefill of 128 tokens and decode at 128 cached tokens, each step's tokens checked in fp32;
+#             RESULTS_DIR/ladder_<gpu>_<date>.{json,md,png}
 # layers      the engine per layer and per kind of layer (20): every level, a 128-token prompt and decode at
 #             128 and 4,096 cached tokens; RESULTS_DIR/layers_<gpu>_<date>.{json,md,png}
 # pdl         programmatic dependent launch (18, lab/pdl_chain_probe.py): the decode GEMV chain with and
@@ -43,7 +46,7 @@
 # splitk      the split-K GEMV (23): time against the number of pieces, against chapter 05's GEMV and
 #             cuBLAS at the narrow decode shapes and the LM head, the atomic reduction's run-to-run spread
 set -uo pipefail
-NAMES="autotune claims compilers delta_rule engine flash gemv layers pdl prefill profile splitk"
+NAMES="autotune claims compilers delta_rule engine flash gemv ladder layers pdl prefill profile splitk"
 if [ "${1:-}" = "--list" ]; then
   echo $NAMES
   exit 0
@@ -114,6 +117,11 @@ gemv() {   # each probe under its own time limit; one that fails does not stop t
   timeout 330 $PY -m lab.decode_small_sweep "$OUT" || status=1
   timeout 150 $PY -m lab.decode_overlap_probe "$OUT" || status=1
   exit $status
+}
+
+ladder() {
+  export TRITONLLM_KERNELS=solutions
+  exec timeout 300 $PY -m tritonllm_course.ladder --out "$OUT"
 }
 
 layers() {
