@@ -3,31 +3,30 @@
     python -m lab.pdl_variants_probe [OUTDIR]   (on an sm_90 GPU; writes OUTDIR/pdl_variants_probe_<gpu>_<date>.json)
 
 Question: `pdl_step_profile` attributes the PDL decode step's time kernel by kernel. Two slots lose under
-PDL: the LM head (248,320 x 1024, 2 rows a program: 124,160 programs, each now running the trigger and the
-wait) and the recurrence (its state loaded before the wait). Is the LM head's loss the per-program cost of
-the PDL instructions, and which tile or launch wins it back? Does the recurrence gain from its state before
-the wait, or lose?
+PDL: the LM head (248,320 x 1024 at chapter 05's tile of 2 rows: 124,160 programs, each running the
+trigger and the wait) and the recurrence (its state loaded before the wait). Is the LM head's loss the cost
+of the PDL calls at its tile, and which tile or launch wins it back? Do the recurrence's state load and
+trigger sit where they should, and do the 1024-row out-projections want other tiles under the overlap?
 Method: (1) the LM head's GEMV (solutions/linear.py `gemv_kernel`) alone, after a one-program kernel, both
 replayed from a CUDA graph over weight copies past L2, at several (rows, BLOCK_K, warps): without PDL, with
 the PDL code but no overlap, with PDL. (2) The engine's fast decode step (random weights of the real
 shapes, bf16, its CUDA graph) at 128 and 4,096 cached tokens: as it is (the LM head launched without PDL);
-the recurrence's state loaded after the wait (`layer_fusion.RECURRENCE_STATE_FIRST`); its trigger after
-its stores and at its exit (`RECURRENCE_TRIGGER`); the LM head with PDL, at chapter 05's tile and at the
-best PDL tile of (1); the 1024-row out-projections (o_proj, out_proj, down, the residual in their
-epilogue) at 2 and 8 rows a program. Us per token by CUDA events over 64 replays; each variant's greedy
-tokens against the engine's as it is.
+the LM head with PDL, at chapter 05's tile and at the best PDL tile of (1); the 1024-row out-projections
+(o_proj, out_proj, down, the residual in their epilogue) at 2 and 8 rows a program. Us per token by CUDA
+events over 64 replays; each variant's greedy tokens against the engine's as it is.
 Result: NVIDIA H200, 2026-12-02 (lab/results/pdl_variants_probe_nvidia-h200_2026-12-02.json). (1) The
 LM head alone: chapter 05's tile (2 rows, BLOCK_K 512, 2 warps) 114.7 us without the PDL calls, 152.2
 with them, overlapping or not; every other tile is as fast with them as without, and slower than 114.7:
 16 x 512 on 4 warps 131.6, 4 x 1024 on 4 137.5, 8-32 rows 161-179 us. (2) The engine, us per token at 128
 / 4,096 cached tokens: as it is 625.0 / 653.7; the LM head with PDL 661.6 / 688.3, at the best PDL tile
-639.8 / 668.3; the recurrence's state after the wait 635.5 / 667.4; its trigger after its stores 622.2 /
-644.7, at its exit 625.3 / 651.3; the out-projections at 2 rows 645.1 / 662.1 (greedy tokens changed:
-another reduction layout), at 8 rows 652.0 / 677.9. Every other variant's tokens equal the engine's.
+639.8 / 668.3; the out-projections at 2 rows 645.1 / 662.1 (greedy tokens changed: another reduction
+layout), at 8 rows 652.0 / 677.9; every other variant's tokens equal the engine's. The same run measured
+two placements in the recurrence through switches then in solutions/layer_fusion.py, removed since, as
+neither was adopted: its state loaded after the wait 635.5 / 667.4, its trigger after its stores 622.2 /
+644.7 (at its exit 625.3 / 651.3), within the runs' spread of the kernel as it is.
 Verdict: adopted: the LM head launches without PDL (solutions/linear.py, `PDL_MAX_PROGRAMS`: a GEMV of
 more programs than that launches plainly), 36 us a token; the recurrence keeps its state before the wait
-and its trigger at entry (after its stores: 3-9 us, within the runs' spread); the out-projections keep 4
-rows.
+and its trigger at entry; the out-projections keep 4 rows.
 """
 import torch
 import triton
@@ -96,11 +95,10 @@ def engine_us(variant: dict, context: int, tokens: int = 64) -> dict:
     from tritonllm_course.engine import Engine
     lf = kernels.load("layer_fusion", "solutions").module
     lin = kernels.load("linear", "solutions").module
-    saved = (lf.RECURRENCE_STATE_FIRST, lf.RECURRENCE_TRIGGER, lin.PDL_MAX_PROGRAMS, lin.gemv_config,
-             lf.gemv_residual_config)
+    saved = lin.PDL_MAX_PROGRAMS, lin.gemv_config, lf.gemv_residual_config
     try:
         if "narrow_rows" in variant:            # the 1024-row out-projections' whole tiles at other heights
-            rows, base_cfg = variant["narrow_rows"], saved[4]
+            rows, base_cfg = variant["narrow_rows"], saved[2]
 
             def narrow(N, K, interpreted=False, pdl=False):
                 cfg = base_cfg(N, K, interpreted, pdl)
@@ -108,13 +106,11 @@ def engine_us(variant: dict, context: int, tokens: int = 64) -> dict:
                     cfg = {**cfg, "BLOCK_N": rows, "num_warps": max(1, min(16, rows * cfg["BLOCK_K"] // 1024))}
                 return cfg
             lf.gemv_residual_config = narrow
-        lf.RECURRENCE_STATE_FIRST = variant.get("state_first", True)
-        lf.RECURRENCE_TRIGGER = variant.get("trigger", 0)
         if variant.get("lm_head_pdl"):
             lin.PDL_MAX_PROGRAMS = 1 << 30
         if "lm_head_tile" in variant:
             rows, block_k, warps = variant["lm_head_tile"]
-            base = saved[3]
+            base = saved[1]
             lin.gemv_config = lambda N, K, interpreted=False: (
                 {"BLOCK_N": rows, "BLOCK_K": block_k, "num_warps": warps} if N == VOCAB else base(N, K, interpreted))
         engine = Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=0, level="fast",
@@ -137,28 +133,24 @@ def engine_us(variant: dict, context: int, tokens: int = 64) -> dict:
         torch.cuda.empty_cache()
         return {"us_per_token": us, "tokens": ids}
     finally:
-        (lf.RECURRENCE_STATE_FIRST, lf.RECURRENCE_TRIGGER, lin.PDL_MAX_PROGRAMS, lin.gemv_config,
-         lf.gemv_residual_config) = saved
+        lin.PDL_MAX_PROGRAMS, lin.gemv_config, lf.gemv_residual_config = saved
 
 
 def check() -> float:
-    """The recurrence with its state loaded after the wait equals the one before it (runs anywhere; under
-    the interpreter PDL is off and both are the same kernel)."""
+    """The LM head's GEMV with the PDL calls equals the one without, at an odd shape (runs anywhere; under
+    the interpreter the PDL calls are no-ops)."""
     from tritonllm_course import kernels
-    lf = kernels.load("layer_fusion", "solutions").module
+    lin = kernels.load("linear", "solutions").module
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     gen = torch.Generator().manual_seed(0)
-    T, H, HV, D = 1, 2, 4, 16
-    q, k = (torch.randn(T, H, D, generator=gen) for _ in range(2))
-    v = torch.randn(T, HV, D, generator=gen)
-    a, b = (torch.randn(T, HV, generator=gen) for _ in range(2))
-    A_log, dt_bias = torch.randn(HV, generator=gen), torch.randn(HV, generator=gen)
-    s0 = torch.randn(HV, D, D, generator=gen)
-    outs = []
-    for first in (True, False):
-        lf.RECURRENCE_STATE_FIRST = first
-        outs.append(lf.gated_delta_rule_recurrent_gates(q, k, v, a, b, A_log, dt_bias, s0.clone(), qk_norm=True))
-    lf.RECURRENCE_STATE_FIRST = True
-    return max(common.rel_err(x, y) for x, y in zip(outs[0], outs[1]))
+    n, k = 37, 129
+    w, x = torch.randn(n, k, generator=gen).to(device), torch.randn(k, generator=gen).to(device)
+    worst = 0.0
+    for pdl in (False, True):
+        y = torch.full((n,), float("nan"), device=device)
+        lin.gemv_kernel[(triton.cdiv(n, 4),)](x, w, y, n, k, BLOCK_N=4, BLOCK_K=32, num_warps=1, PDL=pdl)
+        worst = max(worst, common.rel_err(y.cpu(), (w.double() @ x.double()).cpu()))
+    return worst
 
 
 def main(out):
@@ -179,9 +171,6 @@ def main(out):
     best = min((t for t in TILES if isinstance(pdl_times[t], float)), key=lambda t: pdl_times[t], default=None)
     res["best_pdl_tile"] = best
     variants = {"as is": {}, "LM head with PDL": {"lm_head_pdl": True},
-                "state after the wait": {"state_first": False},
-                "recurrence triggers after its stores": {"trigger": 1},
-                "recurrence triggers at its exit": {"trigger": 2},
                 "out-projections at 2 rows": {"narrow_rows": 2}, "out-projections at 8 rows": {"narrow_rows": 8}}
     if best is not None:
         variants["LM head with PDL at the best PDL tile"] = {"lm_head_tile": best, "lm_head_pdl": True}

@@ -166,24 +166,18 @@ def qk_norm_rope_cache_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_
     # END SOLUTION
 
 
-# with PDL the recurrence loads its state before the wait (False: after it) and lets the next kernel launch
-# at its entry (0; 1: after its stores; 2: at its exit): `lab/pdl_variants_probe.py`
-RECURRENCE_STATE_FIRST, RECURRENCE_TRIGGER = True, 0
-
-
 @triton.jit
 def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, s0_ptr, o_ptr, st_ptr,
                            T, sq, sk, sv, sa, sb, q_scale, eps, H: tl.constexpr, HV: tl.constexpr,
                            DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
-                           HAS_S0: tl.constexpr, QK_NORM: tl.constexpr, PDL: tl.constexpr = False,
-                           STATE_FIRST: tl.constexpr = True, TRIGGER: tl.constexpr = 0):
+                           HAS_S0: tl.constexpr, QK_NORM: tl.constexpr, PDL: tl.constexpr = False):
     """Chapter 15's recurrent kernel reading the gates' inputs: per token, beta = sigmoid(b) and
     g = -exp(A_log) * softplus(a + dt_bias) of its value head, computed in fp32 where they are used.
     QK_NORM: q and k arrive as the conv left them, and are L2-normalised here (q also scaled by q_scale).
     PDL (chapter 18): the gates' parameters and the initial state are loaded before the wait. The engine's
     state is only written by this kernel, in the step before, and a step starts when the one before has
     finished: with PDL, s0 must not be the output of a kernel of the same step."""
-    if PDL and TRIGGER == 0:
+    if PDL:
         pdl_launch_dependents()
     hv = tl.program_id(0)                      # value head
     h = hv // (HV // H)                        # the key head it reads
@@ -195,14 +189,12 @@ def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias
     # the head's gate parameters (fp32) and its state slice: what no kernel of the step writes
     decay_rate = -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32))
     dt_bias = tl.load(dt_bias_ptr + hv).to(tl.float32)
-    if not HAS_S0:
-        S = tl.zeros([BK, BV], dtype=tl.float32)
-    elif STATE_FIRST or not PDL:
+    if HAS_S0:
         S = tl.load(s0_ptr + state, mask=smask, other=0.0)
+    else:
+        S = tl.zeros([BK, BV], dtype=tl.float32)
     if PDL:
         pdl_wait()              # from here on q, k, v, a and b are the previous kernels' stores
-        if HAS_S0 and not STATE_FIRST:
-            S = tl.load(s0_ptr + state, mask=smask, other=0.0)
     # BEGIN SOLUTION: per token t: q and k (QK_NORM: each divided by sqrt(its sum of squares + eps), q times
     #   q_scale), beta and g (decay_rate, dt_bias above) from b[t, hv] and a[t, hv], then delta_rule_step on S;
     #   store o and finally S
@@ -219,8 +211,6 @@ def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias
         tl.store(o_ptr + (t * HV + hv) * DV + rv, o.to(o_ptr.dtype.element_ty), mask=mv)
     tl.store(st_ptr + state, S, mask=smask)
     # END SOLUTION
-    if PDL and TRIGGER == 1:
-        pdl_launch_dependents()
 
 
 def gemv_residual_config(N: int, K: int, interpreted: bool = False, pdl: bool = False) -> dict:
@@ -383,8 +373,7 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
         q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, T, q.stride(0), k.stride(0),
         v.stride(0), a.stride(0), b.stride(0), DK ** -0.5, eps, H=H, HV=HV, DK=DK, DV=DV,
         BK=max(16, triton.next_power_of_2(DK)), BV=block_v, HAS_S0=initial_state is not None,
-        QK_NORM=bool(qk_norm), STATE_FIRST=RECURRENCE_STATE_FIRST,
-        TRIGGER=RECURRENCE_TRIGGER, num_warps=1, **pdl_args())
+        QK_NORM=bool(qk_norm), num_warps=1, **pdl_args())
     return out, final_state
 
 
