@@ -18,17 +18,14 @@ Launch parameters (`gemm_gelu_config`, `gemv_gelu_config`) are chapter 05's, cho
 bf16; chapter 28 measures the fused kernels against cuBLAS plus `torch.nn.functional.gelu`
 (`tritonllm_course/measure/compiler_bench.py`).
 """
-import functools
-
 import torch
 import triton
 import triton.language as tl
 
-from tritonllm_course import validate
+from tritonllm_course import kernels, validate
 from tritonllm_course.runtime import runtime
 from tritonllm_course.triton_helpers import gemv_rows, sigmoid
 
-SMS = 132                                       # streaming multiprocessors of an H200: GEMV grids are sized on it
 ACTS = {"linear": 0, "gelu": 1, "gelu_tanh": 2}  # the kernels' ACT
 APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}   # torch.nn.functional.gelu's names
 
@@ -93,41 +90,17 @@ def gelu_kernel(x_ptr, y_ptr, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
 
 
 def gemv_gelu_config(N: int, K: int, interpreted: bool = False) -> dict:
-    """Chapter 05's GEMV tiles: two rows a program, 16 elements a thread, steps along K of up to 2048 (512
-    when the rows alone give 64 programs per SM). Under the interpreter 64 rows a program."""
-    block_n = 64 if interpreted else 2
-    many_programs = triton.cdiv(N, block_n) >= 64 * SMS
-    block_k = min(512 if many_programs else 2048, max(16, triton.next_power_of_2(K)))
-    return {"BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": max(1, block_n * block_k // (16 * 32))}
+    """Chapter 05's GEMV tiles (`linear.gemv_config`)."""
+    return kernels.get("linear", "gemv_config")(N, K, interpreted)
 
 
 def gemm_gelu_config(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device) -> dict:
-    """Chapter 05's GEMM tiles (every side >= 16, for tl.dot): near M = 128 one or two M tiles with long K
-    steps, thin 32-column tiles below N = 4096 for more programs, square 128 x 128 tiles from M = 256; the
-    pipeline's stages capped by shared memory. Under the interpreter few, large tiles."""
-    block_m = min(128, max(16, triton.next_power_of_2(M)))
+    """Chapter 05's GEMM tiles (`linear.gemm_config`: every side >= 16 for tl.dot, the pipeline's stages
+    capped by shared memory). Under the interpreter few, large tiles."""
     if device.type != "cuda":
-        return {"BLOCK_M": min(64, block_m), "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 1}
-    if M >= 256:
-        cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
-    elif N >= 4096:
-        cfg = {"BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 8, "num_stages": 4}
-    else:
-        cfg = {"BLOCK_M": min(64, block_m), "BLOCK_N": 32, "BLOCK_K": 128, "num_warps": 4, "num_stages": 5}
-    return fit_stages(cfg, dtype, device)
-
-
-def fit_stages(cfg: dict, dtype: torch.dtype, device: torch.device) -> dict:
-    """`cfg` with num_stages lowered until the pipeline's tiles (an x tile and a W tile a stage) fit in the
-    shared memory of `device`."""
-    stage_bytes = (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * dtype.itemsize
-    shared = _shared_memory(device.index if device.index is not None else torch.cuda.current_device())
-    return {**cfg, "num_stages": max(1, min(cfg["num_stages"], shared // stage_bytes))}
-
-
-@functools.lru_cache(maxsize=None)
-def _shared_memory(index: int) -> int:
-    return triton.runtime.driver.active.utils.get_device_properties(index)["max_shared_mem"]
+        block_m = min(64, max(16, triton.next_power_of_2(M)))
+        return {"BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 64, "num_warps": 4, "num_stages": 1}
+    return kernels.get("linear", "gemm_config")(M, N, K, dtype, device)
 
 
 def _act(act: str) -> int:

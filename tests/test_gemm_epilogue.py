@@ -103,7 +103,8 @@ def test_no_activation_is_the_projection():
 
 
 def test_gpu_configs_are_tensor_core_tiles_that_fit(monkeypatch):
-    monkeypatch.setattr(GE, "_shared_memory", lambda index: 64 * 1024)      # a T4's 64 KB
+    """Chapter 05's configs (linear.gemm_config, gemv_config), which gemm_epilogue takes."""
+    monkeypatch.setattr(kernels.load("linear").module, "_shared_memory", lambda device: 64 * 1024)   # a T4's 64 KB
     for M, N, K in [(2, 3584, 1024), (128, 3584, 1024), (128, 4096, 8192), (512, 1024, 3584)]:
         cfg = GE.gemm_gelu_config(M, N, K, torch.bfloat16, torch.device("cuda", 0))
         assert min(cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]) >= 16 and cfg["num_stages"] >= 1

@@ -9,15 +9,16 @@ config's BLOCK_K (pruning must still leave a config to run).
 """
 from ..reference.linear import linear
 from . import implement
-from .linear import PROMPT, _bytes, _flops, _inputs, _out
+from .common import projection_bytes, projection_flops, projection_out
+from .linear import PROMPT, _inputs
 
 
 def _shape(M, N, K):
     return {"M": M, "N": N, "K": K}
 
 
-_COMMON = dict(family="autotune", reference=linear, make_inputs=_inputs, make_out=_out, bytes=_bytes,
-               flops=_flops, chapter="26_autotune", dims={"out": ("token", "row")})
+_COMMON = dict(family="autotune", reference=linear, make_inputs=_inputs, make_out=projection_out,
+               bytes=projection_bytes, flops=projection_flops, chapter="26_autotune", dims={"out": ("token", "row")})
 
 implement("in_proj.autotuned", function="autotuned_gemv", op=2, title="QKV projection (decode, autotuned)",
           qwen="the merged attention / DeltaNet input projections of one token, tiles tuned per shape",

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from . import Edge
+from . import Edge, tensor_bytes
 
 # Scales that reach the edges of each dtype's range without leaving it for a correct kernel:
 # tiny: mean(x^2) near a norm's eps (1e-6), and squares that are subnormal in fp16;
@@ -42,3 +42,21 @@ def norm_edges(key: str = "x") -> list[Edge]:
     statistics), squares past fp16's range (needs fp32 statistics)."""
     return [zero_rows(key, (0, -1), "zero rows"), scaled(key, "tiny scale", TINY_SCALE),
             scaled(key, "huge scale", HUGE_SCALE)]
+
+
+# --- a projection y[M, N] = x[M, K] @ W[N, K].T (chapters 05 and 28) ------------------------------------------
+def projection_out(inp):
+    """The output buffer of a projection slot: [M, N] in x's dtype."""
+    return {"out": torch.empty(inp["x"].shape[0], inp["weight"].shape[0], dtype=inp["x"].dtype,
+                               device=inp["x"].device)}
+
+
+def projection_bytes(inp):
+    """x and W read once, y written once."""
+    M, N = inp["x"].shape[0], inp["weight"].shape[0]
+    return tensor_bytes(inp["x"], inp["weight"]) + M * N * inp["x"].element_size()
+
+
+def projection_flops(inp):
+    (M, K), N = inp["x"].shape, inp["weight"].shape[0]
+    return 2 * M * N * K

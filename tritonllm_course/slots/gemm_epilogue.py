@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 
 from ..reference.gelu import gelu_linear
-from . import Edge, implement, tensor_bytes
+from . import Edge, implement
+from .common import projection_bytes, projection_flops, projection_out
 
 
 def _inputs(approximate):
@@ -32,19 +33,6 @@ def _unfused(x, weight, approximate="none"):
     return F.gelu(F.linear(x, weight), approximate=approximate)
 
 
-def _out(inp):
-    return {"out": torch.empty(inp["x"].shape[0], inp["weight"].shape[0], dtype=inp["x"].dtype,
-                               device=inp["x"].device)}
-
-
-def _bytes(inp):
-    M, N = inp["x"].shape[0], inp["weight"].shape[0]
-    return tensor_bytes(inp["x"], inp["weight"]) + M * N * inp["x"].element_size()
-
-
-def _flops(inp):
-    (M, K), N = inp["x"].shape, inp["weight"].shape[0]
-    return 2 * M * N * K
 
 
 def _large(inputs, shape, dtype, gen):
@@ -64,7 +52,7 @@ def _shape(M, N, K):
 
 
 _COMMON = dict(family="gemm_epilogue", function="gelu_linear", reference=gelu_linear, torch_impl=_unfused,
-               make_out=_out, bytes=_bytes, flops=_flops, chapter="28_compilers",
+               make_out=projection_out, bytes=projection_bytes, flops=projection_flops, chapter="28_compilers",
                shapes={"tiny": [_shape(67, 509, 131), _shape(37, 131, 200), _shape(1, 509, 131)],
                        "real": [_shape(128, 3584, 1024), _shape(1, 3584, 1024)]},
                edges=[Edge("large pre-activations", _large), Edge("zero rows", _zero_rows)],

@@ -14,7 +14,8 @@ import torch
 
 from ..reference.linear import linear
 from ..reference.lm_head import lm_head
-from . import Edge, implement, tensor_bytes
+from . import Edge, implement
+from .common import projection_bytes, projection_flops, projection_out
 
 
 def _inputs(shape, dtype, device, gen):
@@ -23,19 +24,6 @@ def _inputs(shape, dtype, device, gen):
             "weight": (0.02 * torch.randn(N, K, device=device, generator=gen)).to(dtype)}
 
 
-def _out(inp):
-    return {"out": torch.empty(inp["x"].shape[0], inp["weight"].shape[0], dtype=inp["x"].dtype,
-                               device=inp["x"].device)}
-
-
-def _bytes(inp):
-    M, N = inp["x"].shape[0], inp["weight"].shape[0]
-    return tensor_bytes(inp["x"], inp["weight"]) + M * N * inp["x"].element_size()
-
-
-def _flops(inp):
-    (M, K), N = inp["x"].shape, inp["weight"].shape[0]
-    return 2 * M * N * K
 
 
 def _small_activations(inputs, shape, dtype, gen):
@@ -46,8 +34,8 @@ def _small_activations(inputs, shape, dtype, gen):
 
 
 def _projection(name, function, tiny, real, **fields):
-    implement(name, family="linear", function=function, make_inputs=_inputs, make_out=_out,
-              bytes=_bytes, flops=_flops, shapes={"tiny": tiny, "real": real},
+    implement(name, family="linear", function=function, make_inputs=_inputs, make_out=projection_out,
+              bytes=projection_bytes, flops=projection_flops, shapes={"tiny": tiny, "real": real},
               reference=fields.pop("reference", linear),
               edges=[Edge("small activations", _small_activations)],
               dims={"out": ("token", "feature")}, **fields)

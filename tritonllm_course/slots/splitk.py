@@ -16,15 +16,16 @@ import torch
 
 from ..reference.linear import linear
 from . import implement
-from .linear import _bytes, _flops, _inputs, _out
+from .common import projection_bytes, projection_flops, projection_out
+from .linear import _inputs
 
 
 def _shape(N, K):
     return {"M": 1, "N": N, "K": K}
 
 
-_COMMON = dict(family="splitk", reference=linear, make_inputs=_inputs, make_out=_out, bytes=_bytes,
-               flops=_flops, chapter="24_split_k")
+_COMMON = dict(family="splitk", reference=linear, make_inputs=_inputs, make_out=projection_out,
+               bytes=projection_bytes, flops=projection_flops, chapter="24_split_k")
 
 
 def _atomic_inputs(shape, dtype, device, gen):
