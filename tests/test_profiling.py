@@ -1,6 +1,7 @@
 """The profiling helpers of chapter 20: the byte model against docs/qwen35.md §6, kernel calls per token
 against the engine's step table, the traced calls with their layers, the attribution of a trace's kernels
 to slots (to layers: tests/test_layer_times.py), and the GPU breakdown."""
+import json
 from collections import Counter
 
 import pytest
@@ -73,7 +74,24 @@ def test_byte_model_follows_the_dtype_and_checks_context():
     assert 1.9 * half < full < 2 * half          # fp32 doubles all but the fp32 state and small tensors
     with pytest.raises(ValueError, match="context"):
         P.bytes_per_token(QWEN35_0_8B, -1)
-    assert P.floor_us(QWEN35_0_8B, 0, gbps=4230) == pytest.approx(1_544_820_416 / 4230e9 * 1e6)
+    assert P.floor_us(QWEN35_0_8B, 0, gbps=4000) == pytest.approx(1_544_820_416 / 4000e9 * 1e6)
+
+
+def test_recorded_ceiling_is_the_newest_kernel_tables(tmp_path):
+    from tritonllm_course.kernels import course_root
+    from tritonllm_course.measure.benchmark import recorded_ceiling
+    tables = sorted((course_root() / "results").glob("kernels_*.json"), key=lambda p: p.stem.rsplit("_", 1)[-1])
+    data = json.loads(tables[-1].read_text())
+    ceiling = recorded_ceiling()
+    assert ceiling.path == tables[-1] and (ceiling.gpu, ceiling.date) == (data["gpu"], data["date"])
+    assert ceiling.gbps == data["results"][0]["ceiling_gbps"] > 0
+    assert f"{ceiling.gbps:.0f} GB/s" in tables[-1].with_suffix(".md").read_text().splitlines()[0]
+    with pytest.raises(FileNotFoundError, match="no kernel table"):
+        recorded_ceiling(tmp_path)
+    row = {"gpu": "G", "ceiling_gbps": 1000.0}      # the newest by date; one without rows is passed over
+    for date, rows in (("2026-01-02", [row]), ("2026-01-10", []), ("2026-01-03", [{**row, "ceiling_gbps": 2.0}])):
+        (tmp_path / f"kernels_g_{date}.json").write_text(json.dumps({"gpu": "G", "date": date, "results": rows}))
+    assert recorded_ceiling(tmp_path)[:3] == (2.0, "G", "2026-01-03")
 
 
 def test_expected_calls_of_the_real_model():

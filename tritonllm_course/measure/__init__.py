@@ -1,7 +1,8 @@
 """Measuring the kernels: how fast, against what, and where a decode step spends its time.
 
 - `benchmark`: `bench` (a kernel against PyTorch eager, torch.compile and the bandwidth ceiling), the
-  CUDA-graph timer `time_calls`, the measured copy ceiling, and what every GPU script shares;
+  CUDA-graph timer `time_calls`, the measured copy ceiling (and the one on record, `recorded_ceiling`),
+  and what every GPU script shares;
 - `kernel_table`: every ready kernel at its real shapes, one table;
 - `profiling`: the bytes one decode token must move, and where the engine's step spends its time
   (chapter 20);

@@ -16,6 +16,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 
@@ -64,6 +65,41 @@ def ceiling_gbps(refresh: bool = False) -> float:
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(cache, indent=1))
     return cache[name]
+
+
+class RecordedCeiling(NamedTuple):
+    """A copy ceiling on record: GB/s (read + write), the GPU and the date it was measured on, its file."""
+    gbps: float
+    gpu: str
+    date: str
+    path: Path
+
+    def __str__(self) -> str:
+        return (f"{self.gbps:,.0f} GB/s (measured copy, {self.gpu}, {self.date}; "
+                f"{self.path.parent.name}/{self.path.name})")
+
+
+def recorded_ceiling(folder: str | Path | None = None) -> RecordedCeiling:
+    """The copy ceiling on record, without a GPU: the one of the newest kernel table in `folder` (default:
+    the course's results/), `kernels_<gpu>_<date>.json`, newest by the date in its name.
+
+    The kernel table's, because it is the measurement the per-kernel "% of ceiling" of docs/results.md §5
+    divides by (each row stores it as `ceiling_gbps`); the engine benchmarks (`engine_*/bench.json`) measure
+    their own copy in their run, within a fraction of a percent of it. A chapter's floor (bytes / bandwidth)
+    reads it here, `nbytes / (recorded_ceiling().gbps * 1e9)`, rather than a number written by hand.
+    Raises FileNotFoundError if no kernel table there records one.
+    """
+    from ..kernels import course_root
+    folder = Path(folder) if folder is not None else course_root() / "results"
+    tables = sorted(folder.glob("kernels_*.json"), key=lambda p: (p.stem.rsplit("_", 1)[-1], p.name))
+    for path in reversed(tables):
+        data = json.loads(path.read_text())
+        rows = [r for r in data.get("results", []) if r.get("ceiling_gbps")]
+        if rows:
+            return RecordedCeiling(rows[0]["ceiling_gbps"], data.get("gpu", rows[0].get("gpu", "?")),
+                                   data.get("date", path.stem.rsplit("_", 1)[-1]), path)
+    raise FileNotFoundError(f"no kernel table in {folder} records a copy ceiling (kernels_<gpu>_<date>.json, "
+                            "made on a GPU by `python -m tritonllm_course.measure.kernel_table --out results/`)")
 
 
 def time_calls(call, input_sets: list[dict], reps: int = 20) -> float:

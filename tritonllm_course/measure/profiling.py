@@ -136,7 +136,8 @@ def floor_us(config: Qwen35Config, context: int, gbps: float | None = None, dtyp
     copy bandwidth, `benchmark.ceiling_gbps()`)."""
     if gbps is None:
         if not torch.cuda.is_available():
-            raise ValueError("no GPU here to measure the copy bandwidth: pass gbps (the H200 measured 4230)")
+            raise ValueError("no GPU here to measure the copy bandwidth: pass gbps, e.g. the one on record, "
+                             "benchmark.recorded_ceiling().gbps")
         from .benchmark import ceiling_gbps
         gbps = ceiling_gbps()
     return bytes_per_token(config, context, dtype) / (gbps * 1e9) * 1e6
