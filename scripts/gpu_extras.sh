@@ -37,7 +37,8 @@
 #             without it, where its loads sit in the SASS, a read before the wait; then the engine's fast
 #             level replayed from its CUDA graph with and without PDL beside transformers + torch.compile,
 #             decode at 128 and 4,096 cached tokens, the tokens of both compared; before it the step's
-#             time kernel by kernel under PDL (lab/pdl_step_profile.py) and its variants (lab/pdl_variants_probe.py)
+#             time kernel by kernel under PDL (lab/pdl_step_profile.py), its variants (lab/pdl_variants_probe.py)
+#             and FlashDecoding's past rows before the wait (lab/flash_decoding_prefetch_probe.py)
 # prefill     the lab's prompt experiment (16, 21, 26, lab/prefill_probe.py): the chunked delta rule's chunk
 #             size and value block, the GEMM + residual's tiles and a split-K version at M = 128, the gated
 #             MLP GEMM's tiles
@@ -135,6 +136,7 @@ pdl() {
   timeout 240 $PY -m lab.pdl_chain_probe "$OUT" || status=1
   timeout 150 $PY -m lab.pdl_step_profile "$OUT" || status=1
   timeout 200 $PY -m lab.pdl_variants_probe "$OUT" || status=1
+  timeout 200 $PY -m lab.flash_decoding_prefetch_probe "$OUT" || status=1
   timeout 420 $PY -m tritonllm_course.cli bench --out "$OUT" --contexts 128 4096 --budget-s 330 --systems \
     "Triton, fewest kernels + CUDA Graph + PDL" "Triton, fewest kernels + CUDA Graph" "transformers static + compile" \
     || status=1

@@ -69,6 +69,8 @@ PROBES_CHECKED = {
     "pdl_chain_probe.py": "the whole-tile GEMV in every PDL mode (the PDL calls are no-ops there)",
     "qkv_merge_probe.py": "chapter 05's projections, merged and separate (the merged GEMV bit for bit)",
     "rope_trig_probe.py": "RoPE from a cos/sin table and from tl.cos / tl.sin in fp32 and fp64",
+    "pdl_variants_probe.py": "the LM head's GEMV with and without the PDL calls",
+    "flash_decoding_prefetch_probe.py": "FlashDecoding with the past rows loaded before the wait, odd lengths",
 }
 
 
