@@ -61,6 +61,33 @@ def error_text(e: Exception, limit: int = 300) -> str:
 
 
 # --- checks ------------------------------------------------------------------------------------------------
+def fast_decode_us(context: int, tokens: int = 64, **engine_kwargs) -> dict:
+    """The engine's fast decode step of Qwen3.5-0.8B (random weights of the real shapes, bf16, its CUDA graph)
+    after a `context`-token prompt: us per token by CUDA events over `tokens` replays (8 untimed first), and
+    the greedy tokens of a 16-token generation. `engine_kwargs` go to `Engine.random` (e.g. pdl=False)."""
+    from tritonllm_course.config import QWEN35_0_8B
+    from tritonllm_course.engine import Engine
+    engine = Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=0, level="fast",
+                           max_seq_len=context + 3 * tokens + 40, **engine_kwargs)
+    prompt = [(7 * i + 3) % QWEN35_0_8B.vocab_size for i in range(context)]
+    ids = engine.generate(prompt, 16)
+    engine.reset()
+    engine.prefill(prompt)
+    for _ in range(8):
+        engine.decode()
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(tokens):
+        engine.decode()
+    b.record()
+    torch.cuda.synchronize()
+    us = a.elapsed_time(b) * 1e3 / tokens
+    del engine
+    torch.cuda.empty_cache()
+    return {"us_per_token": us, "tokens": ids}
+
+
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     """|got - want| / |want| (2-norms, in fp64)."""
     want = want.double()

@@ -96,30 +96,10 @@ def swapped(fd, use_prefetch: bool):
 
 def engine_us(use_prefetch: bool, context: int, tokens: int = 64) -> dict:
     from tritonllm_course import kernels
-    from tritonllm_course.config import QWEN35_0_8B
-    from tritonllm_course.engine import Engine
     fd = kernels.load("flash_decoding", "solutions").module
     swapped(fd, use_prefetch)
     try:
-        engine = Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=0, level="fast",
-                               max_seq_len=context + 3 * tokens + 40)
-        prompt = [(7 * i + 3) % QWEN35_0_8B.vocab_size for i in range(context)]
-        ids = engine.generate(prompt, 16)
-        engine.reset()
-        engine.prefill(prompt)
-        for _ in range(8):
-            engine.decode()
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(tokens):
-            engine.decode()
-        b.record()
-        torch.cuda.synchronize()
-        us = a.elapsed_time(b) * 1e3 / tokens
-        del engine
-        torch.cuda.empty_cache()
-        return {"us_per_token": us, "tokens": ids}
+        return common.fast_decode_us(context, tokens)
     finally:
         swapped(fd, False)
 

@@ -91,8 +91,6 @@ def _graph_us(fn, replays: int = 20) -> float:
 
 def engine_us(variant: dict, context: int, tokens: int = 64) -> dict:
     from tritonllm_course import kernels
-    from tritonllm_course.config import QWEN35_0_8B
-    from tritonllm_course.engine import Engine
     lf = kernels.load("layer_fusion", "solutions").module
     lin = kernels.load("linear", "solutions").module
     saved = lin.PDL_MAX_PROGRAMS, lin.gemv_config, lf.gemv_residual_config
@@ -113,25 +111,7 @@ def engine_us(variant: dict, context: int, tokens: int = 64) -> dict:
             base = saved[1]
             lin.gemv_config = lambda N, K, interpreted=False: (
                 {"BLOCK_N": rows, "BLOCK_K": block_k, "num_warps": warps} if N == VOCAB else base(N, K, interpreted))
-        engine = Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=0, level="fast",
-                               max_seq_len=context + 3 * tokens + 40)
-        prompt = [(7 * i + 3) % VOCAB for i in range(context)]
-        ids = engine.generate(prompt, 16)
-        engine.reset()
-        engine.prefill(prompt)
-        for _ in range(8):
-            engine.decode()
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(tokens):
-            engine.decode()
-        b.record()
-        torch.cuda.synchronize()
-        us = a.elapsed_time(b) * 1e3 / tokens
-        del engine
-        torch.cuda.empty_cache()
-        return {"us_per_token": us, "tokens": ids}
+        return common.fast_decode_us(context, tokens)
     finally:
         lin.PDL_MAX_PROGRAMS, lin.gemv_config, lf.gemv_residual_config = saved
 
