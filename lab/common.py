@@ -61,6 +61,17 @@ def error_text(e: Exception, limit: int = 300) -> str:
 
 
 # --- checks ------------------------------------------------------------------------------------------------
+def events_us(fn, n: int) -> float:
+    """us per fn() over n calls queued back to back, timed by CUDA events."""
+    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    e0.record()
+    for _ in range(n):
+        fn()
+    e1.record()
+    torch.cuda.synchronize()
+    return e0.elapsed_time(e1) * 1e3 / n
+
+
 def fast_decode_us(context: int, tokens: int = 64, **engine_kwargs) -> dict:
     """The engine's fast decode step of Qwen3.5-0.8B (random weights of the real shapes, bf16, its CUDA graph)
     after a `context`-token prompt: us per token by CUDA events over `tokens` replays (8 untimed first), and
@@ -76,13 +87,7 @@ def fast_decode_us(context: int, tokens: int = 64, **engine_kwargs) -> dict:
     for _ in range(8):
         engine.decode()
     torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(tokens):
-        engine.decode()
-    b.record()
-    torch.cuda.synchronize()
-    us = a.elapsed_time(b) * 1e3 / tokens
+    us = events_us(engine.decode, tokens)
     del engine
     torch.cuda.empty_cache()
     return {"us_per_token": us, "tokens": ids}

@@ -117,19 +117,8 @@ def graph_us(fn, replays=50, runs=5) -> float:
         fn()
     for _ in range(5):
         graph.replay()
-    times = sorted(events_us(graph.replay, replays) for _ in range(runs))
+    times = sorted(common.events_us(graph.replay, replays) for _ in range(runs))
     return times[runs // 2]
-
-
-def events_us(fn, n: int) -> float:
-    """us per fn() over n calls queued back to back, timed by CUDA events."""
-    e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    e0.record()
-    for _ in range(n):
-        fn()
-    e1.record()
-    torch.cuda.synchronize()
-    return e0.elapsed_time(e1) * 1e3 / n
 
 
 def sass_of(compiled) -> list[str]:
@@ -203,7 +192,7 @@ def engine_decode_us(pdl: bool, tile: tuple[int, int], context: int = 128, token
     engine.prefill(prompt.tolist())
     for _ in range(8):
         engine.decode()
-    us = events_us(engine.decode, tokens)
+    us = common.events_us(engine.decode, tokens)
     del engine
     torch.cuda.empty_cache()
     return {"us_per_token": us, "tokens": ids, "tokens_equal_without_overlap": same}
