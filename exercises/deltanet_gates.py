@@ -24,13 +24,15 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
-from tritonllm_course.triton_helpers import l2_normalize_rows, sigmoid, softplus
+from tritonllm_course.runtime import pdl_args
+from tritonllm_course.triton_helpers import l2_normalize_rows, pdl_enter, sigmoid, softplus
 
 
 @triton.jit
 def deltanet_gates_kernel(b_ptr, a_ptr, A_log_ptr, dt_bias_ptr, beta_ptr, g_ptr, n, HV, sb, sa,
-                          BLOCK: tl.constexpr):
+                          BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """Flat outputs [T * HV]; b and a are read at token stride sb and sa (views into a wider projection)."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN EXERCISE: flat indices i < n = T * HV, their token i // HV and head i % HV;
     #   load b[token, head], a[token, head] (token strides sb, sa), A_log[head], dt_bias[head] as fp32;
     #   store beta = sigmoid(b) (beta's dtype) and g = -exp(A_log) * softplus(a + dt_bias) (fp32) at i
@@ -85,7 +87,7 @@ def deltanet_gates(b: torch.Tensor, a: torch.Tensor, A_log: torch.Tensor, dt_bia
         return beta, g
     block = min(1024, triton.next_power_of_2(n))
     deltanet_gates_kernel[(triton.cdiv(n, block),)](b, a, A_log, dt_bias, beta, g, n, HV, b.stride(0),
-                                                     a.stride(0), BLOCK=block, num_warps=4)
+                                                     a.stride(0), BLOCK=block, num_warps=4, **pdl_args())
     return beta, g
 
 

@@ -25,8 +25,8 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
-from tritonllm_course.runtime import runtime
-from tritonllm_course.triton_helpers import online_softmax_update, sigmoid
+from tritonllm_course.runtime import pdl_args, runtime
+from tritonllm_course.triton_helpers import online_softmax_update, pdl_enter, sigmoid
 
 LOG2E = math.log2(math.e)
 SMS = 132                     # streaming multiprocessors of an H200: the grid is sized against them
@@ -50,13 +50,14 @@ def _attend(q, k_head, v_head, row_stride, pos, n0, n_end, d, d_ok, m, l, acc, s
 @triton.jit
 def flash_attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, gate_ptr, T, S, H, KV, D, scale_log2e,
                            s_gate, G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                           BLOCK_D: tl.constexpr, HAS_GATE: tl.constexpr):
+                           BLOCK_D: tl.constexpr, HAS_GATE: tl.constexpr, PDL: tl.constexpr = False):
     """Causal attention of BLOCK_M (token, head) rows of one KV head over their keys, in one pass.
 
     1-D grid of KV heads x row blocks: program p has KV head p % KV and row block (last first) p // KV.
     HAS_GATE: the output multiplied by sigmoid(gate) (Qwen's output gate, fused); token t's gate row
     [heads * head_dim] starts at t * s_gate.
     """
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN EXERCISE: KV head and row block (latest first); rows -> (token, head);
     #   load the q tile and the rows' positions; p_hi = newest position (at most S-1), p_lo = oldest;
     #   bulk loop over the whole blocks before p_lo + 1 without the mask, diagonal loop up to p_hi with it;
@@ -133,7 +134,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torc
         flash_attention_kernel[grid](q, k, v, pos, out, q if gate is None else gate, T, S, H, KV, D,
                                      scale * LOG2E, s_gate, G=G, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                                      BLOCK_D=triton.next_power_of_2(D), HAS_GATE=gate is not None,
-                                     num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+                                     num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_args())
     return out
 
 

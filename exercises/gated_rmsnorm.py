@@ -16,14 +16,16 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
-from tritonllm_course.triton_helpers import silu
+from tritonllm_course.runtime import pdl_args
+from tritonllm_course.triton_helpers import pdl_enter, silu
 
 
 @triton.jit
 def gated_rms_norm_kernel(x_ptr, z_ptr, w_ptr, out_ptr, rows, D, eps, HEADS, sz,
-                          BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr):
+                          BLOCK_R: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False):
     """x, out: [rows, D] contiguous; z: row r at (r // HEADS) * sz + (r % HEADS) * D (a token's HEADS rows
     contiguous, tokens sz apart: a column slice of the merged in-projection's output)."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN EXERCISE: a [BLOCK_R, BLOCK_D] tile of rows (mask rows >= rows and d >= D);
     #   x, z (at its token stride), w as fp32; y = x * rsqrt(mean(x^2) + eps) * w * silu(z); store in out's dtype
     raise NotImplementedError("exercise gated_rmsnorm.py, gated_rms_norm_kernel: not implemented yet")
@@ -60,5 +62,6 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
     # a token's rows (z[0]) and the token stride; a contiguous z is one "token" of all its rows
     heads, sz = (rows, 0) if z.is_contiguous() else (z[0].numel() // D, z.stride(0))
     gated_rms_norm_kernel[(triton.cdiv(rows, block_r),)](x, z, weight, out, rows, D, eps, heads, sz,
-                                                         BLOCK_R=block_r, BLOCK_D=block_d, num_warps=num_warps)
+                                                         BLOCK_R=block_r, BLOCK_D=block_d, num_warps=num_warps,
+                                                         **pdl_args())
     return out

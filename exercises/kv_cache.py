@@ -21,15 +21,18 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
+from tritonllm_course.runtime import pdl_args
+from tritonllm_course.triton_helpers import pdl_enter
 
 COPY_BLOCK = 2048   # elements per program of the read: 16 per thread at 4 warps (two 16-byte bf16 loads)
 
 
 @triton.jit
 def kv_cache_write_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, pos_ptr, max_len, sk, sv,
-                          ROW: tl.constexpr, BLOCK: tl.constexpr):
+                          ROW: tl.constexpr, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """Copy token t's k and v rows ([ROW] = kv_heads * head_dim each, contiguous; token t's starts at
     t * sk, t * sv) into cache row pos[t]."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN EXERCISE: token t = program id; its position from pos_ptr (device memory);
     #   copy k[t] and v[t] (ROW elements each, from t * sk and t * sv) to cache row pos;
     #   never store outside 0 <= pos < max_len
@@ -80,7 +83,7 @@ def kv_cache_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_ca
         return k_cache, v_cache
     row = kv_heads * head_dim
     kv_cache_write_kernel[(T,)](k, v, k_cache, v_cache, pos, max_len, k.stride(0), v.stride(0), ROW=row,
-                                BLOCK=triton.next_power_of_2(row), num_warps=4)
+                                BLOCK=triton.next_power_of_2(row), num_warps=4, **pdl_args())
     return k_cache, v_cache
 
 

@@ -42,7 +42,7 @@ import triton.language as tl
 
 from tritonllm_course import triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args, runtime
-from tritonllm_course.triton_helpers import pdl_launch_dependents, pdl_wait, silu
+from tritonllm_course.triton_helpers import pdl_enter, pdl_launch_dependents, pdl_wait, silu
 
 SMS = 132                    # streaming multiprocessors of an H200: the GEMV grid is sized against them
 ELEMENTS_PER_PROGRAM = 1024  # residual + norm: a program holds about this many elements of its rows
@@ -51,8 +51,9 @@ MAX_DIM = 32768              # residual + norm keep a whole row in registers
 
 @triton.jit
 def residual_rms_norm_kernel(x_ptr, res_ptr, w_ptr, h_ptr, out_ptr, rows, dim, eps,
-                             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr):
+                             BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False):
     """h = residual + x (stored in h's dtype); out = h / rms(h) * (1 + w); packed [rows, dim] tensors."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN EXERCISE: rows r = program_id * BLOCK_M + [0, BLOCK_M) of packed [rows, dim] tensors;
     #   load x and residual as fp32, add, store h in h's dtype;
     #   then normalise the stored h (rounded back to fp32): h * rsqrt(mean(h^2) + eps) * (1 + w), stored in out's dtype
@@ -160,11 +161,13 @@ def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps, conv
 @triton.jit
 def fused_gemm_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, M, N, K, eps,
                       HAS_NORM: tl.constexpr, GATED: tl.constexpr,
-                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      PDL: tl.constexpr = False):
     """Several tokens: the BLOCK_M x BLOCK_N tile of y = x @ W.T with the same options as the GEMV.
 
     x [M, K]; W, W_up [N, K]; y [M, N]. Given complete: read it to see the GEMV's ideas on tensor cores.
     """
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     pid_m = tl.program_id(0)      # axis 0 is M: the programs sharing a weight tile run side by side (L2)
     pid_n = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
@@ -294,7 +297,7 @@ def _project(x, weight, up_weight, norm_weight, eps, out, conv=None):
         fused_gemm_kernel[grid](
             x2, norm_weight, weight, up_weight, out2, M, N, K, eps, HAS_NORM=has_norm, GATED=gated,
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_args())
     return out
 
 
@@ -434,5 +437,5 @@ def residual_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     num_warps = min(16, max(1, block_m * block_d // 256))    # 8 elements (16 bytes of bf16) per thread
     residual_rms_norm_kernel[(triton.cdiv(rows, block_m),)](
         x, residual, weight, h_out, out, rows, dim, eps, BLOCK_M=block_m, BLOCK_D=block_d,
-        num_warps=num_warps)
+        num_warps=num_warps, **pdl_args())
     return h_out, out

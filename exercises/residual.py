@@ -17,10 +17,13 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
+from tritonllm_course.runtime import pdl_args
+from tritonllm_course.triton_helpers import pdl_enter
 
 
 @triton.jit
-def residual_add_kernel(x_ptr, res_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def residual_add_kernel(x_ptr, res_ptr, out_ptr, n, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN EXERCISE: this program's block of the flat tensor; load x and the residual, add in fp32,
     #   store in out's dtype
     raise NotImplementedError("exercise residual.py, residual_add_kernel: not implemented yet")
@@ -44,5 +47,6 @@ def residual_add(x: torch.Tensor, residual: torch.Tensor, out: torch.Tensor | No
     n = x.numel()
     if n >= 2**31:
         raise ValueError(f"x has {n} elements; this kernel indexes with int32 (at most 2**31 - 1)")
-    residual_add_kernel[(triton.cdiv(n, block_size),)](x, residual, out, n, BLOCK=block_size, num_warps=4)
+    residual_add_kernel[(triton.cdiv(n, block_size),)](x, residual, out, n, BLOCK=block_size, num_warps=4,
+                                                       **pdl_args())
     return out

@@ -29,12 +29,15 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
+from tritonllm_course.runtime import pdl_args
+from tritonllm_course.triton_helpers import pdl_enter
 
 
 @triton.jit
 def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, heads, head_dim, half, num_positions,
                 COPY_PASS: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_R: tl.constexpr,
-                BLOCK_P: tl.constexpr):
+                BLOCK_P: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     t = tl.program_id(0).to(tl.int64)
     h = tl.arange(0, BLOCK_H)                                     # [BLOCK_H] heads
     row = t * heads * head_dim + h[:, None] * head_dim            # [BLOCK_H, 1] start of each head
@@ -83,7 +86,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch
     rope_kernel[(tokens,)](x, cos, sin, pos, out, heads, head_dim, half, num_positions,
                            COPY_PASS=not in_place and rotary_dim < head_dim, BLOCK_H=block_h,
                            BLOCK_R=block_r, BLOCK_P=triton.next_power_of_2(max(1, head_dim - rotary_dim)),
-                           num_warps=num_warps)
+                           num_warps=num_warps, **pdl_args())
     return out
 
 

@@ -114,10 +114,12 @@ def argmax_merge_kernel(part_key_ptr, part_idx_ptr, out_ptr, n_blocks, BLOCKS: t
 
 @triton.jit
 def threshold_partial_kernel(logits_ptr, bounds_ptr, part_count_ptr, part_mass_ptr, part_max_ptr,
-                             inv_temp, vocab, n_blocks, BLOCK: tl.constexpr, NT: tl.constexpr):
+                             inv_temp, vocab, n_blocks, BLOCK: tl.constexpr, NT: tl.constexpr,
+                             PDL: tl.constexpr = False):
     """One pass of the threshold search, stage 1: for NT candidate keys t_j spread over [lo, hi], this
     block's count of keys >= t_j and its mass sum(exp((x - m) / T)) over them, m the block's largest
     logit. One load and one [NT, BLOCK] comparison per program: no loop, so no serial memory round trips."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     row = tl.program_id(0).to(tl.int64)
     block = tl.program_id(1)
     lo = tl.load(bounds_ptr + 2 * row)
@@ -139,11 +141,12 @@ def threshold_partial_kernel(logits_ptr, bounds_ptr, part_count_ptr, part_mass_p
 @triton.jit
 def threshold_select_kernel(bounds_ptr, zbase_ptr, part_count_ptr, part_mass_ptr, part_max_ptr,
                             inv_temp, top_k, top_p, n_blocks, NT: tl.constexpr, BT: tl.constexpr,
-                            TOP_P: tl.constexpr, FIRST: tl.constexpr):
+                            TOP_P: tl.constexpr, FIRST: tl.constexpr, PDL: tl.constexpr = False):
     """One pass, stage 2 (one program per row): totals over the blocks, then keep the largest candidate
     that still satisfies the rule (count >= top_k, or mass >= top_p * mass at the phase's start) and
     narrow [lo, hi] to its step. The rule holds at lo and fails above the answer, so it holds on a prefix
     of the candidates (rounding is monotone, so the fp32 masses are too)."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     row = tl.program_id(0).to(tl.int64)
     j = tl.arange(0, NT)
     base = row * n_blocks
@@ -269,10 +272,10 @@ def search_threshold(flat: torch.Tensor, bounds: torch.Tensor, inv_temp: float, 
     bt = min(512, triton.next_power_of_2(n_blocks))
     for p in range(SEARCH_PASSES):
         threshold_partial_kernel[(rows, n_blocks)](flat, bounds, count, mass, block_max, inv_temp, vocab,
-                                                   n_blocks, BLOCK=SEARCH_BLOCK, NT=nt, num_warps=8)
+                                                   n_blocks, BLOCK=SEARCH_BLOCK, NT=nt, num_warps=8, **pdl_args())
         threshold_select_kernel[(rows,)](bounds, zbase, count, mass, block_max, inv_temp, top_k, top_p,
                                          n_blocks, NT=nt, BT=bt, TOP_P=top_p < 1.0, FIRST=p == 0,
-                                         num_warps=8)
+                                         num_warps=8, **pdl_args())
     return bounds
 
 

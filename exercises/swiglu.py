@@ -18,12 +18,14 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
-from tritonllm_course.triton_helpers import silu
+from tritonllm_course.runtime import pdl_args
+from tritonllm_course.triton_helpers import pdl_enter, silu
 
 
 @triton.jit
 def swiglu_kernel(gate_ptr, up_ptr, out_ptr, inter, stride_gate, stride_up, stride_out,
-                  BLOCK: tl.constexpr):
+                  BLOCK: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN EXERCISE: program (row, block of columns); load gate and up of that row as fp32, store silu(gate) * up
     raise NotImplementedError("exercise swiglu.py, swiglu_kernel: not implemented yet")
     # END EXERCISE
@@ -33,7 +35,7 @@ def _launch(gate, up, out, block_size):
     rows, inter = out.shape
     grid = (rows, triton.cdiv(inter, block_size))
     swiglu_kernel[grid](gate, up, out, inter, gate.stride(0), up.stride(0), out.stride(0),
-                        BLOCK=block_size, num_warps=4)
+                        BLOCK=block_size, num_warps=4, **pdl_args())
     return out
 
 

@@ -14,6 +14,7 @@ call's inputs (`copies_past_l2` of them), `per_launch_us` for LAUNCHES launches 
 import json
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -91,6 +92,22 @@ def fast_decode_us(context: int, tokens: int = 64, **engine_kwargs) -> dict:
     del engine
     torch.cuda.empty_cache()
     return {"us_per_token": us, "tokens": ids}
+
+
+@contextmanager
+def three_kernel_attention():
+    """The fast level as it was before `flash_decoding_fused`: at decode an attention layer runs chapter
+    22's q/k prologue kernel, then FlashDecoding's split and merge kernels (the same bits, three launches)."""
+    from dataclasses import replace
+    from tritonllm_course.engine import ops
+    fast = ops.LEVELS["fast"]
+    steps = ops.edit(fast.steps, {"qk_prologue": {"decode": "qk_norm_rope_cache"},
+                                  "attention": {"decode": "flash_decoding.gated"}})
+    ops.LEVELS["fast"] = replace(fast, steps=steps, decode=replace(fast.decode, prologue_into_attention=False))
+    try:
+        yield
+    finally:
+        ops.LEVELS["fast"] = fast
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:

@@ -29,7 +29,8 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
-from tritonllm_course.triton_helpers import sigmoid
+from tritonllm_course.runtime import pdl_args
+from tritonllm_course.triton_helpers import pdl_enter, sigmoid
 
 LOG2E = math.log2(math.e)
 SOFTMAX_BLOCK = 2048     # keys per step of the softmax loop: 16 fp32 per thread at 4 warps
@@ -220,12 +221,14 @@ def _masked_scores(q, k_head_ptr, row_stride, pos, n0, S, d, d_ok, scale_log2e, 
 
 @triton.jit
 def attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, T, S, H, KV, D, scale_log2e,
-                     G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr):
+                     G: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                     PDL: tl.constexpr = False):
     """Causal attention of BLOCK_M (token, head) rows of one KV head over keys 0 .. S-1.
 
     Pass 1 finds each row's max and sum of exp2 over its visible keys; pass 2 adds up the normalised
     P . V. Keys past the block's newest position are visible to none of its rows and are skipped.
     """
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN SOLUTION: rows as in qk_scores; q tile [BM, BD]; pos of each row; n_end = newest position + 1;
     #   pass 1: running max m / sum l over key blocks (masked s <= pos); pass 2: p = exp2(s - m) / l, acc += P . V;
     #   store to out[t, head]
@@ -262,9 +265,10 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, T, S, H, KV, D, scal
 
 # --- the output gate ------------------------------------------------------------------------------
 @triton.jit
-def output_gate_kernel(o_ptr, gate_ptr, out_ptr, n, row, s_gate, BLOCK: tl.constexpr):
+def output_gate_kernel(o_ptr, gate_ptr, out_ptr, n, row, s_gate, BLOCK: tl.constexpr, PDL: tl.constexpr = False):
     """out = o * sigmoid(gate), elementwise over n elements, fp32 inside. o and out are packed; gate has
     `row` elements per token, contiguous, token t's starting at t * s_gate."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN SOLUTION: this program's block of offsets; load o, and gate at (offs // row) * s_gate + offs % row, as fp32;
     #   store o * sigmoid(gate)
     offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
@@ -449,7 +453,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tens
         grid = (KV, triton.cdiv(T * G, bm))
         attention_kernel[grid](q, k, v, pos, out, T, S, H, KV, D, scale * LOG2E, G=G, BLOCK_M=bm,
                                BLOCK_N=PREFILL_BLOCK_N, BLOCK_D=triton.next_power_of_2(D), num_warps=4,
-                               num_stages=PREFILL_STAGES)
+                               num_stages=PREFILL_STAGES, **pdl_args())
     return out
 
 
@@ -470,5 +474,5 @@ def output_gate(o: torch.Tensor, gate: torch.Tensor, out: torch.Tensor | None = 
         row = n // o.shape[0] if o.dim() > 1 else n          # elements per token
         s_gate = gate.stride(0) if o.dim() > 1 else n
         output_gate_kernel[(triton.cdiv(n, GATE_BLOCK),)](o, gate, out, n, row, s_gate, BLOCK=GATE_BLOCK,
-                                                          num_warps=4)
+                                                          num_warps=4, **pdl_args())
     return out

@@ -29,7 +29,8 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
-from tritonllm_course.triton_helpers import l2_normalize_rows, silu
+from tritonllm_course.runtime import pdl_args
+from tritonllm_course.triton_helpers import l2_normalize_rows, pdl_enter, silu
 
 
 @triton.jit
@@ -132,7 +133,8 @@ def store_qkv(y, t, T, head, d, c, cmask, C, H, D, q_ptr, k_ptr, v_ptr, q_scale,
 def conv1d_l2norm_prefill_kernel(x_ptr, w_ptr, state_ptr, new_state_ptr, q_ptr, k_ptr, v_ptr,
                                   T, C, stride_xt, H, D, q_scale, eps,
                                   K: tl.constexpr, HAS_STATE: tl.constexpr,
-                                  BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr):
+                                  BLOCK_T: tl.constexpr, BLOCK_D: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     head = tl.program_id(0)           # 0..H-1: q heads, H..2H-1: k heads, then v in chunks of D channels
     t = tl.program_id(1) * BLOCK_T + tl.arange(0, BLOCK_T)
     d = tl.arange(0, BLOCK_D)
@@ -282,7 +284,7 @@ def conv1d_l2norm_prefill(x: torch.Tensor, weight: torch.Tensor, conv_state: tor
     conv1d_l2norm_prefill_kernel[(heads, triton.cdiv(T, block_t))](
         x, weight, conv_state if has_state else x, new_state, q, k, v, T, C, x.stride(0), key_heads,
         head_dim, head_dim ** -0.5, eps, K=K, HAS_STATE=has_state, BLOCK_T=block_t, BLOCK_D=block_d,
-        num_warps=num_warps)
+        num_warps=num_warps, **pdl_args())
     return q, k, v, new_state
 
 

@@ -30,7 +30,8 @@ import triton
 import triton.language as tl
 
 from tritonllm_course import validate
-from tritonllm_course.triton_helpers import sigmoid, silu, softplus
+from tritonllm_course.runtime import pdl_args
+from tritonllm_course.triton_helpers import pdl_enter, sigmoid, silu, softplus
 
 CHUNK_SIZES = (16, 32, 64)
 MAX_HEAD_DIM = 256          # a [DK, BV] state slice and [C, DK] tiles must fit in registers
@@ -111,7 +112,8 @@ def chunk_prepare_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, T, sk, sv,
                          a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, sa, sb,
                          H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
                          BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, NC: tl.constexpr,
-                         PREC: tl.constexpr, GATES: tl.constexpr = False):
+                         PREC: tl.constexpr, GATES: tl.constexpr = False, PDL: tl.constexpr = False):
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     n, hv = tl.program_id(0), tl.program_id(1)                   # chunk, value head
     h = hv // (HV // H)
     rc = n * C + tl.arange(0, C)                                 # the chunk's tokens
@@ -161,7 +163,8 @@ def chunk_prepare_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, T, sk, sv,
 def chunk_scan_kernel(k_ptr, w_ptr, u_ptr, g_ptr, s0_ptr, hs_ptr, vn_ptr, st_ptr, T, NT, sk,
                       H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
                       BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, HAS_S0: tl.constexpr,
-                      PREC: tl.constexpr):
+                      PREC: tl.constexpr, PDL: tl.constexpr = False):
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     hv = tl.program_id(0)
     h = hv // (HV // H)
     rk = tl.arange(0, BK)
@@ -203,7 +206,8 @@ def chunk_scan_kernel(k_ptr, w_ptr, u_ptr, g_ptr, s0_ptr, hs_ptr, vn_ptr, st_ptr
 def chunk_output_kernel(q_ptr, k_ptr, g_ptr, hs_ptr, vn_ptr, o_ptr, T, sq, sk, z_ptr, nw_ptr, sz, eps,
                         H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
                         BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr,
-                        GATED_NORM: tl.constexpr = False):
+                        GATED_NORM: tl.constexpr = False, PDL: tl.constexpr = False):
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     n, hv = tl.program_id(0), tl.program_id(1)
     h = hv // (HV // H)
     rc = n * C + tl.arange(0, C)
@@ -296,7 +300,7 @@ def chunk_prepare(k, v, g, beta, chunk_size, gates=None):
     chunk_prepare_kernel[(triton.cdiv(T, chunk_size), HV)](
         k, v, g, beta, w, u, T, k.stride(0), v.stride(0), a, b, A_log, dt_bias, a.stride(0), b.stride(0),
         H=H, HV=HV, DK=DK, DV=DV, BK=_pow2(DK), BV=_pow2(DV), C=chunk_size, NC=chunk_size // SUB.value,
-        PREC=_precision(v.dtype), GATES=gates is not None, num_warps=8)
+        PREC=_precision(v.dtype), GATES=gates is not None, num_warps=8, **pdl_args())
     return w, u
 
 
@@ -311,7 +315,7 @@ def chunk_scan(k, w, u, g, initial_state, final_state, chunk_size, block_v):
     chunk_scan_kernel[(HV, triton.cdiv(DV, BV))](
         k, w, u, g, initial_state, starts, v_new, final_state, T, NT, k.stride(0), H=H, HV=HV, DK=DK,
         DV=DV, BK=_pow2(DK), BV=BV, C=chunk_size, HAS_S0=initial_state is not None,
-        PREC=_precision(u.dtype), num_warps=4)
+        PREC=_precision(u.dtype), num_warps=4, **pdl_args())
     return starts, v_new
 
 
@@ -325,7 +329,7 @@ def chunk_output(q, k, g, starts, v_new, out, chunk_size, norm=None):
     chunk_output_kernel[(triton.cdiv(T, chunk_size), HV, triton.cdiv(DV, BV))](
         q, k, g, starts, v_new, out, T, q.stride(0), k.stride(0), z, norm_weight, z.stride(0), eps, H=H, HV=HV,
         DK=DK, DV=DV, BK=_pow2(DK), BV=BV, C=chunk_size, PREC=_precision(v_new.dtype),
-        GATED_NORM=norm is not None, num_warps=4)
+        GATED_NORM=norm is not None, num_warps=4, **pdl_args())
     return out
 
 

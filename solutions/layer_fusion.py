@@ -66,9 +66,11 @@ def gemv_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, N, K, BLOCK_N: tl.constex
 
 @triton.jit
 def gemm_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, M, N, K,
-                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                         BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         PDL: tl.constexpr = False):
     """Several tokens: y[M, N] = res[M, N] + x[M, K] @ W[N, K].T, one BLOCK_M x BLOCK_N tile per program.
     Given complete: chapter 05's tile (`linear_tile`) with the same epilogue as the GEMV's."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = linear_tile(x_ptr, w_ptr, rm, rn, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)          # fp32 [BLOCK_M, BLOCK_N]
@@ -292,7 +294,7 @@ def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tenso
         grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
         gemm_residual_kernel[grid](x2, weight, r2, out2, M, N, K, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                                    BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
-                                   num_stages=cfg["num_stages"])
+                                   num_stages=cfg["num_stages"], **pdl_args())
     return out
 
 

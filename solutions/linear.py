@@ -56,8 +56,9 @@ def gemv_kernel(x_ptr, w_ptr, y_ptr, N, K,
 
 @triton.jit
 def gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
     """y[M, N] = x[M, K] @ W[N, K].T, one BLOCK_M x BLOCK_N tile of y per program."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN SOLUTION: tile offsets; over K: an x tile [BM, BK], a W.T tile [BK, BN], tl.dot into fp32; store
     pid_m = tl.program_id(0)      # axis 0 is M: programs that share a weight tile run side by side (L2)
     pid_n = tl.program_id(1)
@@ -175,7 +176,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None)
     cfg = gemm_config(M, N, K, x.dtype, device)
     grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
     gemm_kernel[grid](x, weight, out, M, N, K, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
-                      BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+                      BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_args())
     return out
 
 

@@ -71,6 +71,7 @@ PROBES_CHECKED = {
     "rope_trig_probe.py": "RoPE from a cos/sin table and from tl.cos / tl.sin in fp32 and fp64",
     "pdl_variants_probe.py": "the LM head's GEMV with and without the PDL calls",
     "flash_decoding_prefetch_probe.py": "FlashDecoding with the past rows loaded before the wait, odd lengths",
+    "attention_launch_probe.py": "the tiny engine's tokens with the one-launch and the three-kernel attention",
 }
 
 

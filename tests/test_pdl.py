@@ -124,3 +124,164 @@ def test_every_kernel_of_the_fast_decode_step_launches_with_pdl(rt):
         triton.knobs.runtime.launch_enter_hook.remove(hook)
     assert names, "no Triton launch seen"
     assert sorted(set(names) - takes) == []
+
+
+# --- the prompt (prefill) path ----------------------------------------------------------------------------
+def _prefills(engine) -> None:
+    """The prompts of the prefill tests, each from a fresh sequence: a few tokens (the GEMMs, the chunked
+    delta rule, the causal attention), one token (where the fused levels' projections take their GEMVs) and
+    a few tokens sampled with top-k and top-p (the threshold search's kernels)."""
+    from tritonllm_course.engine import Sampling
+    engine.prefill([3, 1, 4])
+    engine.reset()
+    engine.prefill([5])
+    engine.reset()
+    engine.prefill([2, 7, 1], sampling=Sampling(0.8, top_k=20, top_p=0.9))
+
+
+def _pdl_engine(rt, config, level):
+    """An engine asked for PDL (the prefill launches with it once the engine turns the switch on around its
+    prefill, as around its decode step), op by op: a replayed graph runs no Python to watch."""
+    from tritonllm_course.engine import Engine
+    dtype = torch.float32 if rt.mode == "interpreter" else torch.bfloat16
+    return Engine.random(config, dtype=dtype, device=rt.device, seed=0, max_seq_len=64, level=level,
+                         cuda_graph=False, pdl=True)
+
+
+@pytest.mark.parametrize("level", ["operators", "fused", "fast"])
+def test_every_kernel_of_a_prefill_takes_pdl(rt, level):
+    """On a GPU: the names of the kernels the prompts of `_prefills` launch (Triton's launch hook), each a
+    kernel that takes PDL. The LM head's `gemv_kernel` takes it too, though its launch passes PDL False where
+    its grid is over PDL_MAX_PROGRAMS (the real vocabulary): as in the decode step, what is asked here is that
+    a kernel can overlap, not that every launch does."""
+    if rt.mode != "gpu" or not pdl_supported():
+        pytest.skip("needs an sm_90+ GPU")
+    import triton
+    from tritonllm_course.config import QWEN35_0_8B
+    takes = {name for path in sorted((ROOT / "solutions").glob("*.py")) for name in _pdl_kernels(path)}
+    engine = _pdl_engine(rt, QWEN35_0_8B, level)
+    names = []
+    hook = lambda metadata: names.append(metadata.get()["name"])   # noqa: E731
+    triton.knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        with programmatic_launches(True):
+            _prefills(engine)
+        torch.cuda.synchronize()
+    finally:
+        triton.knobs.runtime.launch_enter_hook.remove(hook)
+    assert names, "no Triton launch seen"
+    assert sorted(set(names) - takes) == []
+
+
+@pytest.mark.parametrize("level", ["operators", "fused", "fast"])
+def test_a_prefill_launches_its_kernels_with_pdl_under_the_interpreter(rt, level, monkeypatch):
+    """On the CPU, at the tiny config: every kernel the prompts of `_prefills` launch takes PDL, each launch
+    passes the constexpr and the attribute together (`pdl_args`), and with the switch on every one has it
+    (the embedding aside: the first kernel of a prompt, which the engine may launch without, as it does at
+    decode). The interpreter's launches are watched, their keyword arguments included."""
+    if rt.mode != "interpreter":
+        pytest.skip("watches the interpreter's launches (on a GPU: test_every_kernel_of_a_prefill_takes_pdl)")
+    from triton.runtime import interpreter
+    from tritonllm_course.config import TINY
+    takes = {name for path in sorted((ROOT / "solutions").glob("*.py")) for name in _pdl_kernels(path)}
+    engine = _pdl_engine(rt, TINY, level)
+    launches = []
+    grid_call = interpreter.GridExecutor.__call__
+
+    def watched(self, *args, **kwargs):
+        launches.append((self.fn.__name__, kwargs.get("PDL"), kwargs.get("launch_pdl")))
+        return grid_call(self, *args, **kwargs)
+
+    monkeypatch.setattr(interpreter.GridExecutor, "__call__", watched)
+    with programmatic_launches(True):
+        _prefills(engine)
+    names = {name for name, _, _ in launches}
+    assert {"chunk_scan_kernel", "threshold_select_kernel", "gemv_kernel"} <= names
+    assert sorted(names - takes) == []
+    assert [launch for launch in launches if launch[1] != launch[2]] == []     # never one without the other
+    assert sorted({name for name, on, _ in launches if not on} - {"embedding_kernel"}) == []
+
+
+def _randn(gen, *shape, scale=1.0, dtype=None):
+    return (scale * torch.randn(*shape, generator=gen)).to(dtype or torch.float32)
+
+
+def _attention_inputs(gen, dt, gate=False):
+    q, k, v = _randn(gen, 5, 4, 24, dtype=dt), _randn(gen, 7, 2, 24, dtype=dt), _randn(gen, 7, 2, 24, dtype=dt)
+    extra = {"gate": _randn(gen, 5, 4, 24, dtype=dt)} if gate else {}
+    return dict(q=q, k=k, v=v, pos=torch.arange(2, 7, dtype=torch.int32), scale=24 ** -0.5, **extra)
+
+
+def _delta_rule_inputs(gen, dt, gates=False):
+    T, H, HV, DK, DV = 5, 1, 2, 12, 16
+    qk = dict(q=_randn(gen, T, H, DK, scale=0.3, dtype=dt), k=_randn(gen, T, H, DK, scale=0.3, dtype=dt),
+              v=_randn(gen, T, HV, DV, dtype=dt), initial_state=_randn(gen, HV, DK, DV, scale=0.1))
+    if not gates:
+        return dict(**qk, g=-torch.rand(T, HV, generator=gen), beta=torch.rand(T, HV, generator=gen).to(dt))
+    return dict(**qk, a=_randn(gen, T, HV, dtype=dt), b=_randn(gen, T, HV, dtype=dt), A_log=_randn(gen, HV),
+                dt_bias=_randn(gen, HV), z=_randn(gen, T, HV, DV, dtype=dt), norm_weight=_randn(gen, DV))
+
+
+# (family, wrapper, its inputs from (generator, dtype)) for every kernel of the prefill path given PDL with it
+PREFILL_WRAPPERS = [
+    ("linear", "gemm", lambda gen, dt: dict(x=_randn(gen, 3, 37, dtype=dt), weight=_randn(gen, 19, 37, dtype=dt))),
+    ("norm_fusion", "gate_up_swiglu_merged",
+     lambda gen, dt: dict(x=_randn(gen, 3, 37, dtype=dt), gate_up_weight=_randn(gen, 38, 37, scale=0.2, dtype=dt))),
+    ("norm_fusion", "residual_rms_norm",
+     lambda gen, dt: dict(x=_randn(gen, 3, 37, dtype=dt), residual=_randn(gen, 3, 37, dtype=dt),
+                          weight=_randn(gen, 37, scale=0.1, dtype=dt))),
+    ("layer_fusion", "linear_residual",
+     lambda gen, dt: dict(x=_randn(gen, 3, 37, dtype=dt), weight=_randn(gen, 19, 37, dtype=dt),
+                          residual=_randn(gen, 3, 19, dtype=dt))),
+    ("delta_rule", "gated_delta_rule_chunked", lambda gen, dt: _delta_rule_inputs(gen, dt)),
+    ("delta_rule", "gated_delta_rule_chunked_gates", lambda gen, dt: _delta_rule_inputs(gen, dt, gates=True)),
+    ("conv1d", "conv1d_l2norm_prefill",
+     lambda gen, dt: dict(x=_randn(gen, 5, 40, dtype=dt), weight=_randn(gen, 40, 4, scale=0.5, dtype=dt),
+                          conv_state=_randn(gen, 40, 4, dtype=dt), key_heads=1, head_dim=12, value_head_dim=8)),
+    ("flash_attention", "flash_attention", lambda gen, dt: _attention_inputs(gen, dt, gate=True)),
+    ("attention", "attention", lambda gen, dt: _attention_inputs(gen, dt)),
+    ("attention", "output_gate",
+     lambda gen, dt: dict(o=_randn(gen, 3, 37, dtype=dt), gate=_randn(gen, 3, 37, dtype=dt))),
+    ("residual", "residual_add",
+     lambda gen, dt: dict(x=_randn(gen, 3, 37, dtype=dt), residual=_randn(gen, 3, 37, dtype=dt))),
+    ("swiglu", "swiglu_merged", lambda gen, dt: dict(gate_up=_randn(gen, 3, 74, dtype=dt))),
+    ("gated_rmsnorm", "gated_rms_norm",
+     lambda gen, dt: dict(x=_randn(gen, 3, 2, 24, dtype=dt), z=_randn(gen, 3, 2, 24, dtype=dt),
+                          weight=_randn(gen, 24))),
+    ("deltanet_gates", "deltanet_gates",
+     lambda gen, dt: dict(b=_randn(gen, 5, 3, dtype=dt), a=_randn(gen, 5, 3, dtype=dt), A_log=_randn(gen, 3),
+                          dt_bias=_randn(gen, 3))),
+    ("rope", "apply_rope_",          # in place: x is compared after the call
+     lambda gen, dt: dict(x=_randn(gen, 3, 2, 24, dtype=dt), cos=_randn(gen, 9, 16, dtype=dt),
+                          sin=_randn(gen, 9, 16, dtype=dt), pos=torch.tensor([4, 0, 8], dtype=torch.int32))),
+    ("kv_cache", "kv_cache_write",   # in place: the caches are compared after the call
+     lambda gen, dt: dict(k=_randn(gen, 3, 2, 12, dtype=dt), v=_randn(gen, 3, 2, 12, dtype=dt),
+                          k_cache=torch.zeros(9, 2, 12, dtype=dt), v_cache=torch.zeros(9, 2, 12, dtype=dt),
+                          pos=torch.tensor([2, 3, 7], dtype=torch.int32))),
+    ("sampling", "sample",           # the threshold search (top-k, then top-p), then the Gumbel-max argmax
+     lambda gen, dt: dict(logits=_randn(gen, 2, 301, scale=3.0, dtype=dt), temperature=0.8, top_k=20, top_p=0.9,
+                          seed=3)),
+]
+
+
+@pytest.mark.parametrize("family, name, make", PREFILL_WRAPPERS, ids=[f"{f}.{n}" for f, n, _ in PREFILL_WRAPPERS])
+def test_the_prefill_kernels_give_the_same_bits_with_pdl(rt, family, name, make):
+    """Each wrapper whose kernel the prefill path launches with PDL, at a tiny odd shape, with the switch off
+    and on, from the same inputs: the same bits in every output and every tensor it updates in place (on the
+    CPU the PDL calls compile to nothing; on a GPU one kernel alone has nothing to overlap)."""
+    fn = kernels.get(family, name)
+
+    def run():
+        inputs = make(torch.Generator().manual_seed(0), rt.dtype)
+        inputs = {key: value.to(rt.device) if isinstance(value, torch.Tensor) else value
+                  for key, value in inputs.items()}
+        result = fn(**inputs)
+        results = list(result) if isinstance(result, tuple) else [result]
+        return results + [value for value in inputs.values() if isinstance(value, torch.Tensor)]
+
+    plain = run()
+    with programmatic_launches():
+        with_pdl = run()
+    assert len(plain) == len(with_pdl)
+    for a, b in zip(plain, with_pdl):
+        assert a.dtype == b.dtype and a.shape == b.shape and torch.equal(a, b)
