@@ -14,7 +14,6 @@ call's inputs (`copies_past_l2` of them), `per_launch_us` for LAUNCHES launches 
 import json
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -73,14 +72,17 @@ def events_us(fn, n: int) -> float:
     return e0.elapsed_time(e1) * 1e3 / n
 
 
-def fast_decode_us(context: int, tokens: int = 64, **engine_kwargs) -> dict:
+def fast_decode_us(context: int, tokens: int = 64, setup=None, **engine_kwargs) -> dict:
     """The engine's fast decode step of Qwen3.5-0.8B (random weights of the real shapes, bf16, its CUDA graph)
     after a `context`-token prompt: us per token by CUDA events over `tokens` replays (8 untimed first), and
-    the greedy tokens of a 16-token generation. `engine_kwargs` go to `Engine.random` (e.g. pdl=False)."""
+    the greedy tokens of a 16-token generation. `engine_kwargs` go to `Engine.random` (e.g. pdl=False);
+    `setup(engine)`, if given, changes the engine before its first step (a probe's kernels swapped in)."""
     from tritonllm_course.config import QWEN35_0_8B
     from tritonllm_course.engine import Engine
     engine = Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=0, level="fast",
                            max_seq_len=context + 3 * tokens + 40, **engine_kwargs)
+    if setup is not None:
+        setup(engine)
     prompt = [(7 * i + 3) % QWEN35_0_8B.vocab_size for i in range(context)]
     ids = engine.generate(prompt, 16)
     engine.reset()
@@ -92,22 +94,6 @@ def fast_decode_us(context: int, tokens: int = 64, **engine_kwargs) -> dict:
     del engine
     torch.cuda.empty_cache()
     return {"us_per_token": us, "tokens": ids}
-
-
-@contextmanager
-def three_kernel_attention():
-    """The fast level as it was before `flash_decoding_fused`: at decode an attention layer runs chapter
-    22's q/k prologue kernel, then FlashDecoding's split and merge kernels (the same bits, three launches)."""
-    from dataclasses import replace
-    from tritonllm_course.engine import ops
-    fast = ops.LEVELS["fast"]
-    steps = ops.edit(fast.steps, {"qk_prologue": {"decode": "qk_norm_rope_cache"},
-                                  "attention": {"decode": "flash_decoding.gated"}})
-    ops.LEVELS["fast"] = replace(fast, steps=steps, decode=replace(fast.decode, prologue_into_attention=False))
-    try:
-        yield
-    finally:
-        ops.LEVELS["fast"] = fast
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:

@@ -13,10 +13,9 @@ Method: `prefetch_split_kernel` below has the split kernel's signature and arith
 reads the length and its first BLOCK_N rows of K and V, masked to the rows before the newest; after it, q
 and the newest row where the block holds it (merged into the tile with a select), then the block's scores
 and the rest of the split as the course's kernel does. The engine's fast decode step of Qwen3.5-0.8B
-(random weights of the real shapes, bf16, its CUDA graph, PDL) at 128 and 4,096 cached tokens, its
-attention layers in the three kernels that use the split kernel (`lab.common.three_kernel_attention`),
-with the course's split kernel and with this one (swapped in `solutions/flash_decoding.py`'s module), us
-per token by CUDA events over 64 replays, alternated twice; the greedy tokens of both.
+(random weights of the real shapes, bf16, its CUDA graph, PDL) at 128 and 4,096 cached tokens, with the
+course's split kernel and with this one (the wrapper's kernel swapped in `solutions/flash_decoding.py`'s
+module), us per token by CUDA events over 64 replays, alternated twice; the greedy tokens of both.
 Result: not measured yet (`python -m lab.flash_decoding_prefetch_probe` on an sm_90 GPU).
 Verdict: nothing to adopt before it is measured: solutions/flash_decoding.py keeps its kernel.
 """
@@ -96,13 +95,11 @@ def swapped(fd, use_prefetch: bool):
 
 
 def engine_us(use_prefetch: bool, context: int, tokens: int = 64) -> dict:
-    """The fast decode step with its attention in the three kernels that use the split kernel."""
     from tritonllm_course import kernels
     fd = kernels.load("flash_decoding", "solutions").module
     swapped(fd, use_prefetch)
     try:
-        with common.three_kernel_attention():
-            return common.fast_decode_us(context, tokens)
+        return common.fast_decode_us(context, tokens)
     finally:
         swapped(fd, False)
 

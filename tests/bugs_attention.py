@@ -16,7 +16,7 @@ def _online_update(indent: str, assign: str, rescale_acc: bool = True, rescale_l
 
 
 FA_UPDATE = "    return online_softmax_update(m, l, acc, s, v)"
-FD_UPDATE = "        m, l, acc = online_softmax_update(m, l, acc, s, v)"
+FD_UPDATE = "            m, l, acc = online_softmax_update(m, l, acc, s, v)"
 
 BUGS = [
     # --- op 5: q . k ------------------------------------------------------------------------------
@@ -176,14 +176,13 @@ BUGS = [
     Bug("flash_decoding", "flash_decoding", "chunk rows floored (the last rows in no split)",
         (("tl.maximum(tl.cdiv(length, num_splits), BLOCK_N)", "tl.maximum(length // num_splits, BLOCK_N)"),)),
     Bug("flash_decoding", "flash_decoding", "accumulator never rescaled (online softmax inline)",
-        ((FD_UPDATE, _online_update("        ", "m = m_new", rescale_acc=False)),)),
+        ((FD_UPDATE, _online_update("            ", "m = m_new", rescale_acc=False)),)),
     Bug("flash_decoding", "flash_decoding", "running sum never rescaled (online softmax inline)",
-        ((FD_UPDATE, _online_update("        ", "m = m_new", rescale_l=False)),)),
+        ((FD_UPDATE, _online_update("            ", "m = m_new", rescale_l=False)),)),
     Bug("flash_decoding", "flash_decoding", "split end not clamped to the length",
         (("end = tl.minimum(start + chunk, length)", "end = start + chunk"),)),
     Bug("flash_decoding", "flash_decoding", "rows of the next split read (mask at the length, not the split end)",
-        (("= _split_partials(q, k_cache_ptr, v_cache_ptr, g, start, end, KV",
-          "= _split_partials(q, k_cache_ptr, v_cache_ptr, g, start, length, KV"),)),
+        (("n_ok = n < end", "n_ok = n < length"),)),
     Bug("flash_decoding", "flash_decoding", "every split reads from row 0",
         (("for n0 in range(start, end, BLOCK_N):", "for n0 in range(0, end - start, BLOCK_N):"),)),
     Bug("flash_decoding", "flash_decoding", "partials stored split-major, merged head-major",
@@ -201,21 +200,6 @@ BUGS = [
     Bug("flash_decoding.gated", "flash_decoding", "merge divides by the sum of one split",
         (("out = tl.sum(w[:, None] * acc, axis=0) / tl.sum(w * l, axis=0)",
           "out = tl.sum(w[:, None] * acc, axis=0) / tl.max(w * l, axis=0)"),)),
-
-    Bug("flash_decoding.fused", "flash_decoding", "count reset by every split, not by the last",
-        (("            tl.atomic_xchg(count_ptr + g, 0)\n", ""),
-         ("        used = tl.cdiv(length, chunk)\n",
-          "        used = tl.cdiv(length, chunk)\n        tl.atomic_xchg(count_ptr + g, 0)\n"))),
-    Bug("flash_decoding.fused", "flash_decoding", "accumulator never rescaled (online softmax inline)",
-        ((FD_UPDATE, _online_update("        ", "m = m_new", rescale_acc=False)),)),
-    Bug("flash_decoding.fused", "flash_decoding", "merge without the split weights exp2(m_i - M)",
-        (("w = tl.where(s_ok, tl.exp2(m - tl.max(m, axis=0)), 0.0)", "w = tl.where(s_ok, 1.0, 0.0)"),)),
-    Bug("flash_decoding.fused", "flash_decoding", "k not rotated before the cache write",
-        (("tl.store(k_cache_ptr + row, k_new.to(dtype), mask=new_ok)",
-          "tl.store(k_cache_ptr + row, tl.load(k_ptr + g * sk + 0 * h[:, None] + d[None, :], mask=new_ok), "
-          "mask=new_ok)"),)),
-    Bug("flash_decoding.fused", "flash_decoding", "the new row never written: the cache's old row attended",
-        (("        if (start <= pos) & (pos < end):", "        if False:"),)),
 ]
 
 # the interpreter names an access past a tensor for these (tests/test_planted_bugs.py requires the mark)

@@ -155,32 +155,3 @@ def test_equals_chapter_08_on_the_gpu_and_runs_in_fp32(fd, rt, length):
         ref = R.decode_attention(q.double(), k.double(), v.double(), length, 1 / 16)
         assert _rel(fd.flash_decoding(q, k, v, n, 1 / 16), ref) < tol
         assert _rel(attn.decode_attention(q, k, v, n, 1 / 16), ref) < tol
-
-
-def test_the_one_launch_kernel_leaves_its_counts_at_zero_and_replays_the_same_bits(fd):
-    """`flash_decoding_fused` counts the splits done per KV head and the last one resets the count: one
-    counts buffer serves call after call (a CUDA graph replays it), each call the same bits as the first,
-    and the bits of chapter 22's prologue kernel followed by the split and merge kernels."""
-    from tritonllm_course.reference.rope import rope_cache
-    lf = kernels.load("layer_fusion", "solutions").module
-    g = torch.Generator().manual_seed(1)
-    L, R, n = 140, 8, 131
-    q = torch.randn(H, 2 * D, generator=g).to(DEV)[:, :D]          # heads 2D apart, as in the projection row
-    k, v, gate = (torch.randn(*s, generator=g).to(DEV) for s in ((KV, D), (KV, D), (H, D)))
-    qw, kw = (0.1 * torch.randn(D, generator=g)).to(DEV), (0.1 * torch.randn(D, generator=g)).to(DEV)
-    cos, sin = rope_cache(L, R, device=DEV)
-    kc, vc = torch.randn(L, KV, D, generator=g).to(DEV), torch.randn(L, KV, D, generator=g).to(DEV)
-    length = torch.tensor([n], dtype=torch.int32, device=DEV)
-    kc2, vc2 = kc.clone(), vc.clone()
-    q_rot = lf.qk_norm_rope_cache(q[None], k[None], v[None], qw, kw, cos, sin, length - 1, kc2, vc2)
-    want = fd.flash_decoding(q_rot[0], kc2, vc2, length, SCALE, gate=gate, num_splits=4)
-    counts = torch.zeros(KV, dtype=torch.int32, device=DEV)
-    for _ in range(2):
-        out = fd.flash_decoding_fused(q, k, v, qw, kw, cos, sin, kc, vc, length, SCALE, gate, num_splits=4,
-                                      counts=counts)
-        assert torch.equal(out, want) and torch.equal(kc, kc2) and torch.equal(vc, vc2)
-        assert counts.tolist() == [0] * KV
-    with pytest.raises(ValueError, match="length"):
-        fd.flash_decoding_fused(q, k, v, qw, kw, cos, sin, kc, vc, torch.tensor([L + 1], device=DEV), SCALE, gate)
-    with pytest.raises(TypeError, match="counts"):
-        fd.flash_decoding_fused(q, k, v, qw, kw, cos, sin, kc, vc, length, SCALE, gate, counts=counts.float())

@@ -165,8 +165,6 @@ class Engine:
         self.cos, self.sin = R.rope_cache(max_seq_len, c.rotary_dim, c.rope_theta, dtype=self.dtype,
                                           device=self.device)
         self.positions = torch.arange(max_seq_len, dtype=torch.int32, device=self.device)
-        # splits done per KV head, for the one-launch decode attention (its last split resets them)
-        self.attn_counts = torch.zeros(c.num_key_value_heads, dtype=torch.int32, device=self.device)
         self.use_graph = cuda_graph and self.device.type == "cuda"
         self.pdl = self._pdl(pdl)
         self._graphs: dict[Sampling | None, GraphedStep] = {}
@@ -282,16 +280,6 @@ class Engine:
         k_raw = a.attn_k.view(T, c.num_key_value_heads, c.head_dim)      # [T, kv_heads, head_dim]
         v = a.attn_v.view(T, c.num_key_value_heads, c.head_dim)          # [T, kv_heads, head_dim]
         k_cache, v_cache = self.cache.k[i], self.cache.v[i]
-        scale = c.head_dim ** -0.5
-        heads = (c.num_attention_heads, c.head_dim)
-        gate = a.attn_gate.view(T, *heads)                    # [T, heads, head_dim], a column view
-        if f.prologue_into_attention and start is None:   # one launch: q/k prologue, splits, merge and gate
-            op.attention(q=q_raw[0], k=k_raw[0], v=v[0], q_weight=layer.small["q_norm"],
-                         k_weight=layer.small["k_norm"], cos=self.cos, sin=self.sin, k_cache=k_cache, v_cache=v_cache,
-                         length=self.counters.length, scale=scale, gate=gate[0], eps=eps,
-                         out=a.gated.view(T, *heads)[0], counts=self.attn_counts)
-            self._out_proj(op.o_proj, f, a.gated, layer.mixer_out, a)
-            return
         if f.rope_cache_write_into_qk_norm:
             op.qk_prologue(q=q_raw, k=k_raw, v=v, q_weight=layer.small["q_norm"], k_weight=layer.small["k_norm"],
                            cos=self.cos, sin=self.sin, pos=pos, k_cache=k_cache, v_cache=v_cache, eps=eps, out=a.q)
@@ -301,8 +289,11 @@ class Engine:
             op.q_rope(x=a.q, cos=self.cos, sin=self.sin, pos=pos)
             op.k_rope(x=a.k, cos=self.cos, sin=self.sin, pos=pos)
             op.cache_kv_write(k=a.k, v=v, k_cache=k_cache, v_cache=v_cache, pos=pos)
+        scale = c.head_dim ** -0.5
+        heads = (c.num_attention_heads, c.head_dim)
         gated = f.output_gate_into_attention          # the attention kernel writes the gated output itself
         o = a.gated.view(T, *heads) if gated else a.o                          # [T, heads, head_dim]
+        gate = a.attn_gate.view(T, *heads)                    # [T, heads, head_dim], a column view
         if start is None:   # one token over the cache; the length is read from device memory
             op.attention(q=a.q[0], k_cache=k_cache, v_cache=v_cache, length=self.counters.length,
                          scale=scale, out=o[0], **({"gate": gate[0]} if gated else {}))

@@ -142,15 +142,14 @@ FUSED_STEPS = edit(STEPS, {
 # output channels, so their conv state too; the L2 norm of q and k, which needs whole heads, moves into
 # the recurrence), the gates inside the recurrent delta rule and the gated RMSNorm inside out_proj. A decode
 # step of Qwen3.5-0.8B launches 138 kernels. At a prompt the gates go into the chunked rule's first kernel and
-# the gated RMSNorm into its last one's epilogue. At decode the q/k prologue and the merge go into the
-# attention's one launch (`flash_decoding_fused`, chapter 25): 1 kernel a layer for 3, 126 kernels a token.
+# the gated RMSNorm into its last one's epilogue.
 # In fp16 the residual stream is fp32 and a norm-folded projection reads a scaled fp16 copy of it, which
 # `residual_rmsnorm` writes: there the projections add a zero residual and the add stays in that kernel, as
 # at the fused level.
 FAST_STEPS = edit(FUSED_STEPS, {
-    "q_norm": Step("qk_prologue", "attention layers", "qk_norm_rope_cache", None),
+    "q_norm": Step("qk_prologue", "attention layers", "qk_norm_rope_cache", "qk_norm_rope_cache"),
     "k_norm": None, "q_rope": None, "k_rope": None, "cache_kv_write": None,
-    "attention": {"prefill": "flash_attention.gated", "decode": "flash_decoding.fused"},
+    "attention": {"prefill": "flash_attention.gated", "decode": "flash_decoding.gated"},
     "output_gate": None,
     "o_proj": {"prefill": "fused_linear_residual", "decode": "fused_linear_residual"},
     "dn_in_proj": {"decode": "fused_rmsnorm_linear.conv"},
@@ -186,16 +185,13 @@ class Fusions:
     gates_into_delta_rule: bool = False       # the DeltaNet gates (beta, g) inside the delta rule
     gated_norm_into_delta_rule: bool = False  # the gated RMSNorm in the chunked rule's last kernel
     gated_norm_into_out_proj: bool = False    # the gated RMSNorm in out_proj's prologue
-    # at decode the q/k prologue inside the attention, whose last split to finish merges: one launch a layer
-    prologue_into_attention: bool = False
 
     # fusion -> the fusions it needs, where the kernel that does it does those too (or reads what they write)
     NEEDS = {"norm_into_projection": ("swiglu_into_gate_up", "residual_into_final_norm"),
              "residual_in_epilogue": ("residual_into_final_norm",),
              "conv_into_in_proj": ("norm_into_projection", "gates_into_delta_rule"),
              "gated_norm_into_delta_rule": ("gates_into_delta_rule",),
-             "gated_norm_into_out_proj": ("residual_in_epilogue",),
-             "prologue_into_attention": ("rope_cache_write_into_qk_norm", "output_gate_into_attention")}
+             "gated_norm_into_out_proj": ("residual_in_epilogue",)}
 
     def __post_init__(self):
         for fusion, needs in self.NEEDS.items():
@@ -210,7 +206,7 @@ class Fusions:
         names = {"embedding", "attn_in_proj", "attention", "o_proj", "dn_in_proj", "delta_rule", "out_proj", "down",
                  "lm_head", "argmax", "sample", *(("advance",) if path == "decode" else ())}
         names |= set() if self.norm_into_projection else {"ln1", "ln2"}
-        names |= (set() if self.prologue_into_attention else {"qk_prologue"} if self.rope_cache_write_into_qk_norm
+        names |= ({"qk_prologue"} if self.rope_cache_write_into_qk_norm
                   else {"q_norm", "k_norm", "q_rope", "k_rope", "cache_kv_write"})
         names |= set() if self.output_gate_into_attention else {"output_gate"}
         names |= set() if self.conv_into_in_proj else {"conv"}
@@ -249,8 +245,7 @@ LEVELS = {
     "operators": Plan(STEPS, prefill=Fusions(), decode=Fusions()),
     "fused": Plan(FUSED_STEPS, prefill=_FUSED_PREFILL, decode=_FUSED_DECODE),
     "fast": Plan(FAST_STEPS, prefill=replace(_FUSED_PREFILL, **_FAST, gated_norm_into_delta_rule=True),
-                 decode=replace(_FUSED_DECODE, **_FAST, conv_into_in_proj=True, gated_norm_into_out_proj=True,
-                                prologue_into_attention=True)),
+                 decode=replace(_FUSED_DECODE, **_FAST, conv_into_in_proj=True, gated_norm_into_out_proj=True)),
 }
 
 # kernels one call of a slot's course kernel launches, where not one: two-stage reductions (the pieces,
