@@ -111,8 +111,8 @@ def kernels_per_token(config=None, level: str = "operators") -> tuple[int, int]:
 def same_tokens(engine, other, prompt: list[int], new_tokens: int = 32) -> dict:
     """Whether the PDL engine generates the same tokens from `prompt` (greedy and sampled, one seed, each
     from a fresh sequence) as its own kernels launched without the overlap ("... without overlap": what
-    PDL must not change) and as the engine without PDL ("... without PDL": its GEMVs walk K in other
-    tiles, so their sums round in another order)."""
+    PDL must not change) and as another engine built with pdl=False ("... without PDL": the same kernels,
+    `Engine._launches`)."""
     from ..runtime import no_launch_overlap
     out = {}
     for mode, kwargs in (("greedy", {}), ("sampled", dict(greedy=False, temperature=0.8, top_k=50, seed=1))):
@@ -246,7 +246,7 @@ def markdown(result: dict) -> str:
     if result.get("pdl_tokens"):
         same = ", ".join(f"{mode} {'identical' if ok else 'DIFFERENT'}" for mode, ok in result["pdl_tokens"].items())
         lines += ["", f"Tokens of the fewest-kernels engine with PDL against its kernels launched without the "
-                      f"overlap, and against the engine without PDL (other GEMV tiles): {same}."]
+                      f"overlap, and against the engine built without PDL: {same}."]
     if result.get("levels"):
         lines += ["", "The slot each step of the Triton engine runs at each level (prefill / decode):", "",
                   result["levels"]]

@@ -53,7 +53,7 @@ from .. import validate
 from ..config import Qwen35Config
 from ..generation import check_sampling
 from ..model.cache import Qwen35Cache
-from ..runtime import programmatic_launches
+from ..runtime import no_launch_overlap, programmatic_launches
 from ..weights import check_weights, load_weights, random_weights
 from .buffers import Activations, Counters
 from .graph import GraphedStep
@@ -123,9 +123,10 @@ class Engine:
                      dependent launch (chapter 18): each may start while the one before it drains (at
                      decode loading its weights before it waits for its input); all but the LM head's
                      GEMV, whose 124,160 programs lose more to the trigger and the wait than it gains
-                     (`solutions/linear.py`, PDL_MAX_PROGRAMS). None: where
-                     the GPU has it (sm_90+); on the CPU the interpreter runs the same kernels, for which the
-                     PDL calls are no-ops
+                     (`solutions/linear.py`, PDL_MAX_PROGRAMS). None: where the GPU has it (sm_90+).
+                     The kernels are those made for PDL wherever the GPU has it: pdl=False launches the
+                     same ones one after another, the same bits, later (`_launches`). On the CPU the
+                     interpreter runs the same kernels, for which the PDL calls are no-ops
     """
 
     def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], *, max_seq_len: int = 4096,
@@ -167,6 +168,7 @@ class Engine:
         self.positions = torch.arange(max_seq_len, dtype=torch.int32, device=self.device)
         self.use_graph = cuda_graph and self.device.type == "cuda"
         self.pdl = self._pdl(pdl)
+        self.pdl_gpu = self.device.type == "cuda" and torch.cuda.get_device_capability(self.device) >= (9, 0)
         self._graphs: dict[Sampling | None, GraphedStep] = {}
         self.prefill_graph = prefill_graph
         self._prefill_graphs: OrderedDict[tuple[int, int, bool], GraphedStep] = OrderedDict()
@@ -186,6 +188,16 @@ class Engine:
             raise ValueError(f"pdl=True needs programmatic dependent launch (sm_90 or newer); this GPU is "
                              f"sm_{major}{minor}: use pdl=False or None")
         return has if pdl is None else bool(pdl) and self.device.type != "meta"
+
+    def _launches(self) -> contextlib.ExitStack:
+        """The PDL switches around a step's kernels. The kernels (their tiles, their loads before the wait)
+        follow the GPU: where it has PDL, those made for it. The launch attribute follows `pdl`: without it
+        the same kernels start one after another, so pdl=False changes the timing alone, never a bit."""
+        stack = contextlib.ExitStack()
+        stack.enter_context(programmatic_launches(self.pdl or self.pdl_gpu))
+        if not self.pdl:
+            stack.enter_context(no_launch_overlap())
+        return stack
 
     @property
     def residual_dtype(self) -> torch.dtype:
@@ -534,7 +546,7 @@ class Engine:
     def _prefill_unchecked(self, T: int, start: int, last: bool) -> None:
         """The chunk of T ids in `prefill_ids` at `start`, without the kernels' host-side range checks: the
         ids and lengths were checked once, in `prefill`."""
-        with validate.no_device_checks(), programmatic_launches(self.pdl):
+        with validate.no_device_checks(), self._launches():
             self._prefill_fn(self.prefill_act.take(T), self.prefill_ids[:T], start, last=last)
 
     def _cache_tensors(self) -> list[torch.Tensor]:
@@ -572,7 +584,7 @@ class Engine:
     def _decode_unchecked(self, sampling: Sampling | None) -> None:
         """The decode step without the kernels' host-side range checks (a device sync each): the ids,
         position and length are the engine's own, checked before any work."""
-        with validate.no_device_checks(), programmatic_launches(self.pdl):
+        with validate.no_device_checks(), self._launches():
             self._decode_fn(sampling)
 
     def capture(self, sampling: Sampling | None = None) -> None:
