@@ -16,8 +16,18 @@ graph, PDL) at 128 and 4,096 cached tokens, with the three kernels and with the 
 swaps it into the engine's decode ops), also at 16-row steps; us per token by CUDA events over 64
 replays; the greedy tokens of each against the three kernels'. `check` compares the one launch with the
 three kernels at odd shapes, a counts buffer used twice.
-Result: not measured yet (`python -m lab.attention_launch_probe` on an sm_90 GPU).
-Verdict: nothing to adopt before it is measured: the engine keeps solutions/flash_decoding.py's one launch.
+Result: NVIDIA H200, 2026-12-02 (lab/results/attention_launch_probe_nvidia-h200_2026-12-02.json), us per
+token at 128 / 4,096 cached tokens: the three kernels 628.6 / 657.1, the one launch 702.5 / 794.0, at 16-row
+steps 670.9 / 775.6. The same run wired into the engine's fast level as a slot of its own, earlier that day,
+gave 703.2 / 797.5 against 628.1 / 655.3. The one launch loses 12 us a layer at 128 cached tokens and 23 at
+4,096. Where it goes (read from the code, not timed apart): the last split merges its group's 4 heads x 4
+column blocks one after another, each a [splits, 64] tile summed across warps, where the merge kernel
+spreads them over 32 programs; at 4,096 that one program also reads 66 splits' partials (270 KB); the
+fused kernel holds 220 registers a thread against the split kernel's. Its greedy tokens differ from the
+three kernels' at 128 (on the GPU the per-head norm sums in another order; bit-identical under the
+interpreter).
+Verdict: not adopted: the engine keeps chapter 22's prologue and solutions/flash_decoding.py's two kernels.
+What one launch would need first is a merge spread over programs, which is the second kernel again.
 """
 
 import torch

@@ -22,7 +22,9 @@ beside the bytes at the ceiling: gate/up + SwiGLU 145 -> 105 (83), the DeltaNet 
 the attention in-projection 29 -> 18 (15), the LM head 116 -> 116 (119); and the small latency-bound
 kernels, which wait at their top or right after a state load: the recurrence 54 -> 85 (9), FlashDecoding
 38 -> 45, q/k norm + RoPE + cache write 13 -> 17. Above the floor at 128: 261 us, 137 of them in those
-three small kernels.
+three small kernels. Since `Engine(pdl=False)` runs the PDL kernels one after another (the same bits),
+its row is the no-overlap one: a re-run the same day gave 706 / 710 / 624 us at 128 and 766 / 765 / 662 at
+4,096 (lab/results/pdl_step_profile_nvidia-h200_2026-12-02_rerun.json).
 Verdict: nothing to adopt (a measurement, read in lab/pdl_variants_probe.py): what remains between the
 engine and the floor is the small kernels' latency (the recurrence's chain of loads, reductions and stores,
 FlashDecoding's two kernels) more than the GEMVs' bytes: the next step is fewer of them (the DeltaNet decode
