@@ -101,6 +101,29 @@ def tiny_engine_pair(rt):
     return make
 
 
+def test_pdl_off_runs_the_same_kernels_one_after_another(rt):
+    """`Engine(pdl=False)` on a GPU with PDL launches the kernels made for it without the attribute
+    (`Engine._launches`): at Qwen3.5-0.8B's shapes (random weights, bf16) the same greedy and sampled tokens
+    as with PDL, and the same logits, bit for bit, after a prompt."""
+    if rt.mode != "gpu" or not pdl_supported():
+        pytest.skip("needs an sm_90+ GPU")
+    from tritonllm_course.config import QWEN35_0_8B
+    from tritonllm_course.engine import Engine
+    from tritonllm_course.weights import random_weights
+    weights = random_weights(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=0)
+    prompt = list(range(5, 45))
+    runs = []
+    for pdl in (True, False):
+        engine = Engine(QWEN35_0_8B, weights, max_seq_len=96, level="fast", pdl=pdl)
+        logits = engine.prefill(prompt).clone()
+        engine.reset()
+        runs.append((logits, engine.generate(prompt, 12),
+                     engine.generate(prompt, 12, greedy=False, temperature=0.8, top_k=50, seed=1)))
+        del engine
+    (l1, g1, s1), (l2, g2, s2) = runs
+    assert torch.equal(l1, l2) and g1 == g2 and s1 == s2
+
+
 def test_every_kernel_of_the_fast_decode_step_launches_with_pdl(rt):
     """On a GPU: the names of the kernels one fast-level decode step launches (Triton's launch hook), each a
     kernel that takes PDL: a kernel launched without it ends the overlap where it stands."""
