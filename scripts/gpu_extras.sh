@@ -138,6 +138,7 @@ pdl() {
   timeout 200 $PY -m lab.pdl_variants_probe "$OUT" || status=1
   timeout 200 $PY -m lab.flash_decoding_prefetch_probe "$OUT" || status=1
   timeout 300 $PY -m lab.attention_launch_probe "$OUT" || status=1
+  timeout 400 $PY -m lab.deltanet_pdl_probe "$OUT" || status=1
   timeout 420 $PY -m tritonllm_course.cli bench --out "$OUT" --contexts 128 4096 --budget-s 330 --systems \
     "Triton, fewest kernels + CUDA Graph + PDL" "Triton, fewest kernels + CUDA Graph" "transformers static + compile" \
     || status=1

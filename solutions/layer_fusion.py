@@ -353,7 +353,7 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
                                      b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
                                      initial_state: torch.Tensor | None = None, out: torch.Tensor | None = None,
                                      final_state: torch.Tensor | None = None, block_v: int = 16,
-                                     qk_norm: bool = False, eps: float = 1e-6):
+                                     qk_norm: bool = False, eps: float = 1e-6, num_warps: int = 1):
     """The DeltaNet gates (chapter 14) inside the recurrent delta rule (chapter 15): one kernel for two.
 
     q, k [T, H, DK], v [T, HV, DV] as `gated_delta_rule_recurrent` takes them (each token's heads
@@ -371,11 +371,13 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
         raise ValueError(f"block_v must be 4, 8, 16, 32 or 64, got {block_v}")
     if qk_norm and not eps > 0:
         raise ValueError(f"eps must be positive, got {eps}")
+    if num_warps not in (1, 2, 4, 8):
+        raise ValueError(f"num_warps must be 1, 2, 4 or 8, got {num_warps}")
     recurrent_gates_kernel[(HV, triton.cdiv(DV, block_v))](
         q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, T, q.stride(0), k.stride(0),
         v.stride(0), a.stride(0), b.stride(0), DK ** -0.5, eps, H=H, HV=HV, DK=DK, DV=DV,
         BK=max(16, triton.next_power_of_2(DK)), BV=block_v, HAS_S0=initial_state is not None,
-        QK_NORM=bool(qk_norm), num_warps=1, **pdl_args())
+        QK_NORM=bool(qk_norm), num_warps=num_warps, **pdl_args())
     return out, final_state
 
 

@@ -71,7 +71,8 @@ PROBES_CHECKED = {
     "rope_trig_probe.py": "RoPE from a cos/sin table and from tl.cos / tl.sin in fp32 and fp64",
     "pdl_variants_probe.py": "the LM head's GEMV with and without the PDL calls",
     "flash_decoding_prefetch_probe.py": "FlashDecoding with the past rows loaded before the wait, odd lengths",
-    "attention_launch_probe.py": "the tiny engine's tokens with the one-launch and the three-kernel attention",
+    "attention_launch_probe.py": "the one-launch attention against the prologue, split and merge kernels",
+    "deltanet_pdl_probe.py": "the recurrence at each value block and warp count; the tiny engine's tokens",
 }
 
 

@@ -1,0 +1,132 @@
+"""Under PDL, which launch shapes shorten the DeltaNet layer's recurrence and its in-projection?
+
+    python -m lab.deltanet_pdl_probe [OUTDIR]   (on an sm_90 GPU; writes OUTDIR/deltanet_pdl_probe_<gpu>_<date>.json)
+
+Question: in the PDL decode step the recurrence's increment is 85 us a token at 128 cached tokens for 9 us
+of state bytes, 54 us without PDL (`pdl_step_profile`, 2026-12-02): the largest stretch above the floor.
+Its launch shape (value blocks of 16 on one warp, 128 programs) was chosen alone, without PDL
+(`decode_small_sweep`). Under PDL it launches when the DeltaNet in-projection's last programs start, and
+that GEMV (2,056 programs of 4 warps) fills the SMs: the recurrence's programs may find no room to load
+their state early. Do other value blocks or warps help there, and does an in-projection of 8 rows a
+program (half the programs) leave the room?
+Method: the engine's fast decode step of Qwen3.5-0.8B (random weights of the real shapes, bf16, its CUDA
+graph, PDL) at 128 and 4,096 cached tokens: as it is; the recurrence at value blocks of 8 and 32 (one warp)
+and on 2 and 4 warps (blocks of 16), through `gated_delta_rule_recurrent_gates`'s arguments; the DeltaNet
+in-projection + conv at 8 rows a program on 8 warps (`fused_gemv_config` with the conv). Us per token by
+CUDA events over 64 replays, each variant twice, alternated; the greedy tokens of each against the engine's
+as it is (the recurrence's variants keep every sum's order; the 8-row GEMV's too: one row, one program).
+Result: not measured yet (`python -m lab.deltanet_pdl_probe` on an sm_90 GPU).
+Verdict: nothing to adopt before it is measured: solutions/layer_fusion.py and solutions/norm_fusion.py
+keep their launch shapes.
+"""
+import functools
+
+import torch
+
+from lab import common
+
+CONTEXTS = (128, 4096)
+REPEATS = 2
+VARIANTS = {"as is": {}, "recurrence, blocks of 8": {"block_v": 8}, "recurrence, blocks of 32": {"block_v": 32},
+            "recurrence on 2 warps": {"num_warps": 2}, "recurrence on 4 warps": {"num_warps": 4},
+            "in-projection at 8 rows": {"in_proj_rows": 8}}
+
+
+@functools.lru_cache(maxsize=None)
+def _modules():
+    from tritonllm_course import kernels
+    return kernels.load("layer_fusion", "solutions").module, kernels.load("norm_fusion", "solutions").module
+
+
+def patched(variant: dict):
+    """(restore, ): the solution modules with the variant's launch shapes; call restore() after."""
+    lf, nf = _modules()
+    saved = lf.gated_delta_rule_recurrent_gates, nf.fused_gemv_config
+    shape = {k: v for k, v in variant.items() if k in ("block_v", "num_warps")}
+    if shape:
+        lf.gated_delta_rule_recurrent_gates = functools.partial(saved[0], **shape)
+    if "in_proj_rows" in variant:
+        rows = variant["in_proj_rows"]
+
+        def config(N, K, interpreted=False, norm=False, gated=False, conv=False, pdl=False):
+            cfg = saved[1](N, K, interpreted, norm, gated, conv, pdl)
+            if conv and pdl and not interpreted:
+                cfg = {**cfg, "BLOCK_N": rows, "num_warps": cfg["num_warps"] * rows // cfg["BLOCK_N"]}
+            return cfg
+        nf.fused_gemv_config = config
+
+    def restore():
+        lf.gated_delta_rule_recurrent_gates, nf.fused_gemv_config = saved
+    return restore
+
+
+def engine_us(variant: dict, context: int, tokens: int = 64) -> dict:
+    restore = patched(variant)
+    try:
+        return common.fast_decode_us(context, tokens)
+    finally:
+        restore()
+
+
+def check() -> float:
+    """Each variant at the tiny config under the interpreter: the fast engine's greedy tokens against the
+    engine as it is, and the recurrence at each value block and warp count against the reference rule:
+    returns the fraction of differing tokens plus the largest relative error of the recurrence."""
+    from tritonllm_course.reference.fusion import gated_delta_rule_recurrent_gates as reference
+    from tritonllm_course.config import TINY
+    from tritonllm_course.engine import Engine
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5]
+    runs = {}
+    for name, variant in VARIANTS.items():
+        restore = patched(variant)
+        try:
+            engine = Engine.random(TINY, dtype=dtype, device=device, seed=0, max_seq_len=40, level="fast")
+            runs[name] = engine.generate(prompt, 6)
+        finally:
+            restore()
+    base = runs["as is"]
+    differing = sum(sum(a != b for a, b in zip(base, r)) for r in runs.values()) / (len(base) * len(runs))
+    lf, _ = _modules()
+    gen = torch.Generator().manual_seed(0)
+    T, H, HV, DK, DV = 3, 2, 4, 16, 32
+    q, k = (torch.nn.functional.normalize(torch.randn(T, H, DK, generator=gen), dim=-1).to(device) for _ in range(2))
+    v = torch.randn(T, HV, DV, generator=gen).to(device)
+    a, b = torch.randn(T, HV, generator=gen).to(device), torch.randn(T, HV, generator=gen).to(device)
+    A_log, dt_bias = torch.rand(HV, generator=gen).to(device), torch.randn(HV, generator=gen).to(device)
+    s0 = torch.randn(HV, DK, DV, generator=gen).to(device)
+    want, want_s = reference(q.double(), k.double(), v.double(), a.double(), b.double(), A_log.double(),
+                             dt_bias.double(), s0.double())
+    worst = 0.0
+    for block_v, warps in ((8, 1), (16, 2), (32, 4)):
+        out, state = lf.gated_delta_rule_recurrent_gates(q, k, v, a, b, A_log, dt_bias, s0.clone(), block_v=block_v,
+                                                         num_warps=warps)
+        worst = max(worst, common.rel_err(out.cpu(), want.cpu()), common.rel_err(state.cpu(), want_s.cpu()))
+    return differing + worst
+
+
+def main(out):
+    common.setup()
+    res = common.header(check=check(), engine={})
+    path = common.result_path(out, "deltanet_pdl_probe")
+    for context in CONTEXTS:
+        for rep in range(REPEATS):
+            for name, variant in VARIANTS.items():
+                key = f"{name} @ {context} #{rep}"
+                try:
+                    res["engine"][key] = engine_us(variant, context)
+                except Exception as e:
+                    res["engine"][key] = {"error": common.error_text(e)}
+                r = res["engine"][key]
+                print(key, r.get("us_per_token", r), flush=True)
+                common.save(path, res)
+    base = {c: res["engine"].get(f"as is @ {c} #0", {}).get("tokens") for c in CONTEXTS}
+    res["tokens_equal_as_is"] = {k: v.get("tokens") == base[int(k.split("@")[1].split("#")[0])]
+                                 for k, v in res["engine"].items() if "tokens" in v}
+    print("tokens equal:", res["tokens_equal_as_is"], flush=True)
+    common.save(path, res)
+
+
+if __name__ == "__main__":
+    main(common.out_dir())
