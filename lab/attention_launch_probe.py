@@ -319,20 +319,8 @@ def main(out):
     common.setup()
     res = common.header(check_rel_err=check(), engine={})
     path = common.result_path(out, "attention_launch_probe")
-    for context in CONTEXTS:
-        for rep in range(REPEATS):
-            for name, variant in VARIANTS.items():
-                key = f"{name} @ {context} #{rep}"
-                try:
-                    res["engine"][key] = engine_us(variant, context)
-                except Exception as e:
-                    res["engine"][key] = {"error": common.error_text(e)}
-                r = res["engine"][key]
-                print(key, r.get("us_per_token", r), flush=True)
-                common.save(path, res)
-    base = {c: res["engine"].get(f"three kernels @ {c} #0", {}).get("tokens") for c in CONTEXTS}
-    res["tokens_equal_three_kernels"] = {k: v.get("tokens") == base[int(k.split("@")[1].split("#")[0])]
-                                         for k, v in res["engine"].items() if "tokens" in v}
+    equal = common.engine_variants(res, path, VARIANTS, engine_us, CONTEXTS, REPEATS, "three kernels")
+    res["tokens_equal_three_kernels"] = equal
     print("tokens equal:", res["tokens_equal_three_kernels"], flush=True)
     common.save(path, res)
 

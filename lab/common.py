@@ -96,6 +96,26 @@ def fast_decode_us(context: int, tokens: int = 64, setup=None, **engine_kwargs) 
     return {"us_per_token": us, "tokens": ids}
 
 
+def engine_variants(res: dict, path: Path, variants: dict, engine_us, contexts, repeats: int, base: str) -> dict:
+    """`engine_us(variant, context)` (a `fast_decode_us` result) for every variant at every context, the
+    variants alternated `repeats` times, into res["engine"]["<name> @ <context> #<repeat>"], saved after
+    each. Returns {key: whether its greedy tokens equal those of variant `base`'s first run at its context}."""
+    for context in contexts:
+        for rep in range(repeats):
+            for name, variant in variants.items():
+                key = f"{name} @ {context} #{rep}"
+                try:
+                    res["engine"][key] = engine_us(variant, context)
+                except Exception as e:
+                    res["engine"][key] = {"error": error_text(e)}
+                r = res["engine"][key]
+                print(key, r.get("us_per_token", r), flush=True)
+                save(path, res)
+    first = {c: res["engine"].get(f"{base} @ {c} #0", {}).get("tokens") for c in contexts}
+    return {k: v.get("tokens") == first[int(k.split("@")[1].split("#")[0])]
+            for k, v in res["engine"].items() if "tokens" in v}
+
+
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     """|got - want| / |want| (2-norms, in fp64)."""
     want = want.double()

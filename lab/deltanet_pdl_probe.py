@@ -20,6 +20,7 @@ Verdict: nothing to adopt before it is measured: solutions/layer_fusion.py and s
 keep their launch shapes.
 """
 import functools
+from contextlib import contextmanager
 
 import torch
 
@@ -38,8 +39,9 @@ def _modules():
     return kernels.load("layer_fusion", "solutions").module, kernels.load("norm_fusion", "solutions").module
 
 
+@contextmanager
 def patched(variant: dict):
-    """(restore, ): the solution modules with the variant's launch shapes; call restore() after."""
+    """The solution modules with the variant's launch shapes, as they were after."""
     lf, nf = _modules()
     saved = lf.gated_delta_rule_recurrent_gates, nf.fused_gemv_config
     shape = {k: v for k, v in variant.items() if k in ("block_v", "num_warps")}
@@ -54,18 +56,15 @@ def patched(variant: dict):
                 cfg = {**cfg, "BLOCK_N": rows, "num_warps": cfg["num_warps"] * rows // cfg["BLOCK_N"]}
             return cfg
         nf.fused_gemv_config = config
-
-    def restore():
+    try:
+        yield
+    finally:
         lf.gated_delta_rule_recurrent_gates, nf.fused_gemv_config = saved
-    return restore
 
 
 def engine_us(variant: dict, context: int, tokens: int = 64) -> dict:
-    restore = patched(variant)
-    try:
+    with patched(variant):
         return common.fast_decode_us(context, tokens)
-    finally:
-        restore()
 
 
 def check() -> float:
@@ -80,12 +79,9 @@ def check() -> float:
     prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5]
     runs = {}
     for name, variant in VARIANTS.items():
-        restore = patched(variant)
-        try:
+        with patched(variant):
             engine = Engine.random(TINY, dtype=dtype, device=device, seed=0, max_seq_len=40, level="fast")
             runs[name] = engine.generate(prompt, 6)
-        finally:
-            restore()
     base = runs["as is"]
     differing = sum(sum(a != b for a, b in zip(base, r)) for r in runs.values()) / (len(base) * len(runs))
     lf, _ = _modules()
@@ -110,20 +106,7 @@ def main(out):
     common.setup()
     res = common.header(check=check(), engine={})
     path = common.result_path(out, "deltanet_pdl_probe")
-    for context in CONTEXTS:
-        for rep in range(REPEATS):
-            for name, variant in VARIANTS.items():
-                key = f"{name} @ {context} #{rep}"
-                try:
-                    res["engine"][key] = engine_us(variant, context)
-                except Exception as e:
-                    res["engine"][key] = {"error": common.error_text(e)}
-                r = res["engine"][key]
-                print(key, r.get("us_per_token", r), flush=True)
-                common.save(path, res)
-    base = {c: res["engine"].get(f"as is @ {c} #0", {}).get("tokens") for c in CONTEXTS}
-    res["tokens_equal_as_is"] = {k: v.get("tokens") == base[int(k.split("@")[1].split("#")[0])]
-                                 for k, v in res["engine"].items() if "tokens" in v}
+    res["tokens_equal_as_is"] = common.engine_variants(res, path, VARIANTS, engine_us, CONTEXTS, REPEATS, "as is")
     print("tokens equal:", res["tokens_equal_as_is"], flush=True)
     common.save(path, res)
 

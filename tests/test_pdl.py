@@ -31,6 +31,25 @@ def _modules():
     return sorted((ROOT / "solutions").glob("*.py")) + sorted((ROOT / "exercises").glob("*.py"))
 
 
+def _kernels_taking_pdl() -> set[str]:
+    """The names of every solution kernel with a PDL parameter."""
+    return {name for path in sorted((ROOT / "solutions").glob("*.py")) for name in _pdl_kernels(path)}
+
+
+def _compiled_kernels_launched(fn) -> list[str]:
+    """On a GPU: the names of the compiled Triton kernels `fn()` launches (Triton's launch hook)."""
+    import triton
+    names = []
+    hook = lambda metadata: names.append(metadata.get()["name"])   # noqa: E731
+    triton.knobs.runtime.launch_enter_hook.add(hook)
+    try:
+        fn()
+        torch.cuda.synchronize()
+    finally:
+        triton.knobs.runtime.launch_enter_hook.remove(hook)
+    return names
+
+
 def test_the_switch_sets_the_constexpr_and_the_launch_together_and_restores_itself():
     assert pdl_args() == {"PDL": False, "launch_pdl": False}
     with programmatic_launches():
@@ -129,24 +148,15 @@ def test_every_kernel_of_the_fast_decode_step_launches_with_pdl(rt):
     kernel that takes PDL: a kernel launched without it ends the overlap where it stands."""
     if rt.mode != "gpu" or not pdl_supported():
         pytest.skip("needs an sm_90+ GPU")
-    import triton
     from tritonllm_course.config import QWEN35_0_8B
     from tritonllm_course.engine import Engine
-    takes = {name for path in sorted((ROOT / "solutions").glob("*.py")) for name in _pdl_kernels(path)}
     engine = Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", max_seq_len=64, level="fast",
                            cuda_graph=False, pdl=True)
     engine.prefill([1, 2, 3])
     engine.decode()
-    names = []
-    hook = lambda metadata: names.append(metadata.get()["name"])   # noqa: E731
-    triton.knobs.runtime.launch_enter_hook.add(hook)
-    try:
-        engine.decode()
-        torch.cuda.synchronize()
-    finally:
-        triton.knobs.runtime.launch_enter_hook.remove(hook)
+    names = _compiled_kernels_launched(engine.decode)
     assert names, "no Triton launch seen"
-    assert sorted(set(names) - takes) == []
+    assert sorted(set(names) - _kernels_taking_pdl()) == []
 
 
 # --- the prompt (prefill) path ----------------------------------------------------------------------------
@@ -179,21 +189,15 @@ def test_every_kernel_of_a_prefill_takes_pdl(rt, level):
     a kernel can overlap, not that every launch does."""
     if rt.mode != "gpu" or not pdl_supported():
         pytest.skip("needs an sm_90+ GPU")
-    import triton
     from tritonllm_course.config import QWEN35_0_8B
-    takes = {name for path in sorted((ROOT / "solutions").glob("*.py")) for name in _pdl_kernels(path)}
     engine = _pdl_engine(rt, QWEN35_0_8B, level)
-    names = []
-    hook = lambda metadata: names.append(metadata.get()["name"])   # noqa: E731
-    triton.knobs.runtime.launch_enter_hook.add(hook)
-    try:
+
+    def prompts():
         with programmatic_launches(True):
             _prefills(engine)
-        torch.cuda.synchronize()
-    finally:
-        triton.knobs.runtime.launch_enter_hook.remove(hook)
+    names = _compiled_kernels_launched(prompts)
     assert names, "no Triton launch seen"
-    assert sorted(set(names) - takes) == []
+    assert sorted(set(names) - _kernels_taking_pdl()) == []
 
 
 @pytest.mark.parametrize("level", ["operators", "fused", "fast"])
@@ -206,7 +210,7 @@ def test_a_prefill_launches_its_kernels_with_pdl_under_the_interpreter(rt, level
         pytest.skip("watches the interpreter's launches (on a GPU: test_every_kernel_of_a_prefill_takes_pdl)")
     from triton.runtime import interpreter
     from tritonllm_course.config import TINY
-    takes = {name for path in sorted((ROOT / "solutions").glob("*.py")) for name in _pdl_kernels(path)}
+    takes = _kernels_taking_pdl()
     engine = _pdl_engine(rt, TINY, level)
     launches = []
     grid_call = interpreter.GridExecutor.__call__

@@ -167,8 +167,8 @@ class Engine:
                                           device=self.device)
         self.positions = torch.arange(max_seq_len, dtype=torch.int32, device=self.device)
         self.use_graph = cuda_graph and self.device.type == "cuda"
-        self.pdl = self._pdl(pdl)
         self.pdl_gpu = self.device.type == "cuda" and torch.cuda.get_device_capability(self.device) >= (9, 0)
+        self.pdl = self._pdl(pdl)
         self._graphs: dict[Sampling | None, GraphedStep] = {}
         self.prefill_graph = prefill_graph
         self._prefill_graphs: OrderedDict[tuple[int, int, bool], GraphedStep] = OrderedDict()
@@ -180,9 +180,8 @@ class Engine:
         self.streams = 0         # streams begun: only the newest may run (`StreamSuperseded`)
 
     def _pdl(self, pdl: bool | None) -> bool:
-        """Whether the decode step launches with PDL: asked for, or (None) where the GPU has it."""
-        gpu = self.device.type == "cuda"
-        has = gpu and torch.cuda.get_device_capability(self.device) >= (9, 0)
+        """Whether the steps (decode, prompt chunks) launch with PDL: asked for, or (None) where the GPU has it."""
+        gpu, has = self.device.type == "cuda", self.pdl_gpu
         if pdl and gpu and not has:
             major, minor = torch.cuda.get_device_capability(self.device)
             raise ValueError(f"pdl=True needs programmatic dependent launch (sm_90 or newer); this GPU is "
