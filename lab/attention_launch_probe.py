@@ -13,7 +13,8 @@ acquire-release atomic, merges the group's partials (`.cg` loads past L1), appli
 count back to 0 for the next replay. The same partials and merge order as the two kernels.
 Method: the engine's fast decode step of Qwen3.5-0.8B (random weights of the real shapes, bf16, its CUDA
 graph, PDL) at 128 and 4,096 cached tokens, with the three kernels and with the one launch (`one_launch`
-swaps it into the engine's decode ops), also at 16-row steps; us per token by CUDA events over 64
+swaps it into the engine's decode ops), also at 16-row steps, and in two launches (`merge_kernel=True`: the
+prologue in the split kernel, FlashDecoding's merge kernel after it); us per token by CUDA events over 64
 replays; the greedy tokens of each against the three kernels'. `check` compares the one launch with the
 three kernels at odd shapes, a counts buffer used twice.
 Result: NVIDIA H200, 2026-12-02 (lab/results/attention_launch_probe_nvidia-h200_2026-12-02.json), us per
@@ -26,7 +27,12 @@ spreads them over 32 programs; at 4,096 that one program also reads 66 splits' p
 fused kernel holds 220 registers a thread against the split kernel's. Its greedy tokens differ from the
 three kernels' at 128 (on the GPU the per-head norm sums in another order; bit-identical under the
 interpreter).
+Two launches, re-run the same day (lab/results/attention_launch_probe_nvidia-h200_2026-12-02_two_launches.json):
+the three kernels 626.9, 628.7 / 656.2, 654.1, the one launch 700.4, 702.0 / 794.9, 801.7, two launches 618.0,
+622.3 / 651.3, 650.5: 7.6 us a token at 128 cached tokens (1.2%), 4 at 4,096, six kernels fewer a token.
 Verdict: not adopted: the engine keeps chapter 22's prologue and solutions/flash_decoding.py's two kernels.
+The two launches gain 1%, which does not yet pay for moving chapter 22's exercise into chapter 25's split
+kernel; it is the first candidate when the attention chapters are next rewritten.
 What one launch would need first is a merge spread over programs, which is the second kernel again.
 """
 
@@ -101,7 +107,8 @@ def flash_decoding_fused_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, si
                                 length_ptr, gate_ptr, out_ptr, acc_ptr, m_ptr, l_ptr, count_ptr, sq, sk, sv,
                                 max_len, num_positions, num_splits, KV, D, half, scale_log2e, eps, G: tl.constexpr,
                                 BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                                BLOCK_S: tl.constexpr, MERGE_D: tl.constexpr, PDL: tl.constexpr = False):
+                                BLOCK_S: tl.constexpr, MERGE_D: tl.constexpr, MERGE: tl.constexpr = True,
+                                PDL: tl.constexpr = False):
     """An attention layer's decode step after its projection, in one launch. Program (g, split), as the
     split kernel's: q's G heads of KV head g normalised and rotated (chapter 22's prologue), rounded to the
     cache's dtype as the prologue kernel would store them; the split holding the new row (length - 1) also
@@ -111,7 +118,8 @@ def flash_decoding_fused_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, si
     Its atomic add (acquire and release, GPU-wide) orders every split's partial stores before its loads.
     The rows and merge order are the split and merge kernels': the same partials, the same bits.
     PDL: the length (advanced by the step before: the engine's step starts with a plainly launched
-    kernel), the norms' weights and this position's cos and sin are loaded before the wait."""
+    kernel), the norms' weights and this position's cos and sin are loaded before the wait.
+    MERGE=False: the partials stored, nothing counted or merged (FlashDecoding's merge kernel follows)."""
     if PDL:
         pdl_launch_dependents()
     g = tl.program_id(0)
@@ -155,27 +163,29 @@ def flash_decoding_fused_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, si
         tl.store(m_ptr + part, m, mask=h_ok)
         tl.store(l_ptr + part, l, mask=h_ok)
         tl.store(acc_ptr + part.to(tl.int64)[:, None] * D + d[None, :], acc, mask=h_ok[:, None] & d_ok[None, :])
-        tl.debug_barrier()      # every thread's partial stores before the count
-        done = tl.atomic_add(count_ptr + g, 1, sem="acq_rel", scope="gpu")
-        used = tl.cdiv(length, chunk)
-        if done == used - 1:    # the last split of group g to finish: every partial of the group is stored
-            for r in tl.static_range(G):
-                for d0 in tl.static_range(0, BLOCK_D, MERGE_D):
-                    dm = d0 + tl.arange(0, MERGE_D)
-                    dm_ok = dm < D
-                    out = _merge_partials(acc_ptr, m_ptr, l_ptr, g * G + r, dm, dm_ok, used, num_splits, D,
-                                          BLOCK_S)
-                    gate = tl.load(gate_ptr + (g * G + r) * D + dm, mask=dm_ok, other=0.0).to(tl.float32)
-                    tl.store(out_ptr + (g * G + r) * D + dm, (out * sigmoid(gate)).to(out_ptr.dtype.element_ty),
-                             mask=dm_ok)
-            tl.atomic_xchg(count_ptr + g, 0)
+        if MERGE:
+            tl.debug_barrier()      # every thread's partial stores before the count
+            done = tl.atomic_add(count_ptr + g, 1, sem="acq_rel", scope="gpu")
+            used = tl.cdiv(length, chunk)
+            if done == used - 1:    # the last split of group g to finish: every partial of the group is stored
+                for r in tl.static_range(G):
+                    for d0 in tl.static_range(0, BLOCK_D, MERGE_D):
+                        dm = d0 + tl.arange(0, MERGE_D)
+                        dm_ok = dm < D
+                        out = _merge_partials(acc_ptr, m_ptr, l_ptr, g * G + r, dm, dm_ok, used, num_splits, D,
+                                              BLOCK_S)
+                        gate = tl.load(gate_ptr + (g * G + r) * D + dm, mask=dm_ok, other=0.0).to(tl.float32)
+                        tl.store(out_ptr + (g * G + r) * D + dm,
+                                 (out * sigmoid(gate)).to(out_ptr.dtype.element_ty), mask=dm_ok)
+                tl.atomic_xchg(count_ptr + g, 0)
 
 
 def flash_decoding_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
                          k_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, k_cache: torch.Tensor,
                          v_cache: torch.Tensor, length, scale: float, gate: torch.Tensor, eps: float = 1e-6,
                          out: torch.Tensor | None = None, num_splits: int | None = None,
-                         partials: torch.Tensor | None = None, counts: torch.Tensor | None = None) -> torch.Tensor:
+                         partials: torch.Tensor | None = None, counts: torch.Tensor | None = None,
+                         merge_kernel: bool = False) -> torch.Tensor:
     """A decode token's attention after the projection, one launch for three: chapter 22's q/k norm, RoPE
     and cache write, the split attention, and the merge with the output gate (by the last split of each
     KV head to finish, counted with an atomic).
@@ -190,6 +200,8 @@ def flash_decoding_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_we
     num_splits, partials: as `flash_decoding`
     counts:           int32 [kv_heads] of zeros, the splits done per KV head; the kernel leaves them 0
                       (allocated if None; the engine keeps one, so that a CUDA graph launches no fill)
+    merge_kernel:     two launches: the splits store their partials and FlashDecoding's merge kernel merges
+                      them (no counts)
     returns out [heads, head_dim]: the bits of `qk_norm_rope_cache` then `flash_decoding(gate=...)`.
     """
     for x, name in ((q, "q"), (k, "k"), (v, "v")):
@@ -246,13 +258,20 @@ def flash_decoding_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_we
         q.stride(0), k.stride(0), v.stride(0), max_len, num_positions, splits, KV, D, rotary_dim // 2,
         scale * fd.LOG2E, eps, G=G, BLOCK_H=max(16, triton.next_power_of_2(G)), BLOCK_N=cfg["BLOCK_N"],
         BLOCK_D=block_d, BLOCK_S=max(2, triton.next_power_of_2(splits)), MERGE_D=min(fd.MERGE_BLOCK_D, block_d),
-        num_warps=4, num_stages=cfg["num_stages"], **pdl_args())
+        MERGE=not merge_kernel, num_warps=4, num_stages=cfg["num_stages"], **pdl_args())
+    if merge_kernel:
+        merge_d = min(fd.MERGE_BLOCK_D, block_d)
+        fd.flash_decoding_merge_kernel[(H, triton.cdiv(D, merge_d))](
+            acc, m, l, length, out, gate, max_len, splits, D, BLOCK_N=cfg["BLOCK_N"],
+            BLOCK_S=max(2, triton.next_power_of_2(splits)), BLOCK_D=merge_d, HAS_GATE=True, num_warps=4,
+            **pdl_args())
     return out
 
 
-def one_launch(engine, block_n: int | None = None) -> None:
+def one_launch(engine, block_n: int | None = None, merge_kernel: bool = False) -> None:
     """The engine's decode attention swapped for `flash_decoding_fused`: its q/k prologue call keeps its
-    arguments (no kernel), its attention call runs the one launch on them. block_n: cache rows a step."""
+    arguments (no kernel), its attention call runs the one launch on them. block_n: cache rows a step;
+    merge_kernel: the prologue in the split kernel, the merge a kernel of its own (two launches)."""
     stash, counts = {}, torch.zeros(engine.config.num_key_value_heads, dtype=torch.int32, device=engine.device)
     fd = kernels.load("flash_decoding", "solutions").module
 
@@ -271,14 +290,16 @@ def one_launch(engine, block_n: int | None = None) -> None:
             fd.decoding_config = config
         try:
             flash_decoding_fused(s["q"][0], s["k"][0], s["v"][0], s["q_weight"], s["k_weight"], s["cos"], s["sin"],
-                                 k_cache, v_cache, length, scale, gate, eps=s["eps"], out=out, counts=counts)
+                                 k_cache, v_cache, length, scale, gate, eps=s["eps"], out=out, counts=counts,
+                                 merge_kernel=merge_kernel)
         finally:
             fd.decoding_config = saved
 
     engine.ops.decode.qk_prologue, engine.ops.decode.attention = prologue, attention
 
 
-VARIANTS = {"three kernels": None, "one launch": {}, "one launch, 16-row steps": {"block_n": 16}}
+VARIANTS = {"three kernels": None, "one launch": {}, "one launch, 16-row steps": {"block_n": 16},
+            "two launches (prologue in the splits)": {"merge_kernel": True}}
 
 
 def engine_us(variant, context: int, tokens: int = 64) -> dict:
@@ -307,9 +328,9 @@ def check() -> float:
         q_rot = lf.qk_norm_rope_cache(q[None], k[None], v[None], qw, kw, cos, sin, length - 1, kc2, vc2)
         want = fd.flash_decoding(q_rot[0], kc2, vc2, length, D ** -0.5, gate=gate, num_splits=splits)
         counts = torch.zeros(KV, dtype=torch.int32, device=device)
-        for _ in range(2):
+        for merge_kernel in (False, False, True):
             out = flash_decoding_fused(q, k, v, qw, kw, cos, sin, kc, vc, length, D ** -0.5, gate,
-                                       num_splits=splits, counts=counts)
+                                       num_splits=splits, counts=counts, merge_kernel=merge_kernel)
             worst = max(worst, common.rel_err(out.cpu(), want.cpu()), common.rel_err(kc.cpu(), kc2.cpu()),
                         float(counts.any()))
     return worst

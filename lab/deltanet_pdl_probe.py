@@ -12,12 +12,21 @@ program (half the programs) leave the room?
 Method: the engine's fast decode step of Qwen3.5-0.8B (random weights of the real shapes, bf16, its CUDA
 graph, PDL) at 128 and 4,096 cached tokens: as it is; the recurrence at value blocks of 8 and 32 (one warp)
 and on 2 and 4 warps (blocks of 16), through `gated_delta_rule_recurrent_gates`'s arguments; the DeltaNet
-in-projection + conv at 8 rows a program on 8 warps (`fused_gemv_config` with the conv). Us per token by
+in-projection + conv at 8 rows a program on 8 warps and on 4, and at 4 rows on 2 warps (`fused_gemv_config`
+with the conv); the 8 rows on 4 warps with value blocks of 8. Us per token by
 CUDA events over 64 replays, each variant twice, alternated; the greedy tokens of each against the engine's
 as it is (the recurrence's variants keep every sum's order; the 8-row GEMV's too: one row, one program).
-Result: not measured yet (`python -m lab.deltanet_pdl_probe` on an sm_90 GPU).
-Verdict: nothing to adopt before it is measured: solutions/layer_fusion.py and solutions/norm_fusion.py
-keep their launch shapes.
+Result: NVIDIA H200, 2026-12-02 (lab/results/deltanet_pdl_probe_nvidia-h200_2026-12-02.json), us per token
+at 128 / 4,096 cached tokens, two runs each: as it is 625.1, 625.5 / 655.2, 653.8; the recurrence at blocks
+of 8 672-674 / 684-685, of 32 619.6, 630.8 / 648-650, on 2 warps 638 / 660-662, on 4 warps 636-639 /
+659-661; the in-projection at 8 rows 631-637 / 653-654, at 8 rows on 4 warps 649-652 / 632-634, on 2 warps
+627-630 / 641; 8 rows on 4 warps with blocks of 8 691-692 / 650-651. No variant is faster at both contexts
+by more than the run-to-run spread; 8 rows on 4 warps gains 21 us at 4,096 and loses 25 at 128. The
+recurrence's variants change its tokens (another reduction tree on the GPU): its sums are not in the same
+order after all.
+Verdict: not adopted: the launch shapes are not what holds the recurrence at 4.5 us a layer (it waits for
+the in-projection and then runs a chain of dependent loads, reductions and stores, whatever its shape);
+solutions/layer_fusion.py and solutions/norm_fusion.py keep theirs.
 """
 import functools
 from contextlib import contextmanager
@@ -30,7 +39,11 @@ CONTEXTS = (128, 4096)
 REPEATS = 2
 VARIANTS = {"as is": {}, "recurrence, blocks of 8": {"block_v": 8}, "recurrence, blocks of 32": {"block_v": 32},
             "recurrence on 2 warps": {"num_warps": 2}, "recurrence on 4 warps": {"num_warps": 4},
-            "in-projection at 8 rows": {"in_proj_rows": 8}}
+            "in-projection at 8 rows": {"in_proj_rows": 8},
+            "in-projection at 8 rows on 4 warps": {"in_proj_rows": 8, "in_proj_warps": 4},
+            "in-projection on 2 warps": {"in_proj_rows": 4, "in_proj_warps": 2},
+            "in-projection at 8 rows on 4 warps, recurrence blocks of 8": {"in_proj_rows": 8, "in_proj_warps": 4,
+                                                                           "block_v": 8}}
 
 
 @functools.lru_cache(maxsize=None)
@@ -53,7 +66,8 @@ def patched(variant: dict):
         def config(N, K, interpreted=False, norm=False, gated=False, conv=False, pdl=False):
             cfg = saved[1](N, K, interpreted, norm, gated, conv, pdl)
             if conv and pdl and not interpreted:
-                cfg = {**cfg, "BLOCK_N": rows, "num_warps": cfg["num_warps"] * rows // cfg["BLOCK_N"]}
+                warps = variant.get("in_proj_warps", cfg["num_warps"] * rows // cfg["BLOCK_N"])
+                cfg = {**cfg, "BLOCK_N": rows, "num_warps": warps}
             return cfg
         nf.fused_gemv_config = config
     try:

@@ -16,8 +16,11 @@ and the rest of the split as the course's kernel does. The engine's fast decode 
 (random weights of the real shapes, bf16, its CUDA graph, PDL) at 128 and 4,096 cached tokens, with the
 course's split kernel and with this one (the wrapper's kernel swapped in `solutions/flash_decoding.py`'s
 module), us per token by CUDA events over 64 replays, alternated twice; the greedy tokens of both.
-Result: not measured yet (`python -m lab.flash_decoding_prefetch_probe` on an sm_90 GPU).
-Verdict: nothing to adopt before it is measured: solutions/flash_decoding.py keeps its kernel.
+Result: NVIDIA H200, 2026-12-02 (lab/results/flash_decoding_prefetch_probe_nvidia-h200_2026-12-02.json), us
+per token at 128 / 4,096 cached tokens, two runs each: the course's split kernel 629.4, 624.8 / 654.8, 653.9;
+with the first block before the wait 629.8, 631.2 / 657.7, 657.7; the same greedy tokens.
+Verdict: not adopted: no gain (a split reads one or a few blocks; its time is the wait and the chain after
+it, not the loads): solutions/flash_decoding.py keeps its kernel.
 """
 import torch
 import triton

@@ -107,8 +107,8 @@ def test_placing_calls_that_launch_a_kernel_several_times():
 def test_the_parts_add_up_and_overlap_counts_once():
     # programmatic dependent launch: each kernel starts before the one before it ends
     starts, ends = [0.0, 8.0, 9.0, 20.0, 30.0], [10.0, 15.0, 18.0, 25.0, 32.0]
-    spans = LT.timeline_us(starts, ends)
-    assert spans == [10.0, 5.0, 3.0, 5.0, 2.0] and sum(spans) == LT.busy_us(starts, ends) == 25.0
+    spans = P.timeline_us(starts, ends)
+    assert spans == [10.0, 5.0, 3.0, 5.0, 2.0] and sum(spans) == P.busy_us(starts, ends) == 25.0
     calls = [P.Call("embedding", P.EMBEDDING), P.Call("ln1", 0), P.Call("lm_head", P.HEAD)]
     names = ["emb", "memset", "rms", "copy", "gemv"]
     placed = [(0, 0), None, (0, 1), None, (0, 2)]

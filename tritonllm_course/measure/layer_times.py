@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 import torch
 
 from ..engine.ops import LEVELS
-from .profiling import (EMBEDDING, HEAD, OTHER, AttributionError, _decode_and_read, _prompt, check_attribution,
-                        check_layers, check_prompt_len, device_events, layer_tracing, place_kernels, slot_kernels,
-                        traced_calls, traced_prefill_calls)
+from .profiling import (EMBEDDING, HEAD, OTHER, AttributionError, _decode_and_read, _prompt, busy_us,
+                        check_attribution, check_layers, check_prompt_len, device_events, layer_tracing,
+                        place_kernels, slot_kernels, timeline_us, traced_calls, traced_prefill_calls)
 
 OTHER_PART = "other"
 KINDS = ("DeltaNet", "attention", EMBEDDING, HEAD, OTHER_PART)
@@ -94,28 +94,6 @@ def _events_of(engine):
         return interpreter_events
     raise ValueError(f"layer_times runs an engine on a GPU or on the CPU (the interpreter), not on "
                      f"{engine.device.type}")
-
-
-def timeline_us(starts: list[float], ends: list[float]) -> list[float]:
-    """Each event's stretch of the timeline (events in stream order): from the latest end before it, or its
-    start if later, to its end. They add up to the union of the intervals: overlap counts once."""
-    out, reach = [], float("-inf")
-    for s, e in zip(starts, ends):
-        out.append(max(0.0, e - max(s, reach)))
-        reach = max(reach, e)
-    return out
-
-
-def busy_us(starts: list[float], ends: list[float]) -> float:
-    """The length of the union of the intervals [start, end]: the time something ran."""
-    total, lo, hi = 0.0, None, None
-    for s, e in sorted(zip(starts, ends)):
-        if hi is None or s > hi:
-            total += 0.0 if hi is None else hi - lo
-            lo, hi = s, e
-        else:
-            hi = max(hi, e)
-    return total + (0.0 if hi is None else hi - lo)
 
 
 def part_times(kernel_names: list[str], starts: list[float], ends: list[float], placed: list, calls: list,

@@ -8,7 +8,10 @@ bytes it must move (chapter 20).
   step table (`engine.ops.STEPS`) and recorded with `engine.tracing()` (works on the CPU).
 - `decode_breakdown` (GPU only): torch.profiler over a few decode steps, launched op by op and replayed
   from the CUDA graph; every kernel of the trace attributed to the slot that launched it; GPU time per
-  token, per kernel and per slot, against the wall time per token and against the bytes of each slot.
+  token, per kernel and per slot, against the wall time per token and against the bytes of each slot. A
+  kernel's time is its stretch of the timeline (`timeline_us`): its duration, or under PDL, where a kernel
+  starts before the one ahead of it ends, the time it adds after that end, so the times add up to the
+  GPU's busy time.
 - `traced_prefill_calls` / `prefill_breakdown` (GPU only): the same for a prompt, per prompt.
 - per layer: `layer_tracing` (each traced call with its part of the step: the embedding, layer i, the
   head), `place_kernels` (each kernel of a trace on the call that launched it) and `check_attribution`,
@@ -438,7 +441,8 @@ class Breakdown:
 
     @property
     def kernel_us(self) -> float:
-        """GPU time per token: the sum of every kernel's (and copy's) duration."""
+        """GPU time per token: every kernel's (and copy's) stretch of the timeline, the time the GPU was busy
+        (the sum of the durations when nothing overlaps)."""
         return sum(k["us"] for k in self.kernels)
 
     @property
@@ -529,10 +533,34 @@ def _breakdown(run, times: int, graph: bool, calls: list[str], per_slot: dict[st
 
 
 def _device_trace(run, times: int) -> tuple[list[str], list[float]]:
-    """torch.profiler over `times` calls of `run`: the names and durations (us) of the device-side work,
-    kernels, copies and memsets, in stream order (not record_function ranges mirrored onto the GPU)."""
+    """torch.profiler over `times` calls of `run`: the names of the device-side work (kernels, copies and
+    memsets, in stream order; not record_function ranges mirrored onto the GPU) and each one's stretch of
+    the timeline (`timeline_us`): its duration when nothing overlaps; under PDL the time it adds after the
+    kernel before it ended, so that the stretches add up to the time the GPU was busy."""
     names, starts, ends = device_events(run, times)
-    return names, [e - s for s, e in zip(starts, ends)]
+    return names, timeline_us(starts, ends)
+
+
+def timeline_us(starts: list[float], ends: list[float]) -> list[float]:
+    """Each event's stretch of the timeline (events in stream order): from the latest end before it, or its
+    start if later, to its end. They add up to the union of the intervals: overlap counts once."""
+    out, reach = [], float("-inf")
+    for s, e in zip(starts, ends):
+        out.append(max(0.0, e - max(s, reach)))
+        reach = max(reach, e)
+    return out
+
+
+def busy_us(starts: list[float], ends: list[float]) -> float:
+    """The length of the union of the intervals [start, end]: the time something ran."""
+    total, lo, hi = 0.0, None, None
+    for s, e in sorted(zip(starts, ends)):
+        if hi is None or s > hi:
+            total += 0.0 if hi is None else hi - lo
+            lo, hi = s, e
+        else:
+            hi = max(hi, e)
+    return total + (0.0 if hi is None else hi - lo)
 
 
 def device_events(run, times: int) -> tuple[list[str], list[float], list[float]]:
