@@ -21,6 +21,11 @@
 #             128 tokens, decode at contexts 128, 1024 and 4096, random weights of the real shapes; writes
 #             RESULTS_DIR/engine_<gpu>_<date>/bench.{md,json,png}. It starts no new system after BUDGET_S
 #             seconds (default 400) and is stopped 70 s later: what was measured by then is written.
+# family      the dense Qwen3.5 family (30): each size (0.8B to 27B) with random weights of its real shapes,
+#             bf16, every engine level under its CUDA graph beside transformers eager and static + compile,
+#             decode at 128, 2,048 and 4,096 cached tokens and prefill of 128 and 2,048 tokens, one process a
+#             size (tritonllm_course/measure/family.py; SIZES="qwen3.5-4b ..." picks some); then the table
+#             and plot of all sizes under RESULTS_DIR, RESULTS_DIR/family_<gpu>_<date>.{md,json,png}
 # flash       FlashAttention and FlashDecoding (22, 24): prefill against chapter 08's kernels and PyTorch
 #             SDPA, tile sizes, decode over cache lengths, split counts, bf16 accuracy
 # gemv        the lab's experiments on the decode GEMVs (05, 21), each lab/<probe>.py writing
@@ -43,11 +48,12 @@
 #             size and value block, the GEMM + residual's tiles and a split-K version at M = 128, the gated
 #             MLP GEMM's tiles
 # profile     the engine's decode step per kernel and per slot (20), op by op and from the CUDA graph, every
-#             level at 128 cached tokens, the fast one at 4,096 too; RESULTS_DIR/profile_<gpu>_<date>.*
+#             level at 128 cached tokens, the fast one at 4,096 too; RESULTS_DIR/profile_<gpu>_<date>.* (CONFIG=qwen3.5-27b:
+#             another size of the family, profile_<config>_<gpu>_<date>.*)
 # splitk      the split-K GEMV (23): time against the number of pieces, against chapter 05's GEMV and
 #             cuBLAS at the narrow decode shapes and the LM head, the atomic reduction's run-to-run spread
 set -uo pipefail
-NAMES="autotune claims compilers delta_rule engine flash gemv ladder layers pdl prefill profile splitk"
+NAMES="autotune claims compilers delta_rule engine family flash gemv ladder layers pdl prefill profile splitk"
 if [ "${1:-}" = "--list" ]; then
   echo $NAMES
   exit 0
@@ -139,6 +145,8 @@ pdl() {
   timeout 200 $PY -m lab.flash_decoding_prefetch_probe "$OUT" || status=1
   timeout 300 $PY -m lab.attention_launch_probe "$OUT" || status=1
   timeout 400 $PY -m lab.deltanet_pdl_probe "$OUT" || status=1
+  timeout 300 $PY -m lab.splitk_pdl_probe "$OUT" || status=1
+  timeout 300 $PY -m lab.deltanet_head_fusion_probe "$OUT" || status=1
   timeout 420 $PY -m tritonllm_course.cli bench --out "$OUT" --contexts 128 4096 --budget-s 330 --systems \
     "Triton, fewest kernels + CUDA Graph + PDL" "Triton, fewest kernels + CUDA Graph" "transformers static + compile" \
     || status=1
@@ -152,7 +160,12 @@ prefill() {
 
 profile() {
   export TRITONLLM_KERNELS=solutions
-  exec timeout 300 $PY -m tritonllm_course.measure.profiling --out "$OUT"
+  exec timeout 300 $PY -m tritonllm_course.measure.profiling --out "$OUT" ${CONFIG:+--config $CONFIG}
+}
+
+family() {
+  export TRITONLLM_KERNELS=solutions
+  exec $PY -m tritonllm_course.measure.family --out "$OUT" ${SIZES:+--sizes $SIZES} --budget-s "${BUDGET_S:-240}"
 }
 
 splitk() {

@@ -1,4 +1,5 @@
-"""Unusual but valid Qwen3.5 text configs: each runs at every engine level, token for token as
+"""Unusual but valid Qwen3.5 text configs, and the head structure of each size of the dense family
+(`config.miniature`): each runs at every engine level, token for token as
 transformers' own greedy `generate`, through `tritonllm-course generate --backend triton` from a
 checkpoint written by transformers (`save_pretrained`), in the plain layout and in the hub's.
 
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from tritonllm_course import cli
-from tritonllm_course.config import ConfigError, Qwen35Config
+from tritonllm_course.config import PRESETS, ConfigError, Qwen35Config, miniature
 from tritonllm_course.engine import Engine
 from tritonllm_course.engine.ops import LEVELS, fitted_steps
 from tritonllm_course.hf_compat import hf_model
@@ -49,17 +50,24 @@ CONFIGS = {
     # attention heads wider than FlashAttention's 256 (fused and fast levels: plain prompt attention)
     "wide_heads": dict(num_attention_heads=1, head_dim=272, layer_types=(LIN, FULL)),
 }
+# the dense family's head structures (config.miniature: its query/KV group, its DeltaNet value/key ratio, its
+# tied or untied head); 2B has 0.8B's structure (group 4, one value head per key head, tied)
+CONFIGS.update({f"family_{size.removeprefix('qwen3.5-')}": miniature(PRESETS[size])
+                for size in ("qwen3.5-0.8b", "qwen3.5-4b", "qwen3.5-9b", "qwen3.5-27b")})
 # the steps of each config that a level runs on plain kernels (the summary's lines start with these)
 FALLBACKS = {"value_dim_wider": {"fast": "DeltaNet decode"}, "value_dim_narrower": {},
              "one_kv_head": {}, "untied_full_rotary": {}, "attention_only": {},
              "deltanet_only": {"fast": "DeltaNet decode"}, "odd_widths": {"fast": "DeltaNet decode"},
-             "wide_heads": {"fused": "attention prefill", "fast": "attention prefill"}}
+             "wide_heads": {"fused": "attention prefill", "fast": "attention prefill"},
+             **{name: {} for name in CONFIGS if name.startswith("family_")}}
 PROMPT = [5, 17, 30, 42, 7, 9, 25, 64]
 NEW = 4
 LAYOUTS = ("plain", "hub")
 
 
 def config_of(name: str) -> Qwen35Config:
+    if isinstance(CONFIGS[name], Qwen35Config):
+        return CONFIGS[name]
     fields = {**BASE, **CONFIGS[name]}
     return Qwen35Config(**fields, num_hidden_layers=len(fields["layer_types"]))
 

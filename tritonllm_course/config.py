@@ -1,8 +1,10 @@
-"""Qwen3.5 text-model configuration and the two shape presets of the course.
+"""Qwen3.5 text-model configuration, the course's shape presets and the dense Qwen3.5 family.
 
-`qwen3.5-0.8b` is the real model (docs/qwen35.md describes it op by op); `tiny` keeps every
+`qwen3.5-0.8b` is the model the course runs (docs/qwen35.md describes it op by op); `tiny` keeps every
 structural feature (both layer types, GQA, partial RoPE, value heads = 2 x key heads) at sizes the
-Triton interpreter can run on a CPU in seconds.
+Triton interpreter can run on a CPU in seconds. `qwen3.5-2b`, `-4b`, `-9b` and `-27b` are the text
+decoders of the larger dense Qwen3.5 checkpoints (`FAMILY`, with 0.8B), each field's source in
+`PRESET_SOURCES` (docs/family.md tabulates them); `parameter_count` counts any config's weights by part.
 """
 from __future__ import annotations
 
@@ -244,7 +246,153 @@ TINY = Qwen35Config(
     full_attention_interval=2,   # layers [lin, full, lin, full]: an attention layer feeds later layers
 )
 
-PRESETS: dict[str, Qwen35Config] = {"qwen3.5-0.8b": QWEN35_0_8B, "tiny": TINY}
+# The larger dense Qwen3.5 text decoders. Every field not given is the dataclass default (0.8B's): vocabulary
+# 248,320, head_dim 256, RoPE theta 1e7 over 25% of each head, 16 DeltaNet key heads of 128, value heads
+# of 128, 4 conv taps, RMSNorm eps 1e-6, 262,144 positions, a full-attention layer every 4th layer, token
+# ids 248044. Sources, field by field: PRESET_SOURCES (docs/family.md).
+QWEN35_2B = Qwen35Config(
+    hidden_size=2048, intermediate_size=6144, num_hidden_layers=24,
+    num_attention_heads=8, num_key_value_heads=2, linear_num_value_heads=16,
+)
+QWEN35_4B = Qwen35Config(
+    hidden_size=2560, intermediate_size=9216, num_hidden_layers=32,
+    num_attention_heads=16, num_key_value_heads=4, linear_num_value_heads=32,
+)
+QWEN35_9B = Qwen35Config(
+    hidden_size=4096, intermediate_size=12288, num_hidden_layers=32,
+    num_attention_heads=16, num_key_value_heads=4, linear_num_value_heads=32,
+    tie_word_embeddings=False,
+)
+QWEN35_27B = Qwen35Config(
+    hidden_size=5120, intermediate_size=17408, num_hidden_layers=64,
+    num_attention_heads=24, num_key_value_heads=4, linear_num_value_heads=48,
+    tie_word_embeddings=False,
+)
+
+PRESETS: dict[str, Qwen35Config] = {"qwen3.5-0.8b": QWEN35_0_8B, "tiny": TINY, "qwen3.5-2b": QWEN35_2B,
+                                    "qwen3.5-4b": QWEN35_4B, "qwen3.5-9b": QWEN35_9B, "qwen3.5-27b": QWEN35_27B}
+FAMILY = ("qwen3.5-0.8b", "qwen3.5-2b", "qwen3.5-4b", "qwen3.5-9b", "qwen3.5-27b")
+
+# Where each value of the family presets comes from: preset -> field -> citation. "repo:path" is a file of a
+# public GitHub repository; "code-index file N" a public source file of a code-search index that does not
+# name its repository (the file's text quotes the values); a URL a public web page. "unconfirmed:"
+# marks a value no source for that checkpoint states: the reason for the value chosen follows. The
+# Megatron argument files of slime/miles give the attention and MLP shapes (--num-attention-heads,
+# --num-query-groups, --kv-channels = head_dim, --ffn-hidden-size, --rotary-percent, --rotary-base,
+# --norm-epsilon, --vocab-size), and tie the LM head unless they pass --untie-embeddings-and-output-weights.
+_CARDS = ("code-index file 52989748059 (a transcription of the Qwen/Qwen3.5-* model cards: "
+          "layers, hidden layout, DeltaNet heads V/QK, attention heads Q/KV, context)")
+_SLIME_0_8B = "THUDM/slime:scripts/models/qwen3.5-0.8B.sh"
+_MILES_2B = "williammtan/miles:scripts/models/qwen3.5-2B.sh (same values: K1XE/BPM, same path)"
+_MILES_4B = "radixark/miles:scripts/models/qwen3.5-4B.sh (same values: vllm-project/vime, same path)"
+_MILES_9B = "radixark/miles:scripts/models/qwen3.5-9B.sh (same values: Lixtt/slime, same path)"
+_MILES_27B = "radixark/miles:scripts/models/qwen3.5-27B.sh (same values: THUDM/slime, same path)"
+_CONFIG_2B = ("code-index file 54643297878 (a Rust test loading the official Qwen/Qwen3.5-2B config.json: "
+              "dims, DeltaNet heads and head dims, conv taps, rotary dim 64, theta 1e7, context, eos)")
+_CONFIG_4B = ("code-index file 70205012704 (a Qwen3.5-4B topology fixture) and the qwen3_5_text config.json "
+              "of https://huggingface.co/halen214/st01 (a 4B-shaped fine-tune)")
+_CONFIG_9B = ("code-index file 71387934500 (the text_config of Qwen/Qwen3.5-9B used as a test fixture: "
+              "every field but max_position_embeddings and bos)")
+_CARD_9B = ("model card of Qwen/Qwen3.5-9B (copy: https://2048ai.net/69aa85b754b52172bc5f69c3.html): "
+            "DeltaNet heads 32 V / 16 QK of 128, attention 16 Q / 4 KV of 256, 262,144 context")
+_BOS = ("unconfirmed: derived configs of Qwen3.5 checkpoints have text_config.bos_token_id null (e.g. "
+        "huggingface.co ZirTech/OmniMath-2B, KnowledgeXLab/ComActor-9B), Qwen3_5ForCausalLM exports "
+        "248044, and no BOS is prepended; kept at the 0.8B preset's 248044")
+_HEAD_DIMS_27B = ("unconfirmed: 128 in every other Qwen3.5 size and in Qwen3.6-27B config fixtures "
+                  "(code-index file 59724392294: 27B's other sizes; the same architecture per "
+                  "huggingface/transformers:docs/source/en/model_doc/qwen3_5.md); not found for 3.5-27B")
+
+
+def _sources(megatron: str, deltanet: str, head_dims: str, conv: str, layout: str, context: str,
+             eos: str, bos: str = _BOS) -> dict[str, str]:
+    """A preset's citations: the Megatron argument file for the attention and MLP shapes, the others given."""
+    return {"vocab_size": megatron, "hidden_size": megatron, "intermediate_size": megatron,
+            "num_hidden_layers": megatron, "layer_types": layout, "num_attention_heads": megatron,
+            "num_key_value_heads": megatron, "head_dim": megatron, "rope_theta": megatron,
+            "partial_rotary_factor": megatron, "linear_num_key_heads": deltanet,
+            "linear_num_value_heads": deltanet, "linear_key_head_dim": head_dims,
+            "linear_value_head_dim": head_dims, "linear_conv_kernel_dim": conv, "rms_norm_eps": megatron,
+            "tie_word_embeddings": megatron, "max_position_embeddings": context,
+            "bos_token_id": bos, "eos_token_id": eos}
+
+
+PRESET_SOURCES: dict[str, dict[str, str]] = {
+    "qwen3.5-0.8b": _sources(
+        megatron=_SLIME_0_8B, deltanet=_CARDS, layout=_CARDS,
+        head_dims="docs/qwen35.md §2 (tensor shapes of the checkpoint: in_proj_qkv [6144, 1024], norm [128])",
+        conv="docs/qwen35.md §2 (conv1d.weight [6144, 1, 4] in the checkpoint)",
+        context="docs/qwen35.md §1 (public copies of the checkpoint's config.json)",
+        eos="docs/qwen35.md §1 (public copies of the checkpoint's config.json)",
+        bos="unconfirmed: docs/qwen35.md §8; derived configs have text_config.bos_token_id null "
+            "(e.g. huggingface.co oopere/Qwen3.5-0.65B-Base-Rearchitected)"),
+    "qwen3.5-2b": _sources(
+        megatron=_MILES_2B, deltanet=_CONFIG_2B + "; " + _CARDS, head_dims=_CONFIG_2B, conv=_CONFIG_2B,
+        layout=_CARDS + "; full-attention mask 0x888888 in " + _CONFIG_2B, context=_CONFIG_2B, eos=_CONFIG_2B),
+    "qwen3.5-4b": _sources(
+        megatron=_MILES_4B, deltanet=_CARDS + "; " + _CONFIG_4B, head_dims=_CONFIG_4B,
+        conv="unconfirmed: 4 in the config.json of https://huggingface.co/halen214/st01 (a 4B-shaped "
+             "fine-tune) and in every other Qwen3.5 size",
+        layout=_CARDS, context=_CARDS + " (262,144, extensible to 1,010,000)",
+        eos="unconfirmed: text_config.eos_token_id 248044 in derived 4B configs (https://huggingface.co/"
+            "Chat2Find/Chat2Find-CPT) and in every other Qwen3.5 size"),
+    "qwen3.5-9b": _sources(
+        megatron=_MILES_9B, deltanet=_CARD_9B + "; " + _CONFIG_9B, head_dims=_CARD_9B + "; " + _CONFIG_9B,
+        conv=_CONFIG_9B, layout=_CONFIG_9B, context=_CARD_9B, eos=_CONFIG_9B),
+    "qwen3.5-27b": _sources(
+        megatron=_MILES_27B, deltanet=_CARDS, head_dims=_HEAD_DIMS_27B,
+        conv="unconfirmed: 4 in every other Qwen3.5 size and in Qwen3.6-27B config fixtures "
+             "(code-index file 59724392294); not found for 3.5-27B",
+        layout=_CARDS + " (16 x (3 x Gated DeltaNet -> 1 x Gated Attention))",
+        context=_CARDS + " (262,144, extensible to 1,010,000)",
+        eos="unconfirmed: 248044 in Qwen3.6-27B config fixtures (code-index file 59724392294), in a 27B "
+            "export (https://huggingface.co/ApolloRaines/Sharona_Q27B-R_CodeSecurity) and in every other "
+            "Qwen3.5 size"),
+}
+
+
+def parameter_count(config: Qwen35Config) -> dict[str, int]:
+    """The text decoder's parameters by part, from the shapes `weights.expected_shapes` lists.
+
+    Per layer: `attention_per_layer` is q_proj (2 x heads x head_dim rows: query and output gate), k_proj,
+    v_proj, o_proj, q_norm, k_norm; `deltanet_per_layer` is in_proj_qkv, in_proj_z, in_proj_b, in_proj_a,
+    the conv taps [conv_dim, 1, kernel], A_log, dt_bias, the gated norm and out_proj; `mlp_per_layer`
+    gate, up and down; `norms_per_layer` the two RMSNorms around the mixer and the MLP. `attention`,
+    `deltanet`, `mlp`, `norms` (the final norm included) are the sums over the layers; `lm_head` is 0 when
+    tied to the embedding. `decode_read` is what one decode token reads: every weight except the embedding
+    rows it does not look up, the LM head (the embedding itself when tied) read whole."""
+    c = config
+    H, I, V = c.hidden_size, c.intermediate_size, c.vocab_size
+    q_width, kv_width = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+    attention = (2 * q_width + 2 * kv_width) * H + H * q_width + 2 * c.head_dim
+    nv = c.linear_num_value_heads
+    deltanet = ((c.conv_dim + c.linear_value_dim + 2 * nv) * H + c.conv_dim * c.linear_conv_kernel_dim
+                + 2 * nv + c.linear_value_head_dim + H * c.linear_value_dim)
+    mlp, norms = 3 * H * I, 2 * H
+    n_attn, n_lin, n = len(c.attention_layers), len(c.linear_layers), c.num_hidden_layers
+    embedding = V * H
+    lm_head = 0 if c.tie_word_embeddings else V * H
+    parts = {"attention": n_attn * attention, "deltanet": n_lin * deltanet, "mlp": n * mlp,
+             "norms": n * norms + H}
+    total = embedding + lm_head + sum(parts.values())
+    return {"embedding": embedding, "lm_head": lm_head, "attention_per_layer": attention,
+            "deltanet_per_layer": deltanet, "mlp_per_layer": mlp, "norms_per_layer": norms, **parts,
+            "total": total, "decode_read": total - embedding - lm_head + V * H + H}
+
+
+def miniature(config: Qwen35Config, width: int = 16) -> Qwen35Config:
+    """A config of `config`'s head structure at sizes the CPU interpreter runs in seconds: one KV head with
+    as many query heads as `config`'s group, one DeltaNet key head with as many value heads as its
+    value/key ratio, heads of `width` dims, its rotary fraction, tied or untied head and conv taps, and four
+    layers in its pattern (three DeltaNet layers, then attention)."""
+    return Qwen35Config(
+        vocab_size=128, hidden_size=2 * width, intermediate_size=3 * width, num_hidden_layers=4,
+        layer_types=("linear_attention",) * 3 + ("full_attention",),
+        num_attention_heads=config.gqa_group, num_key_value_heads=1, head_dim=width,
+        partial_rotary_factor=config.partial_rotary_factor, rope_theta=config.rope_theta,
+        linear_num_key_heads=1, linear_num_value_heads=config.linear_num_value_heads // config.linear_num_key_heads,
+        linear_key_head_dim=width, linear_value_head_dim=width, linear_conv_kernel_dim=config.linear_conv_kernel_dim,
+        rms_norm_eps=config.rms_norm_eps, tie_word_embeddings=config.tie_word_embeddings,
+        max_position_embeddings=64, bos_token_id=1, eos_token_id=2)
 
 
 def get_config(name_or_path: str | Path) -> Qwen35Config:

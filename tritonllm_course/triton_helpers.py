@@ -106,9 +106,13 @@ def linear_tile(x_ptr, w_ptr, rm, rn, M, N, K,
 
 
 # A decode GEMV launched with PDL holds its whole [rows, K] weight tile in registers, so that every weight
-# load is issued before the wait: PDL_ROWS rows a program, about PDL_ELEMENTS weights a thread, up to
-# K = PDL_MAX_K (`lab/pdl_chain_probe.py`; the configs of solutions/norm_fusion.py and layer_fusion.py).
-PDL_ROWS, PDL_ELEMENTS, PDL_MAX_K = 4, 32, 4096
+# load is issued before the wait: PDL_ROWS rows a program, about PDL_ELEMENTS weights a thread
+# (`lab/pdl_chain_probe.py`; the configs of solutions/norm_fusion.py and layer_fusion.py). A K wider than
+# 16 warps hold at PDL_ROWS rows (K > 4,096: the larger sizes of the family) takes fewer rows a program
+# rather than more weights a thread (at 0.8B 64 a thread measured slower than 2 rows); past PDL_MAX_K,
+# one row on 16 warps, the tile is too wide and the GEMV walks K.
+PDL_ROWS, PDL_ELEMENTS, PDL_WARPS = 4, 32, 16
+PDL_MAX_K = PDL_WARPS * 32 * PDL_ELEMENTS
 
 
 def pdl_gemv_config(K: int) -> dict | None:
@@ -116,8 +120,9 @@ def pdl_gemv_config(K: int) -> dict | None:
     if K > PDL_MAX_K:
         return None
     block_k = max(16, triton.next_power_of_2(K))
-    warps = max(1, min(16, PDL_ROWS * block_k // (32 * PDL_ELEMENTS)))
-    return {"BLOCK_N": PDL_ROWS, "BLOCK_K": block_k, "num_warps": triton.next_power_of_2(warps)}
+    rows = max(1, min(PDL_ROWS, PDL_WARPS * 32 * PDL_ELEMENTS // block_k))
+    warps = max(1, min(PDL_WARPS, rows * block_k // (32 * PDL_ELEMENTS)))
+    return {"BLOCK_N": rows, "BLOCK_K": block_k, "num_warps": triton.next_power_of_2(warps)}
 
 
 @triton.jit

@@ -35,8 +35,11 @@ Method. Every system generates the same way: it hands each new token to the host
 (streaming, one host read per token), and the time of each token's arrival is recorded. Prefill = time
 to the first token for a 128-token prompt; decode at context L = mean time between consecutive tokens
 after a prompt of L tokens (STEPS tokens; median over REPEATS runs). Bandwidth: bytes a decode step must
-move at context L (docs/qwen35.md §6: 1,544,820,416 + 12,288 L bytes in bf16) per second, and the floor
-time (those bytes at the measured copy bandwidth) as a percentage of the measured time.
+move at context L (`measure.profiling.bytes_per_token`; for Qwen3.5-0.8B in bf16 docs/qwen35.md §6's
+1,544,820,416 + 12,288 L bytes) per second, and the floor time (those bytes at the measured copy bandwidth)
+as a percentage of the measured time. Time to the first token is recorded at every context length too.
+`--config` takes the shapes of another size of the family (`config.FAMILY`, docs/family.md), random weights;
+its results go to OUT/engine_<config>_<gpu>_<date>/.
 Kernels per decode token: the slot calls of one traced decode step of each level (an engine of the
 real shapes on the meta device, no memory) and the kernels they launch (`OpTable.launches`).
 Results: markdown, JSON and a PNG plot in OUT/engine_<gpu>_<date>/, rewritten after every system, so a
@@ -53,10 +56,9 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..config import FAMILY
 from .ops import levels_markdown
 
-WEIGHT_AND_STATE_BYTES = 1_544_820_416     # per decode token, bf16 (docs/qwen35.md §6)
-KV_BYTES_PER_TOKEN = 12_288                # 6 layers x (K, V) x 2 heads x 256 x 2 bytes, per cached token
 
 OPERATORS, FUSED, FAST = "Triton (one kernel per operator)", "Triton + fusion + split-K", "Triton, fewest kernels"
 GRAPH, PDL = " + CUDA Graph", " + PDL"
@@ -76,9 +78,23 @@ NOTES = {
 }
 
 
-def bytes_per_token(context: int) -> int:
-    """HBM bytes one bf16 decode step of Qwen3.5-0.8B must move with `context` tokens cached."""
-    return WEIGHT_AND_STATE_BYTES + KV_BYTES_PER_TOKEN * context
+def byte_model(config) -> dict:
+    """The bf16 decode token's HBM bytes as a + b * context (`measure.profiling.bytes_per_token`): the
+    weights and states `a`, the KV cache's bytes per cached token `b`; kept in a result, which its table
+    and plot read."""
+    from ..measure.profiling import bytes_per_token
+    fixed = bytes_per_token(config, 0)
+    return {"weight_and_state_bytes": fixed, "kv_bytes_per_token": bytes_per_token(config, 1) - fixed}
+
+
+# Qwen3.5-0.8B's (docs/qwen35.md §6): what a result written before the byte model was kept in it means
+_BYTES_0_8B = {"weight_and_state_bytes": 1_544_820_416, "kv_bytes_per_token": 12_288}
+
+
+def bytes_per_token(result: dict, context: int) -> int:
+    """HBM bytes one bf16 decode step of the result's model must move with `context` tokens cached."""
+    model = {k: result.get(k, v) for k, v in _BYTES_0_8B.items()}
+    return model["weight_and_state_bytes"] + model["kv_bytes_per_token"] * context
 
 
 @dataclass
@@ -86,6 +102,7 @@ class Row:
     system: str
     prefill_ms: float | None = None
     decode_ms: dict[int, float] = field(default_factory=dict)      # context -> ms per token
+    ttft_ms: dict[int, float] = field(default_factory=dict)         # prompt length -> ms to the first token
     setup_s: float | None = None                                    # build, compile, capture
     kernels: int | None = None                                      # kernels launched per decode token
     note: str = ""
@@ -188,19 +205,18 @@ def _engine_runner(engine, graph: bool):
 
 
 def _measure(run, prompts: dict[int, list[int]], prompt_len: int, steps: int, repeats: int, row: Row) -> None:
-    """row.prefill_ms: time to the first token after the prompt_len-token prompt; row.decode_ms[L]: mean
-    time between tokens after an L-token prompt. Medians over `repeats` runs."""
-    ttft = []
+    """row.ttft_ms[L]: time to the first token after an L-token prompt (row.prefill_ms: at prompt_len);
+    row.decode_ms[L]: mean time between tokens after it. Medians over `repeats` runs."""
     for context, prompt in prompts.items():
-        per_token = []
+        per_token, ttft = [], []
         for _ in range(repeats):
             t0 = time.perf_counter()
             times = run(prompt, steps)
-            if context == prompt_len:
-                ttft.append((times[0] - t0) * 1e3)
+            ttft.append((times[0] - t0) * 1e3)
             per_token.append((times[-1] - times[0]) * 1e3 / (len(times) - 1))
         row.decode_ms[context] = statistics.median(per_token)
-    row.prefill_ms = statistics.median(ttft)
+        row.ttft_ms[context] = statistics.median(ttft)
+    row.prefill_ms = row.ttft_ms[prompt_len]
 
 
 # --- the table ---------------------------------------------------------------------------------------------
@@ -212,12 +228,13 @@ def _decode_ms(row: dict) -> dict[int, float]:
 def markdown(result: dict) -> str:
     ceiling, contexts = result["ceiling_gbps"], result["contexts"]
     c0 = contexts[0]
-    lines = [f"# Qwen3.5-0.8B on {result['gpu']}, {result['date']}", "",
+    fixed, per_kv = (bytes_per_token(result, 0), bytes_per_token(result, 1) - bytes_per_token(result, 0))
+    lines = [f"# {_model_name(result)} on {result['gpu']}, {result['date']}", "",
              f"{result['dtype']}, batch 1, greedy, random weights of the real shapes; {result['versions']}. "
              f"Prefill: {result['prompt_len']}-token prompt, time to the first token. Decode: mean time per "
              f"token over {result['steps']} tokens after a prompt of L tokens, median of {result['repeats']} "
              f"runs; every system hands each token to the host as it comes. Bandwidth floor: "
-             f"{WEIGHT_AND_STATE_BYTES:,} + {KV_BYTES_PER_TOKEN:,} x L bytes per token at the measured copy "
+             f"{fixed:,} + {per_kv:,} x L bytes per token at the measured copy "
              f"bandwidth of {ceiling:.0f} GB/s. Kernels: launched per decode token.", "",
              f"| system | prefill {result['prompt_len']} tok (ms) | decode @{c0} (ms/tok) | tokens/s | GB/s | "
              "% of bandwidth floor | kernels | note |",
@@ -228,7 +245,7 @@ def markdown(result: dict) -> str:
             lines.append(f"| {r['system']} | - | - | - | - | - | {kernels} | {r['error'] or r['note']} |")
             continue
         ms = _decode_ms(r)[c0]
-        gbps = bytes_per_token(c0) / (ms * 1e-3) / 1e9
+        gbps = bytes_per_token(result, c0) / (ms * 1e-3) / 1e9
         lines.append(f"| {r['system']} | {r['prefill_ms']:.1f} | {ms:.3f} | {1e3 / ms:.0f} | {gbps:.0f} | "
                      f"{100 * gbps / ceiling:.1f}% | {kernels} | {r['note']} |")
     lines += ["", "Decode per token by context length L: ms/token (% of the bandwidth floor)", "",
@@ -239,7 +256,7 @@ def markdown(result: dict) -> str:
         for c in contexts:
             ms = _decode_ms(r).get(c)
             cells.append("-" if ms is None else
-                         f"{ms:.3f} ({100 * bytes_per_token(c) / (ms * 1e-3) / 1e9 / ceiling:.1f}%)")
+                         f"{ms:.3f} ({100 * bytes_per_token(result, c) / (ms * 1e-3) / 1e9 / ceiling:.1f}%)")
         lines.append(f"| {r['system']} | " + " | ".join(cells) + " |")
     setup = [f"{r['system']} {r['setup_s']:.0f} s" for r in result["rows"] if r["setup_s"] is not None]
     lines += ["", "Set-up (build, compile, capture): " + ", ".join(setup) + "."]
@@ -251,6 +268,12 @@ def markdown(result: dict) -> str:
         lines += ["", "The slot each step of the Triton engine runs at each level (prefill / decode):", "",
                   result["levels"]]
     return "\n".join(lines) + "\n"
+
+
+def _model_name(result: dict) -> str:
+    """The title's model: the preset the shapes came from (Qwen3.5-0.8B unless the result names another)."""
+    name = result.get("config", "qwen3.5-0.8b")
+    return name.replace("qwen", "Qwen").replace("b", "B") if name.startswith("qwen3.5-") else name
 
 
 def plot(result: dict, path: Path | None = None):
@@ -268,9 +291,9 @@ def plot(result: dict, path: Path | None = None):
         bars = ax1.barh(ys, tps, height=h, label=f"L = {c}")
         for bar, r in zip(bars, rows):
             if c in r["decode_ms"]:
-                pct = 100 * bytes_per_token(c) / (r["decode_ms"][c] * 1e-3) / 1e9 / ceiling
+                pct = 100 * bytes_per_token(result, c) / (r["decode_ms"][c] * 1e-3) / 1e9 / ceiling
                 ax1.text(bar.get_width(), bar.get_y() + h / 2, f" {pct:.0f}%", va="center", fontsize=7)
-    floor_tps = ceiling * 1e9 / bytes_per_token(contexts[0])
+    floor_tps = ceiling * 1e9 / bytes_per_token(result, contexts[0])
     ax1.axvline(floor_tps, color="k", ls="--", lw=0.8, label=f"bandwidth floor, L = {contexts[0]}")
     ax1.set_yticks([i + h * (len(contexts) - 1) / 2 for i in range(len(rows))], [r["system"] for r in rows])
     ax1.invert_yaxis()
@@ -281,7 +304,7 @@ def plot(result: dict, path: Path | None = None):
     ax2.invert_yaxis()
     ax2.set_xlabel(f"prefill of {result['prompt_len']} tokens (ms, time to first token)")
     ax2.set_yticklabels([])
-    fig.suptitle(f"Qwen3.5-0.8B on {result['gpu']}, {result['date']} ({result['dtype']}, batch 1)")
+    fig.suptitle(f"{_model_name(result)} on {result['gpu']}, {result['date']} ({result['dtype']}, batch 1)")
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=120)
@@ -311,14 +334,18 @@ def _substitute_shape_str() -> None:
     _substitute_shape_str.done = True
 
 
-def build(model_source: str, seed: int = 0):
-    """(transformers model, our weights dict, config) of the same weights, bf16 on the GPU."""
+def build(model_source: str, seed: int = 0, config_name: str | None = None):
+    """(transformers model, our weights dict, config) of the same weights, bf16 on the GPU: random ones of
+    the preset `config_name`'s shapes (default Qwen3.5-0.8B), or a checkpoint's (which brings its config)."""
     import torch
-    from ..config import QWEN35_0_8B, Qwen35Config
+    from ..config import PRESETS, QWEN35_0_8B, Qwen35Config
     from ..hf_compat import hf_model, weights_from_hf
     if model_source == "random":
-        hf = hf_model(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=seed)
-        config = QWEN35_0_8B
+        config = PRESETS[config_name] if config_name else QWEN35_0_8B
+        hf = hf_model(config, dtype=torch.bfloat16, device="cuda", seed=seed)
+    elif config_name:
+        raise ValueError(f"--config {config_name} gives the shapes of random weights; the checkpoint "
+                         f"{model_source} brings its own config: leave --config out")
     else:
         from transformers import Qwen3_5ForCausalLM
         from ..weights import resolve_checkpoint
@@ -343,17 +370,22 @@ def run(args) -> dict:
     start = time.perf_counter()
     contexts = sorted(set(args.contexts) | {args.prompt_len})
     date = datetime.date.today().isoformat()
-    folder = Path(args.out) / f"engine_{gpu_tag()}_{date}"
+    config_name = getattr(args, "config", None)
+    named = f"{config_name}_" if config_name and config_name != "qwen3.5-0.8b" else ""
+    folder = Path(args.out) / f"engine_{named}{gpu_tag()}_{date}"
+    hf, weights, config = build(args.model, args.seed, config_name)
     result = {"gpu": torch.cuda.get_device_name(), "date": date, "dtype": "bfloat16", "model": args.model,
+              "config": config_name or ("qwen3.5-0.8b" if args.model == "random" else str(args.model)),
+              **byte_model(config),
               "versions": f"torch {torch.__version__}, triton {triton.__version__}, transformers "
                           f"{transformers.__version__}",
               "prompt_len": args.prompt_len, "contexts": contexts, "steps": args.steps, "repeats": args.repeats,
               "ceiling_gbps": ceiling_gbps(), "rows": []}
-    hf, weights, config = build(args.model, args.seed)
     gen = torch.Generator().manual_seed(args.seed)
     prompts = {c: torch.randint(0, config.vocab_size, (c,), generator=gen).tolist() for c in contexts}
     max_len = max(contexts) + args.steps + 8
     engines = {}                                       # (level, pdl) -> the engine its rows share
+    merged = None                                      # the merged projections, shared by every engine
     rows = {name: Row(name, note=NOTES.get(name, "")) for name in systems_named(args.systems)}
     counts = {level: kernels_per_token(config, level) for level in sorted({LEVEL_OF[n] for n in rows
                                                                            if n in LEVEL_OF})}
@@ -368,6 +400,7 @@ def run(args) -> dict:
         print(f"level {level}: {calls} slot calls, {launched} kernels per decode token", file=sys.stderr)
 
     def runner(name):
+        nonlocal merged
         if name.startswith("transformers"):
             return _hf_runner(hf, compiled="compile" in name)
         if name == "reference eager":
@@ -378,7 +411,8 @@ def run(args) -> dict:
             return _engine_runner(ref_engine.compile(fullgraph=True), graph=False)
         key = LEVEL_OF[name], name.endswith(PDL)
         if key not in engines:   # the kernels TRITONLLM_KERNELS selects ("auto": yours where filled in)
-            engines[key] = Engine(config, weights, max_seq_len=max_len, level=key[0], pdl=key[1])
+            engines[key] = Engine(config, weights, max_seq_len=max_len, level=key[0], pdl=key[1], merged=merged)
+            merged = engines[key].weights
             print(f"    {key[0]}: {kernels.sources_line(engines[key].ops.sources())}", file=sys.stderr)
         return _engine_runner(engines[key], graph=GRAPH in name)
 
@@ -395,7 +429,8 @@ def run(args) -> dict:
             # and so its compiled graph, for the largest request it has seen)
             fn(prompts[max(contexts)], args.steps)
             for _ in range(2):   # twice: the engine captures a prompt chunk's graph at its second use
-                fn(prompts[args.prompt_len], 4)
+                for prompt in prompts.values():
+                    fn(prompt, 2)
             torch.cuda.synchronize()
             row.setup_s = time.perf_counter() - t0
             _measure(fn, prompts, args.prompt_len, args.steps, args.repeats, row)
@@ -416,11 +451,11 @@ def run(args) -> dict:
 
 def measure(systems=SYSTEMS, contexts=(128, 1024, 4096), prompt_len: int = 128, steps: int = 32,
             repeats: int = 3, out: str | Path = "results", model: str = "random", budget_s: float = 420.0,
-            seed: int = 0) -> dict:
+            seed: int = 0, config: str | None = None) -> dict:
     """`tritonllm-course bench` from Python (a GPU only); returns the result dict (see `markdown`, `plot`)."""
     return run(argparse.Namespace(systems=list(systems), contexts=list(contexts), prompt_len=prompt_len,
                                   steps=steps, repeats=repeats, out=str(out), model=model, budget_s=budget_s,
-                                  seed=seed))
+                                  seed=seed, config=config))
 
 
 # --- the command line --------------------------------------------------------------------------------------
@@ -431,6 +466,8 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
                               description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="results", help="parent folder of the results folder (default: results)")
     p.add_argument("--model", default="random", help="'random' (default) or a checkpoint directory / hub id")
+    p.add_argument("--config", choices=sorted(FAMILY), default=None,
+                   help="the shapes of --model random: a size of the Qwen3.5 family (default qwen3.5-0.8b)")
     p.add_argument("--contexts", type=int, nargs="+", default=[128, 1024, 4096],
                    help="context lengths of the decode measurements")
     p.add_argument("--prompt-len", type=int, default=128, help="prompt of the prefill measurement")

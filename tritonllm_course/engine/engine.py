@@ -57,7 +57,7 @@ from ..runtime import no_launch_overlap, programmatic_launches
 from ..weights import check_weights, load_weights, random_weights
 from .buffers import Activations, Counters
 from .graph import GraphedStep
-from .merged import merge_weights
+from .merged import EngineWeights, merge_weights
 from .ops import OpTable, check_limits
 
 
@@ -127,12 +127,15 @@ class Engine:
                      The kernels are those made for PDL wherever the GPU has it: pdl=False launches the
                      same ones one after another, the same bits, later (`_launches`). On the CPU the
                      interpreter runs the same kernels, for which the PDL calls are no-ops
+    merged:          the merged projections (`self.weights`) of another engine of these weights, shared
+                     rather than stacked again (a benchmark's engines of several levels over one model: a
+                     27B's merged copies are ~35 GB)
     """
 
     def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], *, max_seq_len: int = 4096,
                  sources: dict | None = None, default_source: str | None = None, cuda_graph: bool = True,
                  prefill_chunk: int = 512, level: str = "operators", prefill_graph: bool = True,
-                 pdl: bool | None = None):
+                 pdl: bool | None = None, merged: EngineWeights | None = None):
         check_weights(config, weights)
         check_limits(config)            # shapes no level takes: refused before anything is allocated
         embed = weights["embed_tokens.weight"]
@@ -142,7 +145,9 @@ class Engine:
             raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
         self.cache = Qwen35Cache.allocate(c, max_seq_len, dtype=self.dtype, device=self.device)
         self.max_seq_len = max_seq_len
-        self.weights = merge_weights(c, weights)
+        if merged is not None and (len(merged.layers) != c.num_hidden_layers or merged.embed is not embed):
+            raise ValueError("merged= must be the merged weights of an engine built from these same weights")
+        self.weights = merged if merged is not None else merge_weights(c, weights)
         self.level = level
         self.ops = OpTable(sources, default_source, level, config=c)
         self.plan = self.ops.plan       # what each path fuses at this level, fitted to the config (ops.py)

@@ -723,24 +723,29 @@ def _prefill_report(engine, level: str, result: dict) -> list[str]:
 def main(argv=None) -> int:
     """Profile the engine's decode step on the GPU, op by op and from the CUDA graph: every optimisation
     level at 128 cached tokens, the fast one at 4,096 too; and each level's prefill of a 128-token prompt;
-    writes profile_<gpu>_<date>.{json,md,png}."""
+    writes profile_<gpu>_<date>.{json,md,png} (`--config qwen3.5-27b`: another size of the family, random
+    weights of its shapes, profile_<config>_<gpu>_<date>.*)."""
     import json
 
     from .benchmark import gpu_script, results_stem
-    from ..config import QWEN35_0_8B
+    from ..config import FAMILY, get_config
     from ..engine import Engine
 
-    started = gpu_script(main.__doc__, argv)
+    def add_args(ap):
+        ap.add_argument("--config", choices=FAMILY, default="qwen3.5-0.8b", help="the size of the family profiled")
+    started = gpu_script(main.__doc__, argv, add_args)
     if started is None:
         return 1
     args, _ = started
-    stem, date = results_stem(args.out, "profile")
+    config = get_config(args.config)
+    stem, date = results_stem(args.out, "profile" if args.config == "qwen3.5-0.8b" else f"profile_{args.config}")
     result = {"gpu": torch.cuda.get_device_name(), "date": date, "dtype": "bfloat16",
               "versions": f"torch {torch.__version__}, triton {__import__('triton').__version__}", "profiles": []}
-    text = [f"# Decode step per kernel, Qwen3.5-0.8B on {result['gpu']}, {date} (bf16, random weights)\n"]
+    result["config"] = args.config
+    text = [f"# Decode step per kernel, {args.config} on {result['gpu']}, {date} (bf16, random weights)\n"]
     figure = None
     for level, context in (("operators", 128), ("fused", 128), ("fast", 128), ("fast", 4096)):
-        engine = Engine.random(QWEN35_0_8B, torch.bfloat16, "cuda", seed=0, max_seq_len=context + 64,
+        engine = Engine.random(config, torch.bfloat16, "cuda", seed=0, max_seq_len=context + 64,
                                level=level)
         prof = decode_breakdown(engine, steps=8, prompt_len=context)
         result["profiles"].append({
