@@ -48,8 +48,8 @@
 #             size and value block, the GEMM + residual's tiles and a split-K version at M = 128, the gated
 #             MLP GEMM's tiles
 # profile     the engine's decode step per kernel and per slot (20), op by op and from the CUDA graph, every
-#             level at 128 cached tokens, the fast one at 4,096 too; RESULTS_DIR/profile_<gpu>_<date>.* (CONFIG=qwen3.5-27b:
-#             another size of the family, profile_<config>_<gpu>_<date>.*)
+#             level at 128 cached tokens, the fast one at 4,096 too; RESULTS_DIR/profile_<gpu>_<date>.*
+#             (CONFIG=qwen3.5-27b: another size of the family, profile_<config>_<gpu>_<date>.*)
 # splitk      the split-K GEMV (23): time against the number of pieces, against chapter 05's GEMV and
 #             cuBLAS at the narrow decode shapes and the LM head, the atomic reduction's run-to-run spread
 set -uo pipefail
