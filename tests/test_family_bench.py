@@ -3,7 +3,10 @@
 its own byte model, the fastest Triton level named."""
 import json
 
-from tritonllm_course.config import get_config
+import pytest
+
+from tritonllm_course import cli
+from tritonllm_course.config import FAMILY, get_config
 from tritonllm_course.engine import bench
 from tritonllm_course.measure import family
 
@@ -36,3 +39,15 @@ def test_collect_reads_each_sizes_newest_bench_and_names_the_fastest_level(tmp_p
     assert f"operators 14.200 ({pct:.0f}%)" in md and "| 2.0 / 20.0 |" in md
     path = family.write(fam, tmp_path)
     assert path.exists() and path.with_suffix(".png").stat().st_size > 10_000
+
+
+def test_the_command_line_takes_each_size_and_refuses_a_config_beside_a_checkpoint(capsys, tmp_path):
+    parser = cli.build_parser()
+    for size in FAMILY:
+        assert parser.parse_args(["bench", "--config", size]).config == size
+        assert parser.parse_args(["generate", "--config", size, "--model", "random", "--prompt-ids", "1"]).config == size
+    with pytest.raises(SystemExit):
+        parser.parse_args(["bench", "--config", "qwen3.5-3b"])
+    capsys.readouterr()
+    assert cli.main(["bench", "--config", "qwen3.5-4b", "--model", str(tmp_path)]) == 2
+    assert "brings its own config" in capsys.readouterr().err

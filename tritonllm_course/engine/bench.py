@@ -485,14 +485,18 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
 def run_bench(args) -> int:
     """Run `tritonllm-course bench`; returns the exit status."""
     from ..runtime import setup
+    if args.steps < 2 or args.repeats < 1:
+        print("tritonllm-course bench: error: --steps must be >= 2 and --repeats >= 1", file=sys.stderr)
+        return 2
+    if args.config and args.model != "random":
+        print(f"tritonllm-course bench: error: --config {args.config} gives the shapes of random weights; the "
+              f"checkpoint {args.model} brings its own config: leave --config out", file=sys.stderr)
+        return 2
     rt = setup(quiet=True)
     if not rt.on_gpu:
         print("tritonllm-course bench: skipped: it measures GPU kernels and needs a CUDA GPU; this machine runs "
               "the kernels in Triton's CPU interpreter, whose times say nothing about a GPU", file=sys.stderr)
         return 1
-    if args.steps < 2 or args.repeats < 1:
-        print("tritonllm-course bench: error: --steps must be >= 2 and --repeats >= 1", file=sys.stderr)
-        return 2
     result = run(args)
     print(markdown(result))
     print(f"written to {result['folder']}", file=sys.stderr)
