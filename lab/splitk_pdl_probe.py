@@ -181,8 +181,8 @@ def loads_before_wait() -> dict:
     found = {}
     for split in (2, 4, 7):
         tile = helpers.pdl_gemv_config(triton.cdiv(3584, split))
-        low = lowering.lower(splitk_piece_kernel, {**sig, "K_PER": triton.cdiv(3584, split)},
-                             {"SPLIT": split, "LAST_SUMS": True, "BLOCK_N": ROWS, "BLOCK_K": tile["BLOCK_K"], "PDL": True},
+        constexprs = {"SPLIT": split, "LAST_SUMS": True, "BLOCK_N": ROWS, "BLOCK_K": tile["BLOCK_K"], "PDL": True}
+        low = lowering.lower(splitk_piece_kernel, {**sig, "K_PER": triton.cdiv(3584, split)}, constexprs,
                              num_warps=tile["num_warps"])
         sass = low.lines("sass", r"LDG|ACQBULK|ATOMG")
         wait = next(i for i, ln in enumerate(sass) if "ACQBULK" in ln)

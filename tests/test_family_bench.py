@@ -45,7 +45,8 @@ def test_the_command_line_takes_each_size_and_refuses_a_config_beside_a_checkpoi
     parser = cli.build_parser()
     for size in FAMILY:
         assert parser.parse_args(["bench", "--config", size]).config == size
-        assert parser.parse_args(["generate", "--config", size, "--model", "random", "--prompt-ids", "1"]).config == size
+        generate = ["generate", "--config", size, "--model", "random", "--prompt-ids", "1"]
+        assert parser.parse_args(generate).config == size
     with pytest.raises(SystemExit):
         parser.parse_args(["bench", "--config", "qwen3.5-3b"])
     capsys.readouterr()

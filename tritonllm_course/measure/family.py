@@ -59,9 +59,11 @@ def collect(out: str | Path) -> dict:
             continue
         res = json.loads((folder / "bench.json").read_text())
         rows = {r["system"]: r for r in res["rows"]}
-        sizes[size] = {"folder": folder.name, "gpu": res["gpu"], "date": res["date"], "ceiling_gbps": res["ceiling_gbps"],
+        sizes[size] = {"folder": folder.name, "gpu": res["gpu"], "date": res["date"],
+                       "ceiling_gbps": res["ceiling_gbps"],
                        "bytes": {c: bench.bytes_per_token(res, c) for c in res["contexts"]},
-                       "decode_ms": {name: {int(c): ms for c, ms in r["decode_ms"].items()} for name, r in rows.items()},
+                       "decode_ms": {name: {int(c): ms for c, ms in r["decode_ms"].items()}
+                                     for name, r in rows.items()},
                        "ttft_ms": {name: {int(c): ms for c, ms in r.get("ttft_ms", {}).items()}
                                    for name, r in rows.items()},
                        "kernels": {name: r.get("kernels") for name, r in rows.items()},
