@@ -72,18 +72,21 @@ def events_us(fn, n: int) -> float:
     return e0.elapsed_time(e1) * 1e3 / n
 
 
-def fast_decode_us(context: int, tokens: int = 64, setup=None, **engine_kwargs) -> dict:
-    """The engine's fast decode step of Qwen3.5-0.8B (random weights of the real shapes, bf16, its CUDA graph)
-    after a `context`-token prompt: us per token by CUDA events over `tokens` replays (8 untimed first), and
-    the greedy tokens of a 16-token generation. `engine_kwargs` go to `Engine.random` (e.g. pdl=False);
-    `setup(engine)`, if given, changes the engine before its first step (a probe's kernels swapped in)."""
+def fast_decode_us(context: int, tokens: int = 64, setup=None, config=None, **engine_kwargs) -> dict:
+    """The engine's fast decode step of Qwen3.5-0.8B, or of `config` (random weights of the real shapes, bf16,
+    its CUDA graph) after a `context`-token prompt: us per token by CUDA events over `tokens` replays (8
+    untimed first), and the greedy tokens of a 16-token generation. `engine_kwargs` go to `Engine.random`
+    (e.g. pdl=False, level="fused"); `setup(engine)`, if given, changes the engine before its first step (a
+    probe's kernels swapped in)."""
     from tritonllm_course.config import QWEN35_0_8B
     from tritonllm_course.engine import Engine
-    engine = Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=0, level="fast",
+    config = config or QWEN35_0_8B
+    engine_kwargs = {"level": "fast", **engine_kwargs}
+    engine = Engine.random(config, dtype=torch.bfloat16, device="cuda", seed=0,
                            max_seq_len=context + 3 * tokens + 40, **engine_kwargs)
     if setup is not None:
         setup(engine)
-    prompt = [(7 * i + 3) % QWEN35_0_8B.vocab_size for i in range(context)]
+    prompt = [(7 * i + 3) % config.vocab_size for i in range(context)]
     ids = engine.generate(prompt, 16)
     engine.reset()
     engine.prefill(prompt)

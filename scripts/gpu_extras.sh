@@ -25,7 +25,8 @@
 #             bf16, every engine level under its CUDA graph beside transformers eager and static + compile,
 #             decode at 128, 2,048 and 4,096 cached tokens and prefill of 128 and 2,048 tokens, one process a
 #             size (tritonllm_course/measure/family.py; SIZES="qwen3.5-4b ..." picks some); then the table
-#             and plot of all sizes under RESULTS_DIR, RESULTS_DIR/family_<gpu>_<date>.{md,json,png}
+#             and plot of all sizes under RESULTS_DIR, RESULTS_DIR/family_<gpu>_<date>.{md,json,png}; TILES=1
+#             instead: the whole-tile PDL GEMV against walking K at 4B, 9B and 27B (lab/family_tile_probe.py)
 # flash       FlashAttention and FlashDecoding (22, 24): prefill against chapter 08's kernels and PyTorch
 #             SDPA, tile sizes, decode over cache lengths, split counts, bf16 accuracy
 # gemv        the lab's experiments on the decode GEMVs (05, 21), each lab/<probe>.py writing
@@ -165,6 +166,7 @@ profile() {
 
 family() {
   export TRITONLLM_KERNELS=solutions
+  [ -n "${TILES:-}" ] && { timeout 500 $PY -m lab.family_tile_probe "$OUT"; exit $?; }
   exec $PY -m tritonllm_course.measure.family --out "$OUT" ${SIZES:+--sizes $SIZES} --budget-s "${BUDGET_S:-240}"
 }
 

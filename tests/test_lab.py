@@ -73,6 +73,7 @@ PROBES_CHECKED = {
     "flash_decoding_prefetch_probe.py": "FlashDecoding with the past rows loaded before the wait, odd lengths",
     "attention_launch_probe.py": "the one-launch attention against the prologue, split and merge kernels",
     "deltanet_pdl_probe.py": "the recurrence at each value block and warp count; the tiny engine's tokens",
+    "family_tile_probe.py": "the whole-tile cap where the solutions read it, undone after",
     "splitk_pdl_probe.py": "the split-K GEMV + residual both ways, the counts reset; the tiny engine's tokens",
 }
 

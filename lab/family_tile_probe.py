@@ -1,0 +1,89 @@
+"""At the family's larger shapes, does the whole-tile PDL GEMV still beat a GEMV that walks K?
+
+    python -m lab.family_tile_probe [OUTDIR]   (on an sm_90 GPU; writes OUTDIR/family_tile_probe_<gpu>_<date>.json)
+
+Question: on an H200 the fused and fast levels decode Qwen3.5-27B 25% slower than the one-kernel-per-operator
+level (17.6 against 14.2 ms a token at 128 cached tokens, results/family_nvidia-h200_2026-12-03/), at 4B 8%
+and at 9B 5% slower, where at 0.8B the fast level is 30% faster. On sm_90 every level launches the kernels
+made for PDL, and the fused GEMVs (ln1 + the in-projections, ln2 + gate/up + SwiGLU; at the fast level also
+o_proj and out_proj) hold their whole `[rows, K]` tile (`triton_helpers.pdl_gemv_config`, measured at
+0.8B's K <= 3,584, grids of about one wave). Compiled for sm_90 at 27B's shapes (`tritonllm_course.lowering`,
+no GPU): K = 5,120 pads to 8,192, the rule takes 2 rows on 16 warps, 47-64 registers a thread leave 2
+programs an SM, and the grids run 27-33 waves of one-shot programs (about 40-80 KB in flight an SM, against
+96-128 KB at 9B); no kernel spills. The operators level walks K in small programs (2 x 512 on 2 warps for
+27B's gate/up, 25 an SM). Is the whole tile what loses, and up to which K does it pay?
+Method: the decode step at 128 cached tokens (random weights of the real shapes, bf16, its CUDA graph, PDL)
+of 4B, 9B and 27B at the fast level with `pdl_gemv_config` capped at K = 16,384 (as it is), 8,192, 4,096
+(the rule before the family: 4 rows a program) and 0 (no whole tile: every GEMV walks K, its first tile
+loaded before the wait), the fused level as it is and at 0, and the operators level beside them; us per token by CUDA events over 32
+replays, the greedy tokens against the fast level as it is. The cap patches the helper in this process only.
+Result: not measured yet: python -m lab.family_tile_probe on an H200 (about 5 minutes).
+Verdict: to be decided; not adopted until measured: tritonllm_course/triton_helpers.py keeps whole tiles up
+to K = 16,384.
+"""
+import functools
+from contextlib import contextmanager
+
+from lab import common
+from tritonllm_course import triton_helpers
+
+SIZES = ("qwen3.5-4b", "qwen3.5-9b", "qwen3.5-27b")
+CAPS = (16384, 8192, 4096, 0)          # the widest K that takes the whole tile; 16,384: as it is
+CONTEXT, TOKENS = 128, 32
+
+
+@contextmanager
+def capped(max_k: int):
+    """`triton_helpers.pdl_gemv_config` returning None (walk K) past `max_k`; as it was after."""
+    original = triton_helpers.pdl_gemv_config
+
+    @functools.wraps(original)
+    def config(K):
+        return original(K) if K <= max_k else None
+    triton_helpers.pdl_gemv_config = config
+    try:
+        yield
+    finally:
+        triton_helpers.pdl_gemv_config = original
+
+
+def check() -> float:
+    """The cap takes effect where the solutions read it (the fused GEMV's and the GEMV + residual's PDL
+    configs at 27B's K) and is undone after: 0.0 when so, else 1.0."""
+    from tritonllm_course import kernels
+    nf = kernels.load("norm_fusion", "solutions").module
+    lf = kernels.load("layer_fusion", "solutions").module
+    whole = lambda cfg: cfg.get("UNROLL") == 5120 and cfg["BLOCK_K"] == 8192     # noqa: E731
+    before = whole(nf.fused_gemv_config(14336, 5120, norm=True, pdl=True))
+    with capped(4096):
+        during = whole(nf.fused_gemv_config(14336, 5120, norm=True, pdl=True)) or \
+            lf.gemv_residual_config(5120, 6144, pdl=True)["BLOCK_K"] == 8192
+    after = whole(nf.fused_gemv_config(14336, 5120, norm=True, pdl=True))
+    return 0.0 if before and not during and after else 1.0
+
+
+def main(out):
+    from tritonllm_course.config import get_config
+    common.setup()
+    res = common.header(check=check(), engine={})
+    path = common.result_path(out, "family_tile_probe")
+    for size in SIZES:
+        config = get_config(size)
+        runs = [("operators", None)] + [("fast", cap) for cap in CAPS] + [("fused", CAPS[0]), ("fused", 0)]
+        for level, cap in runs:
+            key = f"{size} {level}" + ("" if cap is None else f" whole tile up to K = {cap}")
+            try:
+                with capped(16384 if cap is None else cap):
+                    res["engine"][key] = common.fast_decode_us(CONTEXT, TOKENS, config=config, level=level)
+            except Exception as e:
+                res["engine"][key] = {"error": common.error_text(e)}
+            print(key, res["engine"][key].get("us_per_token", res["engine"][key]), flush=True)
+            common.save(path, res)
+    base = {size: res["engine"].get(f"{size} fast whole tile up to K = 16384", {}).get("tokens") for size in SIZES}
+    res["tokens_equal_fast_as_is"] = {k: v.get("tokens") == base[k.split()[0]]
+                                      for k, v in res["engine"].items() if "tokens" in v}
+    common.save(path, res)
+
+
+if __name__ == "__main__":
+    main(common.out_dir())
