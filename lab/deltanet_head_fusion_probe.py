@@ -3,69 +3,40 @@
     python -m lab.deltanet_head_fusion_probe [OUTDIR]   (on an sm_90 GPU; writes
                                                         OUTDIR/deltanet_head_fusion_probe_<gpu>_<date>.json)
 
-Question: under PDL the fast level's DeltaNet layer runs three kernels at decode: the in-projection with ln1
-and the conv's step (`fused_rmsnorm_linear.conv`), the recurrence with the gates and the q/k L2 norm
-(`gated_delta_recurrent_gates`), the gated norm + out_proj + residual. The recurrence costs ~4.5 us a layer
-(81.6 us a token over 18 layers) for ~9 us of state bytes in all (docs/results.md section 3), and
-lab/deltanet_pdl_probe.py found that its launch shape is not the cause: it waits for the in-projection,
-then runs a chain of dependent loads, reductions and stores. With the recurrence inside the in-projection's
-launch (18 kernels fewer a token) a head's recurrence can start as soon as its own inputs are stored,
-while the rest of the projection (z) still runs: is the step shorter?
-Method: `in_proj_recurrence_kernel` below, one launch. Its first programs are the in-projection's, the fast
-level's own code (`fused_gemv_kernel` of solutions/norm_fusion.py with the conv, called as a function, the
-same config): a program owns BLOCK_N whole output rows and the conv state of those channels. The rows are
-[q | k | v | z | b | a] (q, k: H key heads of DK rows, v, z: HV value heads of DV rows, b, a: one row a
-value head); a value head hv reads 2 DK + DV + 2 of them (its key head hv // (HV / H)'s q and k, its v, b
-and a). After its stores (and a CTA barrier) every program that wrote some of a head's rows adds their
-number to that head's int32 counter (one masked vector atomic, acq_rel, GPU scope; z-only programs skip
-it). (a) last-arriver: the program whose add completes a head's count (2 DK + DV + 2) sets it back to 0
-(so a CUDA graph's replay starts clean) and runs the head's recurrence: the gates from a and b, the L2 norm
-of q and k, the delta-rule step (`triton_helpers.delta_rule_step`) on the [DK, DV] fp32 state in value
-blocks of 32, o and the new state stored; the inputs read back with `.cg` loads (L2, past this SM's L1:
-other SMs stored them). Deterministic: the recurrence reads the stored inputs, whoever runs it. The
-programs run the b and a rows first (`ab_first`, by shifting the function's pointers: a permutation of its
-programs), so that a head's last rows are its v rows and heads complete in different programs while the z
-rows are still being projected; in plain row order the last arrivers are the few programs of the a rows,
-each running several heads one after another (measured too). (b) tail programs: HV x DV / block_v
-programs after the in-projection's (the highest program ids, so every producer is dispatched first), each
-holding one value block of a head: it loads its state slice before the PDL wait, spins on the head's
-counter (acquire loads), then runs its block; the last of a head's blocks resets the count. A kernel holds
-the registers of its largest branch: the in-projection alone 40 a thread (12 programs of 4 warps an SM),
-(a) 95 at value blocks of 32 (5 an SM) and 64 at 16, (b) 64 at 32 and 40 at 8 (`sass_check`, sm_90, no
-GPU needed): fewer of the projection's 2,056 programs resident at once, hence smaller blocks too.
-The engine's fast decode step of Qwen3.5-0.8B (random weights of the real shapes, bf16, its CUDA graph,
-PDL) at 128 and 4,096 cached tokens: as it is, with (a) (b/a first at value blocks of 32 and 16; rows in
-order) and with (b) (value blocks of 32 and 8) (`head_fusion` swaps them into the engine: its DeltaNet
-in-projection call keeps its arguments and runs no kernel, its recurrence call runs the one launch on
-both calls' buffers); us per token by CUDA events over 64 replays, each variant twice, alternated; the
-greedy tokens of each against the engine's as it is.
-`check` (CPU interpreter or GPU, fp32): the one launch against the reference in-projection + conv and the
-reference rule (fp64) over four consecutive calls (the counters' reset), at TINY's heads, at 3 value heads
-a key head and at odd head sizes, each mode, the outputs NaN-poisoned; the two (a) orders bit for bit
-(another program runs a head's recurrence); the counters back at 0; and the tiny engine decoding 3 tokens
-after a common prompt with and without the swap (TINY: each mode; TINY with 6 value heads: (a) b/a
-first), its tokens and its logits. `sass_check` compiles the kernel for sm_90 (`tritonllm_course.lowering`,
-no GPU needed) and lists its atomics, fences and `.cg` loads in the SASS (in the JSON too).
-What the interpreter can and cannot show: it runs the programs one after another, each to its end, in
-program-id order, its atomics plain read-modify-writes. So it shows the counting (every head's count
-reaches its total once, in the program that stores its last rows, and is reset), the head mapping, the
-arithmetic, the reset across calls, and that the result does not depend on which program runs a head; it
-cannot show a race (a program reading rows another SM has not yet stored, or stale in L1), a missing
-barrier or fence, or a deadlock of (b) (its spin loops find their counts complete at once). Those only a
-GPU run can show: there `check` runs the same comparisons on real concurrent programs.
+Question: under PDL the fast level's DeltaNet layer runs three decode kernels: the in-projection with ln1
+and the conv's step, the recurrence with the gates and the q/k L2 norm, and the gated norm + out_proj +
+residual. The recurrence costs ~4.5 us a layer for ~9 us of state bytes in all (docs/results.md section 3;
+lab/deltanet_pdl_probe.py: not its launch shape). In the in-projection's launch, a head's recurrence could
+start as soon as its own rows are stored, while the z rows still run: is the step shorter?
+Method: `in_proj_recurrence_kernel`, one launch. Its first programs are the fast level's in-projection
+(`fused_gemv_kernel` of solutions/norm_fusion.py, same config); after its stores every program adds the
+number of a head's rows it wrote to that head's int32 counter (acq_rel, GPU scope). (a) last-arriver: the
+program that completes a head's count resets it and runs the head's recurrence
+(`triton_helpers.delta_rule_step`, value blocks of 32 or 16), reading the inputs back with `.cg` loads; the
+b and a rows run first (`ab_first`) so that heads complete in different programs. (b) tail programs: one
+per (head, value block) after the projection's, each loading its state slice before the PDL wait and
+spinning on the head's counter. Registers a thread (sm_90, `sass_check`): the projection alone 40, (a) 95
+at blocks of 32, (b) 64 at 32 and 40 at 8. `head_fusion` swaps the launch into the engine's fast decode
+step (Qwen3.5-0.8B, random weights of the real shapes, bf16, CUDA graph, PDL); us per token at 128 and
+4,096 cached tokens by CUDA events over 64 replays, each variant twice, alternated; greedy tokens against
+the engine's as it is.
+`check` (CPU interpreter or GPU, fp32): the launch against the reference in-projection + conv and the
+fp64 rule over four calls (the counters' reset), at 1 and 3 value heads a key head and odd head sizes,
+outputs NaN-poisoned; the two (a) orders bit for bit; the tiny engine's tokens and logits with and without
+the swap. The interpreter runs programs one at a time, so it shows the counting, the head mapping and the
+reset, but not a race, a missing fence or a deadlock of (b); on the GPU `check` runs the same comparisons
+on concurrent programs.
 Result: NVIDIA H200, 2026-12-03 (lab/results/deltanet_head_fusion_probe_nvidia-h200_2026-12-03.json; check
 1.2e-6 on the GPU), us per token at 128 / 4,096 cached tokens, two runs each: as it is 627.2, 625.4 / 665.2,
 655.2; (a) b/a first, blocks of 32 768.4, 767.7 / 802.6, 801.4; blocks of 16 880.1, 881.2 / 901.3, 903.1;
 rows in order 1,082 / 1,161; (b) blocks of 32 654.1, 656.8 / 674.5, 673.9; blocks of 8 666.8, 659.6 /
-672.5, 669.4. Every variant is slower: (a) by 140 us (its registers leave fewer projection programs
-resident, and each head's last program runs the recurrence alone, after the projection's loads), (b) by
-29-34 us at 128 and 14-19 at 4,096 (1-2 us a layer: its spinning programs hold SMs the projection's last
-wave needs, and the recurrence still starts only when the head's last rows are stored). The greedy tokens
-equal the engine's at 4,096 and differ at 128 (another reduction tree: 4 warps, blocks of 32).
-Verdict: not adopted: the engine keeps solutions/norm_fusion.py's in-projection and
-solutions/layer_fusion.py's recurrence as two launches. Under PDL the recurrence's launch already overlaps
-the in-projection's tail; the one launch saves that launch but serialises the recurrence behind the
-projection's stores in fewer, heavier programs.
+672.5, 669.4. (a) loses 140 us: its registers leave fewer projection programs resident, and a head's last
+program runs the recurrence alone. (b) loses 1-2 us a layer: its spinning programs hold SMs that the
+projection's last wave needs. Greedy tokens equal the engine's at 4,096 and differ at 128 (another
+reduction tree).
+Verdict: not adopted: the in-projection (solutions/norm_fusion.py) and the recurrence
+(solutions/layer_fusion.py) stay two launches; under PDL the recurrence's launch already overlaps the
+in-projection's tail.
 """
 import math
 

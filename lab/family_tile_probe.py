@@ -15,8 +15,9 @@ programs an SM, and the grids run 27-33 waves of one-shot programs (about 40-80 
 Method: the decode step at 128 cached tokens (random weights of the real shapes, bf16, its CUDA graph, PDL)
 of 4B, 9B and 27B at the fast level with `pdl_gemv_config` capped at K = 16,384 (as it is), 8,192, 4,096
 (the rule before the family: 4 rows a program) and 0 (no whole tile: every GEMV walks K, its first tile
-loaded before the wait), the fused level as it is and at 0, and the operators level beside them; us per token by CUDA events over 32
-replays, the greedy tokens against the fast level as it is. The cap patches the helper in this process only.
+loaded before the wait), the fused level as it is and at 0, and the operators level beside them; us per token by CUDA
+events over 32 replays, the greedy tokens against the fast level as it is. The cap patches the helper in this
+process only.
 Result: not measured yet: python -m lab.family_tile_probe on an H200 (about 5 minutes).
 Verdict: to be decided; not adopted until measured: tritonllm_course/triton_helpers.py keeps whole tiles up
 to K = 16,384.
