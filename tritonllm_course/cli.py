@@ -14,9 +14,10 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 
-from . import exercise_files, kernels, regions, student_version
+from . import __version__, exercise_files, kernels, regions, student_version
 from .exercise_files import drifted  # noqa: F401  (`cli.drifted()`: what the tests call)
 
 
@@ -131,9 +132,24 @@ def cmd_colab_links(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+# The commands whose parsers sit beside code that imports torch (several seconds): module, the function that
+# adds the parser, the function that runs it (None: the parser sets its own), the line of --help.
+_TORCH_COMMANDS = {
+    "generate": ("generation", "add_generate_parser", "run_generate",
+                 "generate tokens with Qwen3.5 (reference model)"),
+    "bench": ("engine.bench", "add_bench_parser", "run_bench", "the benchmark table (GPU only)"),
+    "layers": ("measure.layer_times", "add_layers_parser", None,
+               "the engine per layer and per kind of layer (GPU; --config tiny on the CPU)"),
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole parser. `command` names the subcommand about to run: only its torch-importing parser is built
+    (the others are listed in --help as one line each), so `--help`, `--version` and the light commands answer
+    in well under a second. None builds every parser."""
     ap = argparse.ArgumentParser(prog="tritonllm-course", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--version", action="version", version=version_line())
     sub = ap.add_subparsers(dest="command", required=True)
     p = sub.add_parser("progress", help="every slot with its status")
     p.add_argument("--no-run", dest="run", action="store_false", help="do not run the checks")
@@ -164,29 +180,44 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("colab-links", help="the Open-in-Colab address of every chapter")
     p.add_argument("--repo-url", default=None, help="instead of colab.REPO_URL")
     p.set_defaults(func=cmd_colab_links)
-    try:
-        from .generation import add_generate_parser, run_generate
-    except ImportError:
-        pass
-    else:
-        add_generate_parser(sub).set_defaults(func=run_generate)
-    try:
-        from .engine.bench import add_bench_parser, run_bench
-    except ImportError:
-        pass
-    else:
-        add_bench_parser(sub).set_defaults(func=run_bench)
-    try:
-        from .measure.layer_times import add_layers_parser
-    except ImportError:
-        pass
-    else:
-        add_layers_parser(sub)
+    for name, (module, add, run, summary) in _TORCH_COMMANDS.items():
+        if command is not None and command != name:   # listed in --help, its parser (and torch) left unloaded
+            sub.add_parser(name, help=summary, add_help=False).add_argument("rest", nargs=argparse.REMAINDER)
+            continue
+        try:
+            mod = importlib.import_module(f".{module}", __package__)
+        except ImportError as e:   # torch (or what the command needs) missing: say so when it is asked for
+            p = sub.add_parser(name, help=summary, add_help=False)
+            p.add_argument("rest", nargs=argparse.REMAINDER)
+            p.set_defaults(func=lambda args, e=e, name=name: _unavailable(name, e))
+            continue
+        p = getattr(mod, add)(sub)
+        if run:
+            p.set_defaults(func=getattr(mod, run))
     return ap
 
 
+def _unavailable(name: str, error: ImportError) -> int:
+    print(f"`{name}` cannot run here: {error}", file=sys.stderr)
+    return 2
+
+
+def version_line() -> str:
+    """`--version`: the course, its folder, and the triton and torch it runs with (read from the installed
+    packages' metadata, without importing them, so that it answers at once)."""
+    from importlib import metadata
+    found = []
+    for dist in ("triton", "torch"):
+        try:
+            found.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            found.append(f"{dist} not installed")
+    return f"tritonllm-course {__version__} ({', '.join(found)}; course folder {kernels.course_root()})"
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser(argv[0] if argv and not argv[0].startswith("-") else "").parse_args(argv)
     return args.func(args) or 0
 
 
