@@ -1,0 +1,134 @@
+"""The figures registry: every entry resolves in its record, every figure marked in prose (the chapters' markdown,
+docs/*.md, README.md, results/README.md) is the number its record gives, and a changed record fails the stale
+quote. The prose check reads the files as they are, so a rerun that moves a figure fails here until the prose
+that quotes it is updated (or rendered from the record)."""
+import copy
+import json
+import math
+
+import pytest
+
+from tritonllm_course import figures
+
+ROOT = figures.ROOT
+
+
+def prose_files():
+    """Every file whose prose may carry figure markers, with its text (notebooks: markdown cells only)."""
+    out = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
+        out.append((path.relative_to(ROOT).as_posix(), text))
+    for path in [ROOT / "README.md", ROOT / "results" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        if path.is_file():
+            out.append((path.relative_to(ROOT).as_posix(), path.read_text()))
+    return out
+
+
+@pytest.fixture(autouse=True)
+def fresh_registry():
+    figures.clear_cache()
+    yield
+    figures.clear_cache()
+
+
+def test_every_entry_resolves_to_a_number_in_an_existing_record():
+    entries = figures.registry()
+    assert entries, "results/figures/*.json hold no figures"
+    for key in entries:
+        number = figures.value(key)
+        assert math.isfinite(number), key
+        for file in figures.files(key):
+            assert (ROOT / file).is_file(), f"{key}: {file} does not exist"
+        cited = figures.cite(key)
+        assert cited.startswith(figures.text(key) + " ("), cited
+
+
+def test_every_marked_figure_in_prose_is_its_records_number():
+    problems, marked = [], 0
+    for name, text in prose_files():
+        marked += len(figures.markers(text))
+        problems += figures.check_markers(text, name)
+    assert marked, "no figure markers found in the prose"
+    assert not problems, f"{len(problems)} figures quoted differently from their records:\n" + "\n".join(problems)
+
+
+def _changed(key, monkeypatch):
+    """Patch the loaded record of `key` so that its number moves; returns the new text."""
+    entry = figures.registry()[key]
+    original = figures.record(entry["file"])
+    changed = copy.deepcopy(original)
+    node = figures._descend(changed, entry["path"][:-1], key, entry["file"])
+    last = entry["path"][-1]
+    node[last] = node[last] * 1.5 + 1
+    real_record = figures.record
+
+    def patched(file):
+        return changed if file == entry["file"] else real_record(file)
+
+    monkeypatch.setattr(figures, "record", patched)
+
+
+def test_a_changed_figure_in_one_results_file_fails_every_quote_of_it(monkeypatch):
+    quoted = [(name, text, key) for name, text in prose_files() for key in figures.markers(text)
+              if "file" in figures.registry().get(key, {})]
+    assert quoted, "no prose quotes a record figure"
+    name, text, key = quoted[0]
+    assert not figures.check_markers(text, name)
+    before = figures.text(key)
+    _changed(key, monkeypatch)
+    assert figures.text(key) != before
+    problems = figures.check_markers(text, name)
+    assert any(f"fig:{key}:" in p for p in problems), problems
+    # a computed figure built on it moves too
+    dependants = [k for k, e in figures.registry().items() if "expr" in e and key in e.get("args", {}).values()]
+    for dependant in dependants:
+        figures.value(dependant)
+
+
+def test_a_marker_must_carry_the_records_number(monkeypatch, tmp_path):
+    (tmp_path / "figures").mkdir()
+    record = tmp_path / "run_nvidia-h200_2026-12-02.json"
+    record.write_text(json.dumps({"rows": [{"system": "a", "ms": 0.64812}, {"system": "b", "ms": 4260.4}]}))
+    file = record.as_posix()
+    (tmp_path / "figures" / "t.json").write_text(json.dumps({
+        "t.a.ms": {"file": file, "path": ["rows", {"system": "a"}, "ms"], "digits": 3, "unit": "ms"},
+        "t.b.gbps": {"file": file, "path": ["rows", 1, "ms"], "digits": 0, "unit": "GB/s"},
+        "t.ratio": {"expr": "b / a", "args": {"a": "t.a.ms", "b": "t.b.gbps"}, "digits": 1, "unit": "x"},
+    }))
+    monkeypatch.setattr(figures, "REGISTRY_DIR", tmp_path / "figures")
+    figures.clear_cache()
+    assert figures.text("t.a.ms") == "0.648 ms"
+    assert figures.text("t.ratio") == "6573.5x"
+    assert figures.cite("t.a.ms") == f"0.648 ms (H200, 2026-12-02, {file})"
+    good = "took 0.648 ms<!-- fig:t.a.ms -->, copied 4,260 GB/s<!-- fig:t.b.gbps --> | 0.648<!-- fig:t.a.ms --> |"
+    assert figures.check_markers(good) == []
+    for bad in ["took 0.649 ms<!-- fig:t.a.ms -->", "took 10.648 ms<!-- fig:t.a.ms -->",
+                "took 0.648 us<!-- fig:t.a.ms -->", "took 0.65 ms<!-- fig:t.a.ms -->",
+                "took 0.648 ms<!-- fig:t.none -->"]:
+        assert len(figures.check_markers(bad)) == 1, bad
+
+
+def test_bad_entries_and_keys_are_refused_with_their_name(monkeypatch, tmp_path):
+    monkeypatch.setattr(figures, "REGISTRY_DIR", tmp_path)
+    with pytest.raises(TypeError, match="key"):
+        figures.value(3)
+    with pytest.raises(KeyError, match="nope"):
+        figures.value("nope")
+    for entry, message in [({"file": "x.json", "digits": 1, "unit": ""}, "path"),
+                           ({"expr": "1", "digits": -1, "unit": ""}, "digits"),
+                           ({"expr": "1", "file": "x.json", "path": [], "digits": 1, "unit": ""}, "exactly one"),
+                           ({"expr": "1", "digits": 1}, "unit")]:
+        (tmp_path / "a.json").write_text(json.dumps({"k.x": entry}))
+        figures.clear_cache()
+        with pytest.raises(ValueError, match=message):
+            figures.registry()
+    (tmp_path / "a.json").write_text(json.dumps({"k.x": {"expr": "__import__('os')", "digits": 0, "unit": ""}}))
+    figures.clear_cache()
+    with pytest.raises(ValueError, match="arithmetic"):
+        figures.value("k.x")
+    (tmp_path / "b.json").write_text(json.dumps({"k.x": {"expr": "2", "digits": 0, "unit": ""}}))
+    figures.clear_cache()
+    with pytest.raises(ValueError, match="both"):
+        figures.registry()
