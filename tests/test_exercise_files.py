@@ -120,3 +120,66 @@ def test_backups_are_not_kernel_modules(course):
     assert kept != again and kept.read_text() == again.read_text() == mine
     assert {p.name for p in (course / "exercises").glob("*.py")} == {"vector_add.py", "rmsnorm.py"}
     assert kernels.exercise_status("vector_add")[0]
+
+
+def test_a_symlinked_exercise_is_never_written_through(course, capsys, tmp_path_factory):
+    outside = tmp_path_factory.mktemp("outside") / "system_file.py"
+    outside.write_text("precious\n")
+    (course / "exercises" / "rmsnorm.py").unlink()
+    path = course / "exercises" / "vector_add.py"
+    path.unlink()
+    path.symlink_to(outside)
+    status, out = make_exercises(capsys)
+    assert status == 2 and len(out.splitlines()) == 1, out
+    assert "exercises/vector_add.py is a symbolic link" in out
+    assert outside.read_text() == "precious\n" and path.is_symlink()
+    assert not (course / "exercises" / "rmsnorm.py").exists()        # checked all before writing any
+    assert make_exercises(capsys, "--check")[0] == 2
+
+
+@pytest.mark.parametrize("odd", ["directory", "latin-1"])
+def test_an_odd_exercise_file_is_one_line_and_nothing_is_written(course, capsys, odd):
+    path = course / "exercises" / "vector_add.py"
+    (course / "exercises" / "rmsnorm.py").unlink()
+    if odd == "directory":
+        path.unlink()
+        path.mkdir()
+        said = "exercises/vector_add.py is a directory"
+    else:
+        path.write_bytes(fill(course, "vector_add").encode() + "# caf\xe9\n".encode("latin-1"))
+        said = "exercises/vector_add.py is not UTF-8 text (byte 0xe9 on line"
+    before = path.read_bytes() if path.is_file() else None
+    for argv in ((), ("--check",), ("--force",)):
+        status, out = make_exercises(capsys, *argv)
+        assert status == 2 and len(out.splitlines()) == 1 and said in out, (argv, out)
+    assert (path.read_bytes() if path.is_file() else None) == before
+    assert not (course / "exercises" / "rmsnorm.py").exists() and not backups(course, "vector_add")
+
+
+@pytest.mark.parametrize("read_only", ["file", "folder"])
+def test_a_read_only_exercise_or_folder_is_one_line_and_nothing_is_written(course, capsys, read_only):
+    mine = fill(course, "vector_add") + "# my note\n"       # drifted: make-exercises would back it up and rewrite
+    path = course / "exercises" / "vector_add.py"
+    path.write_text(mine)
+    locked = path if read_only == "file" else path.parent
+    mode = locked.stat().st_mode
+    locked.chmod(mode & ~0o222)
+    try:
+        status, out = make_exercises(capsys)
+    finally:
+        locked.chmod(mode)
+    assert status == 2 and len(out.splitlines()) == 1, out
+    assert "vector_add" in out and "read-only" in out and "nothing was written" in out
+    assert path.read_text() == mine and not backups(course, "vector_add")
+    assert not [p for p in (course / "exercises").iterdir() if p.name.endswith(".tmp")]
+
+
+def test_writes_are_atomic_and_keep_the_files_permissions(course, capsys):
+    mine = fill(course, "vector_add") + "# my note\n"
+    path = course / "exercises" / "vector_add.py"
+    path.write_text(mine)
+    path.chmod(0o640)
+    assert make_exercises(capsys)[0] == 0
+    assert path.read_text() == mine[:-len("# my note\n")] and path.stat().st_mode & 0o777 == 0o640
+    assert sorted(p.name for p in (course / "exercises").iterdir() if not p.name.endswith(".bak")) == \
+        ["rmsnorm.py", "vector_add.py"]                      # no temporary file left behind

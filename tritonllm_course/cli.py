@@ -81,6 +81,9 @@ def cmd_make_exercises(args) -> int:
     except regions.RegionError as e:   # a solution's markers are broken: nothing written for it
         print(e, file=sys.stderr)
         return 1
+    except exercise_files.ExerciseFileError as e:   # an odd exercise file (a directory, a link, ...): nothing written
+        print(e, file=sys.stderr)
+        return 2
     return 0
 
 
@@ -114,8 +117,14 @@ def cmd_student_branch(args) -> int:
 
 
 def cmd_sync_notebooks(args) -> int:
-    from .notebooks_tools import sync_all
-    for path in sync_all():
+    from .notebooks_tools import NotebookError, sync_all
+    from .safe_files import UnsafeWrite
+    try:
+        paths = sync_all()
+    except (NotebookError, UnsafeWrite) as e:
+        print(e, file=sys.stderr)
+        return 2
+    for path in paths:
         print(f"synced {path.relative_to(kernels.course_root())}")
     return 0
 

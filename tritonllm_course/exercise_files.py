@@ -10,22 +10,54 @@
 it was is kept beside it first, `exercises/<family>.py.<YYYY-MM-DDTHHMM>.bak` (not a `.py`, so never
 imported as a kernel module), and the message says where. `drifted()` (`make-exercises --check`) names
 each drifted exercise, the lines that differ (a short diff) and what `update()` would do about it.
+
+Odd files are refused, never guessed at: an exercise that is a directory, a symbolic link (never written
+through: it may point anywhere), not UTF-8 text, read-only or in a read-only folder is an `ExerciseFileError`
+naming it. `update()` decides and checks every file before it writes any, so a refusal leaves every exercise
+as it was; each write is atomic (`safe_files`), the backup first.
 """
 from __future__ import annotations
 
 import datetime
 import difflib
+import os
 from pathlib import Path
 
-from . import kernels, regions
+from . import kernels, regions, safe_files
 
 MAX_DIFF_LINES = 12   # of the diff `drifted()` shows per file
+
+
+class ExerciseFileError(ValueError):
+    """An exercise file the tools cannot read or write as it is (one line naming it)."""
+
+
+def read_exercise(path: Path, root: Path | None = None) -> str | None:
+    """The text of the exercise at `path`, None when it is missing; an `ExerciseFileError` naming it when it
+    is a directory, a symbolic link, not UTF-8 text or unreadable."""
+    rel = path.relative_to(root or kernels.course_root())
+    if path.is_symlink():
+        raise ExerciseFileError(f"{rel} is a symbolic link (to {os.readlink(path)}): exercises are regular files, "
+                                "never written through a link; replace it with a copy of the file")
+    if not path.exists():
+        return None
+    if path.is_dir():
+        raise ExerciseFileError(f"{rel} is a directory, not a file: move it away, then run make-exercises")
+    try:
+        data = path.read_bytes()
+        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")   # as read_text reads it
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise ExerciseFileError(f"{rel} is not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}): save it "
+                                "as UTF-8 and run make-exercises again") from None
+    except OSError as e:
+        raise ExerciseFileError(f"{rel} cannot be read: {e.strerror or e}") from None
 
 
 def fresh_exercises(root: Path | None = None) -> dict[Path, str]:
     """{exercise path: the text generated from its solution} for every solution module."""
     root = root or kernels.course_root()
-    return {root / "exercises" / p.name: regions.make_exercise(p.read_text(), p.stem)
+    return {root / "exercises" / p.name: regions.make_exercise(p.read_text(encoding="utf-8"), p.stem)
             for p in sorted((root / "solutions").glob("*.py")) if p.name != "__init__.py"}
 
 
@@ -103,9 +135,9 @@ def describe(path: Path, fresh: str, root: Path | None = None) -> str | None:
     """What differs between the exercise at `path` and its fresh text, and how to resolve it without
     losing anything; None when nothing needs doing."""
     rel = path.relative_to(root or kernels.course_root())
-    if not path.exists():
+    current = read_exercise(path, root)
+    if current is None:
         return f"{rel} is missing: `tritonllm-course make-exercises` writes it"
-    current = path.read_text()
     if not _differs_outside(current, fresh):
         return None
     target = fresh if is_stub(current) else carry_over(current, fresh)
@@ -138,48 +170,63 @@ def drifted(root: Path | None = None) -> list[str]:
     return [d for path, fresh in fresh_exercises(root).items() if (d := describe(path, fresh, root))]
 
 
-def backup(path: Path, now: datetime.datetime | None = None) -> Path:
-    """Copy `path` to `<path>.<YYYY-MM-DDTHHMM>.bak` beside it (`-2`, `-3`, ... if that exists)."""
-    stamp = (now or datetime.datetime.now()).strftime("%Y-%m-%dT%H%M")
-    target, n = path.with_name(f"{path.name}.{stamp}.bak"), 1
-    while target.exists():
-        n += 1
-        target = path.with_name(f"{path.name}.{stamp}-{n}.bak")
-    target.write_text(path.read_text())
+def backup(path: Path, now: datetime.datetime | None = None, root: Path | None = None,
+           data: bytes | None = None) -> Path:
+    """Keep `path` (or `data`, its bytes as read) as `<path>.<YYYY-MM-DDTHHMM>.bak` beside it (`-2`, `-3`, ...
+    if that exists), written as `safe_files` writes inside `root`."""
+    target = _backup_name(path, now)
+    safe_files.atomic_write_bytes(target, path.read_bytes() if data is None else data, root or kernels.course_root())
     return target
 
 
+def _backup_name(path: Path, now: datetime.datetime | None) -> Path:
+    stamp = (now or datetime.datetime.now()).strftime("%Y-%m-%dT%H%M")
+    target, n = path.with_name(f"{path.name}.{stamp}.bak"), 1
+    while target.exists() or target.is_symlink():
+        n += 1
+        target = path.with_name(f"{path.name}.{stamp}-{n}.bak")
+    return target
+
+
+def _plan(path: Path, fresh: str, force: bool, root: Path) -> tuple[str, bool, str] | None:
+    """(text to write, whether the file as it is must be kept first, the message with {kept} for the
+    backup's name), or None when the exercise is left as it is."""
+    rel = path.relative_to(root)
+    current = read_exercise(path, root)
+    if current is None:
+        return fresh, False, f"wrote {rel} (new)"
+    if current == fresh:
+        return None
+    if is_stub(current):
+        return fresh, False, f"wrote {rel} (still unfilled: regenerated)"
+    if force:
+        return fresh, True, f"wrote {rel} unfilled (--force); your file is kept as {{kept}}"
+    if not _differs_outside(current, fresh):
+        return None   # filled in, the same as the solution everywhere else: the learner's file as it is
+    merged = carry_over(current, fresh)
+    if merged:
+        return merged, True, (f"updated {rel} outside its regions with your code carried over; the file as it "
+                              "was (with what you wrote outside the regions) is kept as {kept}")
+    return fresh, True, (f"wrote {rel} fresh: {_mismatch(current, fresh)}; your file is kept as {{kept}}: "
+                         "copy your code into the new regions")
+
+
 def update(force: bool = False, root: Path | None = None, now: datetime.datetime | None = None) -> list[str]:
-    """Bring exercises/ in step with solutions/ as the module doc says; one message per file written."""
+    """Bring exercises/ in step with solutions/ as the module doc says; one message per file written.
+    Every exercise is read, decided and checked writable (with its backup) before any is written."""
     root = root or kernels.course_root()
+    plans = [(path, plan) for path, fresh in fresh_exercises(root).items()
+             if (plan := _plan(path, fresh, force, root))]
+    try:
+        for path, (_, keep, _) in plans:
+            safe_files.check_writable(path, root)
+            if keep:
+                safe_files.check_writable(_backup_name(path, now), root)
+    except safe_files.UnsafeWrite as e:
+        raise ExerciseFileError(f"{e}; nothing was written") from None
     messages = []
-    for path, fresh in fresh_exercises(root).items():
-        rel = path.relative_to(root)
-        if not path.exists():
-            path.write_text(fresh)
-            messages.append(f"wrote {rel} (new)")
-            continue
-        current = path.read_text()
-        if current == fresh:
-            continue
-        if is_stub(current):
-            path.write_text(fresh)
-            messages.append(f"wrote {rel} (still unfilled: regenerated)")
-            continue
-        if force:
-            kept = backup(path, now)
-            path.write_text(fresh)
-            messages.append(f"wrote {rel} unfilled (--force); your file is kept as {kept.relative_to(root)}")
-            continue
-        if not _differs_outside(current, fresh):
-            continue   # filled in, the same as the solution everywhere else: the learner's file as it is
-        merged = carry_over(current, fresh)
-        kept = backup(path, now)
-        path.write_text(merged or fresh)
-        if merged:
-            messages.append(f"updated {rel} outside its regions with your code carried over; the file as it was "
-                            f"(with what you wrote outside the regions) is kept as {kept.relative_to(root)}")
-        else:
-            messages.append(f"wrote {rel} fresh: {_mismatch(current, fresh)}; your file is kept as "
-                            f"{kept.relative_to(root)}: copy your code into the new regions")
+    for path, (text, keep, message) in plans:
+        kept = backup(path, now, root) if keep else None
+        safe_files.atomic_write_text(path, text, root)
+        messages.append(message.replace("{kept}", str(kept.relative_to(root)) if kept else ""))
     return messages

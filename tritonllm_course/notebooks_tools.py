@@ -1,15 +1,26 @@
 """Keep the chapters uniform: the standard first cell (`colab.SETUP_CELL`), the metadata that makes Colab
-open a chapter on a GPU runtime, and no committed outputs."""
+open a chapter on a GPU runtime, and no committed outputs.
+
+`sync_all` (`tritonllm-course sync-notebooks`) is for the course's authors: it replaces each chapter's first
+code cell and clears every output, so it refuses a student version (no solutions/), where those are a
+learner's edits and results. It reads and checks every chapter before it rewrites any (a chapter that is not
+a notebook, or has no code cell, is a `NotebookError` naming it, and nothing is rewritten), and writes each
+one atomically, never through a symbolic link (`safe_files`)."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
+from . import safe_files
 from .colab import SETUP_CELL
 from .kernels import course_root
 
 # What Colab reads when it opens a notebook: a GPU runtime (Runtime > Change runtime type), the free T4.
 COLAB_METADATA = {"accelerator": "GPU", "colab": {"gpuType": "T4", "provenance": []}}
+
+
+class NotebookError(ValueError):
+    """A chapter that `sync_all` cannot rewrite (one line naming it)."""
 
 
 def notebooks() -> list[Path]:
@@ -55,11 +66,35 @@ def has_colab_metadata(nb) -> bool:
 
 
 def sync_all() -> list[Path]:
+    """Write the standard first cell and the Colab metadata into every chapter and strip its outputs, as the
+    module doc says; returns the chapters."""
     import nbformat
+    root = course_root()
+    if not (root / "solutions").is_dir():
+        raise NotebookError(f"{root} has no solutions/ (a student version): sync-notebooks is for the course's "
+                            "authors; here it would replace each chapter's first code cell and clear every output, "
+                            "your edits and results included")
+    plans = []
     for path in notebooks():
-        nb = nbformat.read(path, as_version=4)
+        rel = path.relative_to(root)
+        try:
+            nb = nbformat.read(path, as_version=4)
+        except Exception as e:   # not JSON, not a notebook, a directory, unreadable: all the same to a chapter
+            said = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
+            raise NotebookError(f"{rel} is not a readable notebook ({said}): no chapter was rewritten") from None
+        if not any(c.cell_type == "code" for c in nb.cells):
+            raise NotebookError(f"{rel} has no code cell for the set-up cell: no chapter was rewritten")
         first_code_cell(nb).source = SETUP_CELL
         set_colab_metadata(nb)
         strip(nb)
-        nbformat.write(nb, path)
-    return notebooks()
+        text = nbformat.writes(nb)
+        text += "" if text.endswith("\n") else "\n"   # as nbformat.write ends a file
+        try:
+            safe_files.check_writable(path, root)
+        except safe_files.UnsafeWrite as e:
+            raise NotebookError(f"{e}; no chapter was rewritten") from None
+        plans.append((path, text))
+    for path, text in plans:
+        if path.read_bytes() != text.encode():
+            safe_files.atomic_write_text(path, text, root)
+    return [path for path, _ in plans]
