@@ -12,11 +12,18 @@ Why each part:
 - ||out - ref|| / ||ref|| in fp64: one number that means the same at every shape, and that the
   rounding of the output dtype alone explains (bf16 keeps 8 bits: about 4e-3 per element);
 - under the interpreter every load and store is bounds-checked (`memcheck`), so an access that would
-  be an illegal address on a GPU is named instead of reading whatever lies there.
+  be an illegal address on a GPU is named instead of reading whatever lies there;
+- the learner's code never ends or hangs the check: a module that does not import, a kernel that raises
+  (SystemExit too) or runs past the time limit (TRITONLLM_CHECK_TIMEOUT seconds per call, default
+  120) is that case's FAIL with the learner's file and line, never a traceback, an exit or a pass.
 """
 from __future__ import annotations
 
+import ctypes
 import os
+import threading
+import time
+from contextlib import contextmanager
 from pathlib import Path
 from dataclasses import dataclass, field
 
@@ -26,6 +33,57 @@ from . import kernels, slots
 from .runtime import runtime
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
+DEFAULT_TIME_LIMIT = 120.0   # seconds per kernel call: the slowest correct case under the interpreter
+                             # (or the first call's compilation on a GPU) takes well under a tenth of it
+
+
+def time_limit_s() -> float:
+    """The time limit of one kernel call: TRITONLLM_CHECK_TIMEOUT seconds (0: none), else the default."""
+    raw = os.environ.get("TRITONLLM_CHECK_TIMEOUT", "").strip()
+    if not raw:
+        return DEFAULT_TIME_LIMIT
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value >= 0 or value == float("inf"):
+        raise ValueError(f"TRITONLLM_CHECK_TIMEOUT must be a number of seconds >= 0, got {raw!r}")
+    return value
+
+
+class TimedOut(BaseException):
+    """Raised in the checking thread when a kernel call runs past its time limit. A BaseException, so
+    that neither the learner's `except Exception` nor the interpreter's own handlers swallow it."""
+
+
+@contextmanager
+def time_limit(seconds: float):
+    """Raise TimedOut in this thread once `seconds` have passed (0: no limit). A watchdog thread sets
+    the exception asynchronously: it lands at the next Python bytecode, which is what a looping
+    interpreted kernel or a host loop runs (a GPU kernel is waited for by polling, see `_call`), and it
+    needs neither the main thread nor SIGALRM (which pytest-timeout may own)."""
+    if not seconds:
+        yield
+        return
+    tid, lock, state = threading.get_ident(), threading.Lock(), {"done": False, "fired": False}
+
+    def fire():
+        with lock:
+            if not state["done"]:
+                state["fired"] = True
+                ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), ctypes.py_object(TimedOut))
+
+    timer = threading.Timer(seconds, fire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        with lock:
+            state["done"] = True
+        timer.cancel()
+        if state["fired"]:   # a limit that fired as the call returned: drop the exception still pending
+            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(tid), None)
 
 
 def _dtype_name(dtype) -> str:
@@ -85,6 +143,11 @@ class Report:
         return "not implemented yet" if not self.implemented else "pass" if self.passed else "FAIL"
 
     @property
+    def summary(self) -> str:
+        """The status, with the reason when no case could run (one line, for `progress`)."""
+        return f"{self.status}: {self.problems[0]}" if self.problems and not self.cases else self.status
+
+    @property
     def max_error(self) -> float:
         return max((e for c in self.cases for e in c.errors), default=float("nan"))
 
@@ -107,7 +170,9 @@ class Report:
                              + [f"    {p}" for p in self.problems])
         verdict = "PASS" if self.passed else "FAIL"
         failed = len(self.failed_cases)
-        count = f"{len(self.cases)} cases" + (f", {failed} failed" if failed else "")
+        count = (f"{len(self.cases)} case{'s' * (len(self.cases) != 1)}" + (f", {failed} failed" if failed else "")
+                 if self.cases
+                 else "no case could run")
         lines = [f"[{verdict}] {self.name}{source}: {count}"]
         if self.note:
             lines.append(f"    kernel: {self.note}")
@@ -224,15 +289,34 @@ def compare(out: torch.Tensor, ref: torch.Tensor, what: str, exact: bool = False
     return err, problems
 
 
+def _chain(exc: BaseException) -> list[BaseException]:
+    """exc and its causes, outermost first: the interpreter wraps an error in one InterpreterError per
+    jitted function it passes through (a helper called by the kernel adds a layer)."""
+    chain, seen = [], set()
+    while exc is not None and id(exc) not in seen:
+        chain.append(exc)
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    return chain
+
+
 def _kernel_line(exc: BaseException) -> str:
-    """ " (at exercises/rmsnorm.py:42)": the last frame of the traceback in a kernel module, if any."""
+    """ " (at exercises/conv1d.py:51: w = tl.load(...), called from exercises/conv1d.py:99)": the line of
+    a kernel module where the innermost error of the chain was raised, and the kernel line that called
+    the helper it sits in, if any."""
     import traceback
-    frames = [f for e in (exc, exc.__cause__) if e is not None for f in traceback.extract_tb(e.__traceback__)
+
+    def where(f):
+        return f"{Path(f.filename).parent.name}/{Path(f.filename).name}:{f.lineno}"
+
+    frames = [f for e in reversed(_chain(exc)) for f in reversed(traceback.extract_tb(e.__traceback__))
               if "/exercises/" in f.filename or "/solutions/" in f.filename]
     if not frames:
         return ""
-    f = frames[-1]
-    return f" (at {Path(f.filename).parent.name}/{Path(f.filename).name}:{f.lineno}: {(f.line or '').strip()})"
+    inner = frames[0]
+    caller = next((f for f in frames[1:] if (f.filename, f.lineno) != (inner.filename, inner.lineno)), None)
+    called = f", called from {where(caller)}" if caller and caller.name != inner.name else ""
+    return f" (at {where(inner)}: {(inner.line or '').strip()}{called})"
 
 
 GPU_FAULT = "the kernel faulted on the GPU"
@@ -245,36 +329,64 @@ def _gpu_fault(e: BaseException) -> str:
             "with TRITONLLM_FORCE_CPU=1.")
 
 
+TIMED_OUT = "timed out after"
+
+
+def _timed_out(seconds: float, on_gpu: bool) -> str:
+    still = (" The GPU may still be running it: restart the Python kernel (Colab: Runtime > Restart session)."
+             if on_gpu else "")
+    return (f"{TIMED_OUT} {seconds:g} s: the kernel (or its wrapper) never returned; a loop that never ends? "
+            f"(TRITONLLM_CHECK_TIMEOUT sets the limit){still}")
+
+
 def _call(fn, kwargs) -> str | None:
     """Run the kernel; under the interpreter with its accesses bounds-checked. Returns a problem or None:
-    an access outside every tensor argument, or an exception, named with the line that raised it. On a
-    GPU it waits for the kernel, so that a fault it raises is this case's verdict, not a crash later."""
+    an access outside every tensor argument, an exception (SystemExit too), or a call past
+    `time_limit_s()`, named with the learner's line where there is one. On a GPU it waits for the kernel by
+    polling, so that a fault it raises is this case's verdict, not a crash later, and a kernel that never
+    ends is reported instead of hanging the check."""
     from . import memcheck
     rt = runtime()
+    limit = time_limit_s()
     try:
-        if rt.interpreted:   # numpy's overflow warnings are the verdict's business, not the console's
-            import numpy as np
-            with memcheck.checked(), np.errstate(all="ignore"):
+        with time_limit(limit):
+            if rt.interpreted:   # numpy's overflow warnings are the verdict's business, not the console's
+                import numpy as np
+                with memcheck.checked(), np.errstate(all="ignore"):
+                    fn(**kwargs)
+            else:
                 fn(**kwargs)
-        else:
-            fn(**kwargs)
-            if rt.device == "cuda":
-                torch.cuda.synchronize()
+                if rt.device == "cuda":
+                    done = torch.cuda.Event()
+                    done.record()
+                    while not done.query():   # the time limit lands between two polls
+                        time.sleep(1e-4)
+                    torch.cuda.synchronize()
     except kernels.NotImplementedYet:
         raise
-    except Exception as e:   # noqa: BLE001  (any failure of the learner's code is a verdict, not a crash)
+    except TimedOut:
+        return _timed_out(limit, not rt.interpreted)
+    except KeyboardInterrupt:
+        raise
+    except BaseException as e:   # noqa: BLE001  (any failure of the learner's code is a verdict, not a crash)
         if not rt.interpreted and "CUDA error" in str(e):
             return _gpu_fault(e)
-        cause = e if isinstance(e, memcheck.OutOfBounds) else e.__cause__
-        if isinstance(cause, memcheck.OutOfBounds):
-            return f"out-of-bounds memory access: {cause}"
-        return f"the kernel raised {type(e).__name__}: {str(e).strip()[:500]}{_kernel_line(e)}"
+        chain = _chain(e)
+        oob = next((c for c in chain if isinstance(c, memcheck.OutOfBounds)), None)
+        if oob is not None:
+            return f"out-of-bounds memory access: {oob}{_kernel_line(e)}"
+        if isinstance(e, SystemExit):
+            return (f"the kernel raised SystemExit ({e.code!r}): a kernel must return, never exit"
+                    f"{_kernel_line(e)}")
+        inner = chain[-1]
+        return f"the kernel raised {type(inner).__name__}: {str(inner).strip()[:500]}{_kernel_line(e)}"
     return None
 
 
 def run_case(fn, reference, make_inputs, make_out, case: Case, *, dtype, device, trials: int,
              seed: int | None, mutated=(), exact=False, edge=None, dims=None) -> Case:
-    """Fill `case` with `trials` runs of `fn` on fresh inputs (modified by `edge`, where given)."""
+    """Fill `case` with `trials` runs of `fn` on fresh inputs (modified by `edge`, where given), each
+    call within `time_limit_s()`."""
     for trial in range(trials):
         s = seed + trial if seed is not None else int.from_bytes(os.urandom(4), "little")
         case.seeds.append(s)
@@ -388,14 +500,25 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
         raise ValueError(f"trials must be a whole number >= 1, got {trials!r}")
     rt = runtime()
     dtypes = _dtypes(dtype) or slot.dtypes(rt)
+    limit = time_limit_s()
     try:
-        loaded = kernels.load(slot.family, source, slot.function, fallback=False)
+        with time_limit(limit):   # a module-level loop that never ends
+            loaded = kernels.load(slot.family, source, slot.function, fallback=False)
+        fn = getattr(loaded.module, slot.function, None)
+        if not callable(fn):
+            raise kernels.KernelImportError(f"{loaded.source}/{slot.family}.py has no function {slot.function}()")
     except kernels.NotImplementedYet as e:
         report = Report(name, "exercises", str(e), implemented=False, problems=[str(e)])
         if verbose:
             print(report)
         return report
-    fn = getattr(loaded.module, slot.function)
+    except (kernels.KernelImportError, TimedOut) as e:   # the learner's module: a FAIL, not a traceback
+        problem = str(e) if isinstance(e, kernels.KernelImportError) else (
+            f"importing {slot.family}.py {_timed_out(limit, False)}{_kernel_line(e)}")
+        report = Report(name, "solutions" if source == "solutions" else "exercises", "", problems=[problem])
+        if verbose:
+            print(report)
+        return report
     report = Report(name, loaded.source, loaded.note)
     plan = plan_cases(slot, rt.preset, shape, edges)
     for dt in dtypes:
@@ -408,6 +531,9 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
             report.cases.append(case)
             if any(p.startswith(GPU_FAULT) for p in case.problems):
                 report.problems.append("the check stopped: nothing more can run on this GPU until a restart")
+                break
+            if any(p.startswith(TIMED_OUT) for p in case.problems):   # every case would wait as long
+                report.problems.append(f"the check stopped: a kernel call {TIMED_OUT} {limit:g} s")
                 break
             if fail_fast and not case.passed:
                 break

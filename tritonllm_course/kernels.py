@@ -9,6 +9,7 @@ next check without restarting the notebook's kernel.
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
 import os
 import sys
@@ -16,13 +17,65 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
-from .regions import call_closure, unfilled_regions
+from .regions import call_closure, enclosing_function, regions
 
 SOURCES = ("auto", "exercises", "solutions")
 
 
 class NotImplementedYet(NotImplementedError):
     """An exercise whose regions are still the stubs: reported as such, never compiled."""
+
+
+class KernelFileError(ValueError):
+    """A kernel module that is not a Python source file at all (a directory, bytes that are not UTF-8):
+    bad input to the tools, reported in one line naming the file."""
+
+
+class KernelImportError(ImportError):
+    """A kernel module that fails while being imported (a syntax error, a missing import, an exception or
+    `sys.exit` at module level). The message is one line naming the file, the line and the error: the
+    learner's mistake, reported as that kernel's failure, never as a traceback of the tools."""
+
+
+def _shown(path: Path) -> str:
+    """`exercises/rmsnorm.py`: the path as the learner knows it (relative to the course root)."""
+    try:
+        return str(path.relative_to(course_root()))
+    except ValueError:
+        return str(path)
+
+
+def source_text(path: Path) -> str:
+    """The text of a kernel module, its UTF-8 byte-order mark dropped (Python accepts one, and so does
+    the course). A directory or a file that is not UTF-8 raises KernelFileError naming it."""
+    if path.is_dir():
+        raise KernelFileError(f"{_shown(path)} is a directory, not a Python file: move it away and run "
+                              "`tritonllm-course make-exercises` to write the exercise again")
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise KernelFileError(f"{_shown(path)}:{line}: not UTF-8 text (byte 0x{data[e.start]:02x}): save the "
+                              "file as UTF-8") from None
+
+
+def _import_error(path: Path, e: BaseException) -> KernelImportError:
+    """One line: where in `path` the import failed and why."""
+    shown = _shown(path)
+    if isinstance(e, SyntaxError):   # also IndentationError, TabError
+        code = (e.text or "").strip()
+        return KernelImportError(f"{shown}:{e.lineno}: {type(e).__name__}: {e.msg}" + (f": {code}" if code else ""))
+    import traceback
+    frames = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename) == path]
+    where = f"{shown}:{frames[-1].lineno}" if frames else shown
+    code = f" ({frames[-1].line.strip()})" if frames and frames[-1].line else ""
+    if isinstance(e, SystemExit):
+        return KernelImportError(f"{where}: the module calls exit ({e.code!r}) while being imported{code}: "
+                                 "a kernel module must not exit")
+    message = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return KernelImportError(f"{where}: {type(e).__name__}" + (f": {message}" if message else "")
+                             + f" while importing it{code}")
 
 
 def course_root() -> Path:
@@ -62,11 +115,16 @@ def _import(kind: str, family: str) -> ModuleType:
     path = module_path(kind, family)
     if not path.exists():
         raise FileNotFoundError(f"no kernel module {path}")
+    source_text(path)   # a directory or a file that is not UTF-8: one line naming it
     name = f"tritonllm_kernels.{kind}.{family}"
     spec = importlib.util.spec_from_file_location(name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except (Exception, SystemExit) as e:   # SystemExit too: the learner's module must not end the tools
+        sys.modules.pop(name, None)
+        raise _import_error(path, e) from e
     return module
 
 
@@ -77,11 +135,17 @@ def exercise_status(family: str, function: str | None = None) -> tuple[bool, str
     path = module_path("exercises", family)
     if not path.exists():
         return False, f"{path} does not exist"
-    only = None
-    if function is not None:   # the call graph of the full solution, where there is one
+    text = source_text(path)
+    todo = [r for r in regions(text, str(path)) if r.kind == "EXERCISE" and r.unfilled]
+    if function is not None and todo:   # the call graph of the full solution, where there is one
         source = module_path("solutions", family)
-        only = call_closure((source if source.exists() else path).read_text(), function)
-    todo = unfilled_regions(path, only)
+        try:
+            only = call_closure(source_text(source) if source.is_file() else text, function)
+            tree = ast.parse(text)
+        except SyntaxError:
+            # the learner's file does not parse: importing it names the line, which says more than a stub
+            return True, f"your kernel from exercises/{family}.py"
+        todo = [r for r in todo if enclosing_function(tree, r.begin + 1) in only]
     if todo:
         lines = ", ".join(str(r.begin + 1) for r in todo)
         return False, f"exercise {path.name} is not implemented yet (fill in the region at line {lines})"
