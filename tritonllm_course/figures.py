@@ -42,7 +42,8 @@ _FLUSH_UNITS = ("%", "x")
 _MARKER = re.compile(r"<!--\s*fig:([a-z0-9_.\-]+)\s*-->")
 # Thousands separators are allowed in prose ("4,260 GB/s"); they are dropped before comparing.
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
-_NUMBER_AT_END = re.compile(r"(?<![\d.])[-\u2212]?\d+(?:\.\d+)?$")
+# A minus sign only where a word could start ("| -4.0", "(-3)"); "618-622" is a range, not -622.
+_NUMBER_AT_END = re.compile(r"(?<![\d.])(?:(?<![^\s(|])-)?\d+(?:\.\d+)?$")
 
 
 def _registry_files() -> list[Path]:
