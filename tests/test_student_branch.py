@@ -1,6 +1,7 @@
 """`tritonllm-course student-branch`: the student version as a git branch of its own history, updated by
 one commit per change of the course, which a learner's clone merges without losing its filled regions;
-the instructor's working tree, index and branch untouched."""
+the instructor's working tree, index and branch untouched. It never moves a branch it did not make, nor
+one whose history holds solutions/; a bad branch name or --rev is one line."""
 import os
 import shutil
 import subprocess
@@ -10,7 +11,6 @@ import pytest
 
 from helpers import filled
 from tritonllm_course import cli, regions
-from tritonllm_course.student_version import IGNORED
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.needs_solutions
@@ -27,13 +27,11 @@ def git(where: Path, *args: str) -> str:
 
 @pytest.fixture
 def course(tmp_path, monkeypatch):
-    """The course, solutions included, as a fresh repository with one commit on `main`."""
+    """The course, solutions included, as a fresh repository with one commit on `main` (a shallow clone of
+    the course's committed HEAD: faster than copying the folder, and nothing untracked comes along)."""
     repo = tmp_path / "course"
-    shutil.copytree(ROOT, repo, ignore=shutil.ignore_patterns(*IGNORED, "results"))
-    shutil.copytree(ROOT / "solutions", repo / "solutions")
-    git(repo, "init", "-q", "-b", "main")
-    git(repo, "add", "-A")
-    git(repo, "commit", "-q", "-m", "the course")
+    git(tmp_path, "clone", "-q", "--depth", "1", "--no-tags", ROOT.as_uri(), str(repo))
+    git(repo, "checkout", "-q", "-B", "main")
     for name, value in IDENTITY.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("TRITONLLM_COURSE_ROOT", str(repo))
@@ -92,3 +90,62 @@ def test_the_student_branch_is_not_written_from_itself(course, capsys):
     assert status == 2 and "is checked out here" in out
     status, out = student_branch(capsys, "--branch", "other")
     assert status == 2 and "has no solutions/" in out
+
+
+def refs(repo: Path) -> str:
+    return git(repo, "for-each-ref", "--format=%(refname) %(objectname)")
+
+
+def test_a_branch_it_did_not_make_is_never_moved(course, capsys):
+    git(course, "branch", "dev")                                # an instructor's branch, solutions and all
+    git(course, "branch", "student")
+    before = refs(course)
+    for name in ("dev", "student"):
+        status, out = student_branch(capsys, f"--branch={name}")
+        assert status == 2 and len(out.splitlines()) == 1, out
+        assert f"the branch {name!r} holds 1 commit(s) that student-branch did not make" in out
+    assert refs(course) == before
+
+
+def test_a_student_branch_with_a_foreign_commit_or_solutions_in_its_history_is_refused(course, capsys):
+    assert student_branch(capsys)[0] == 0
+    made = git(course, "rev-parse", "student")
+    # a commit that says it was made here but carries the instructors' tree (solutions/ included)
+    tree = git(course, "rev-parse", "main^{tree}")
+    forged = subprocess.run(["git", "-C", str(course), "commit-tree", tree, "-p", made], capture_output=True,
+                            text=True, input="update\n\nStudent-version-of: 0123\n", env={**os.environ, **IDENTITY})
+    git(course, "update-ref", "refs/heads/student", forged.stdout.strip())
+    status, out = student_branch(capsys)
+    assert status == 2 and "holds solutions/ in its history" in out and git(course, "rev-parse", "student") \
+        == forged.stdout.strip()
+    # a learner's commit on top of a student branch: not made here
+    git(course, "update-ref", "refs/heads/student", made)
+    git(course, "worktree", "add", "-q", str(course.parent / "wt"), "student")
+    status, out = student_branch(capsys)
+    assert status == 2 and "is checked out in the worktree" in out and str(course.parent / "wt") in out
+    (course.parent / "wt" / "notes.txt").write_text("mine\n")
+    git(course.parent / "wt", "add", "notes.txt")
+    git(course.parent / "wt", "commit", "-q", "-m", "my notes")
+    git(course, "worktree", "remove", "--force", str(course.parent / "wt"))
+    status, out = student_branch(capsys)
+    assert status == 2 and "1 commit(s) that student-branch did not make" in out
+    assert git(course, "rev-parse", "student~1") == made
+
+
+@pytest.mark.parametrize("name", ["HEAD", "@", "refs/heads/x", "a..b", "", "x y", "-x", "@{-1}", "x.lock",
+                                  "$(touch PWN)", "`touch PWN`; touch PWN"])
+def test_a_name_git_would_not_take_for_a_branch_is_refused_in_one_line(course, capsys, name, monkeypatch):
+    monkeypatch.chdir(course)
+    before = refs(course)
+    status, out = student_branch(capsys, f"--branch={name}")
+    assert status == 2 and len(out.splitlines()) == 1 and f"invalid branch name {name!r}" in out, out
+    assert refs(course) == before and not (course / "PWN").exists()     # nothing moved, nothing run
+
+
+@pytest.mark.parametrize("rev", ["bogus", "--all", "HEAD~5", "-h", "HEAD..HEAD", "", "$(touch PWN)"])
+def test_a_rev_that_names_no_single_commit_is_one_line_naming_it(course, capsys, rev, monkeypatch):
+    monkeypatch.chdir(course)
+    before = refs(course)
+    status, out = student_branch(capsys, f"--rev={rev}")
+    assert status == 2 and len(out.splitlines()) == 1 and f"--rev {rev!r} does not name one commit" in out, out
+    assert refs(course) == before and not (course / "PWN").exists()

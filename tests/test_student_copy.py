@@ -1,5 +1,7 @@
 """A student copy (`tritonllm-course student-copy`), every exercise filled in, reaches the end: the CLI
-generates tokens from the learner's kernels and the copy's own test suite collects without an error."""
+generates tokens from the learner's kernels and the copy's own test suite collects without an error. It
+hands out the course's tracked files only, follows no link out of the course, and a destination it cannot
+use is one line."""
 import json
 import os
 import subprocess
@@ -59,13 +61,73 @@ def test_the_copy_generates_from_the_exercises_and_collects_its_tests(student):
     assert "error" not in out.splitlines()[-1].lower(), out.splitlines()[-1]
 
 
+def student_copy(capsys, dest) -> tuple[int, str]:
+    status = cli.main(["student-copy", str(dest)])
+    out, err = capsys.readouterr()
+    return status, out + err
+
+
 def test_student_copy_refuses_a_destination_inside_the_course_or_not_empty(tmp_path, capsys):
     inside = ROOT / "exercises" / "student"
-    assert cli.main(["student-copy", str(inside)]) == 2
-    assert "is inside the course" in capsys.readouterr().err and not inside.exists()
+    status, out = student_copy(capsys, inside)
+    assert status == 2 and "is inside the course" in out and not inside.exists()
     (tmp_path / "x").write_text("")
-    assert cli.main(["student-copy", str(tmp_path)]) == 2
-    assert "exists and is not empty" in capsys.readouterr().err
+    status, out = student_copy(capsys, tmp_path)
+    assert status == 2 and "exists and is not empty" in out and len(out.splitlines()) == 1
+    status, out = student_copy(capsys, tmp_path / "x")
+    assert status == 2 and "is a file, not a folder" in out and len(out.splitlines()) == 1
+    status, out = student_copy(capsys, tmp_path / "x" / "under")
+    assert status == 2 and "cannot be created" in out and len(out.splitlines()) == 1
+    status, out = student_copy(capsys, "/proc/tritonllm-student-copy")
+    assert status == 2 and "cannot be" in out and len(out.splitlines()) == 1, out
+
+
+def git(where: Path, *args: str) -> str:
+    run = subprocess.run(["git", "-C", str(where), *args], capture_output=True, text=True,
+                         env={**os.environ, "GIT_AUTHOR_NAME": "C", "GIT_AUTHOR_EMAIL": "c@example.org",
+                              "GIT_COMMITTER_NAME": "C", "GIT_COMMITTER_EMAIL": "c@example.org"})
+    assert run.returncode == 0, f"git {' '.join(args)}: {run.stderr}"
+    return run.stdout.strip()
+
+
+def test_only_tracked_files_are_handed_out_and_no_link_leads_out_of_the_course(tmp_path, capsys, monkeypatch):
+    course, outside = tmp_path / "course", tmp_path / "private"
+    git(tmp_path, "clone", "-q", "--depth", "1", "--no-tags", ROOT.as_uri(), str(course))
+    outside.mkdir()
+    (outside / "private.txt").write_text("mine\n")
+    (course / "notebooks" / "linked").symlink_to(outside)                       # a link out of the course
+    (course / "docs" / "readme_link.md").symlink_to("../README.md")             # a link to a handed-out file
+    (course / "exercises" / "peek.py").symlink_to("../solutions/rmsnorm.py")    # a link to a withheld file
+    git(course, "add", "notebooks/linked", "docs/readme_link.md", "exercises/peek.py")
+    git(course, "commit", "-q", "-m", "links")
+    (course / ".env").write_text("HF_TOKEN=hf_dummy\n")                       # untracked: never handed out
+    (course / "scratch_notes").mkdir()
+    (course / "scratch_notes" / "answers.py").write_text("x = 1\n")
+    (course / "Makefile").chmod(0o750)
+    monkeypatch.setenv("TRITONLLM_COURSE_ROOT", str(course))
+    status, out = student_copy(capsys, tmp_path / "handout")
+    dest = tmp_path / "handout"
+    assert status == 0, out
+    handed = {p.relative_to(dest).as_posix() for p in dest.rglob("*") if p.is_file() or p.is_symlink()}
+    assert not [p for p in dest.rglob("*") if p.is_symlink()]
+    assert {".env", "scratch_notes/answers.py", "notebooks/linked/private.txt", "exercises/peek.py"}.isdisjoint(
+        handed) and not any(p.startswith("solutions/") for p in handed)
+    assert "note: left out notebooks/linked: a symbolic link out of the course" in out
+    assert "note: left out exercises/peek.py: a symbolic link to solutions/rmsnorm.py, which is not handed out" in out
+    assert (dest / "docs" / "readme_link.md").read_text() == (course / "README.md").read_text()
+    tracked = {p for p in git(course, "ls-files").splitlines() if not p.startswith("solutions/")}
+    assert "README.md" in handed and "Makefile" in handed and handed <= tracked
+    assert (dest / "Makefile").stat().st_mode & 0o777 == 0o750
+    assert all(regions.unfilled_regions(p) for p in (dest / "exercises").glob("*.py"))
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".handout")]   # no staging folder left
+
+
+def test_a_folder_that_is_not_a_git_checkout_is_refused(course_copy, tmp_path_factory, capsys):
+    (course_copy / "solutions" / "vector_add.py").write_text((ROOT / "solutions" / "vector_add.py").read_text())
+    dest = tmp_path_factory.mktemp("elsewhere") / "out"
+    status, out = student_copy(capsys, dest)
+    assert status == 2 and "is not a git checkout" in out and "tracked files only" in out
+    assert not dest.exists()
 
 
 def test_a_student_copy_is_not_copied_again(student, tmp_path, capsys, monkeypatch):

@@ -21,7 +21,8 @@ class UnsafeWrite(ValueError):
     """A file the tool will not write (one line naming it and saying why)."""
 
 
-def _umask() -> int:
+def umask() -> int:
+    """The process's umask (os.umask can only set it: it is set and put back at once)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -72,10 +73,17 @@ def check_writable(path: str | Path, root: str | Path) -> Path:
     return real
 
 
-def atomic_write_bytes(path: str | Path, data: bytes, root: str | Path, mode: int | None = None) -> Path:
+def atomic_write_bytes(path: str | Path, data: bytes, root: str | Path | None = None,
+                       mode: int | None = None) -> Path:
     """Write `data` to `path` inside `root` as the module doc says; missing folders below `root` are made.
-    `mode`: the new file's permission bits (default: an existing file's, else 0666 less the umask).
-    Returns the real path written."""
+    `root` defaults to `path`'s own folder (a results folder given on the command line: only the file itself
+    must be no link). `mode`: the new file's permission bits (default: an existing file's, else 0666 less
+    the umask). Returns the real path written."""
+    if not isinstance(data, (bytes, bytearray, memoryview)):
+        raise TypeError(f"data must be bytes, got {type(data).__name__}")
+    if root is None:   # the folder as named (links and '..' in it are the caller's choice), the file no link
+        root = Path(path).parent.resolve()
+        path = root / Path(path).name
     real = check_writable(path, root)
     try:
         old = real.stat().st_mode & 0o7777 if real.exists() else None
@@ -89,7 +97,7 @@ def atomic_write_bytes(path: str | Path, data: bytes, root: str | Path, mode: in
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, mode if mode is not None else old if old is not None else 0o666 & ~_umask())
+        os.chmod(tmp, mode if mode is not None else old if old is not None else 0o666 & ~umask())
         os.replace(tmp, real)
     except BaseException as e:
         try:
@@ -102,7 +110,7 @@ def atomic_write_bytes(path: str | Path, data: bytes, root: str | Path, mode: in
     return real
 
 
-def atomic_write_text(path: str | Path, text: str, root: str | Path, encoding: str = "utf-8",
+def atomic_write_text(path: str | Path, text: str, root: str | Path | None = None, encoding: str = "utf-8",
                       mode: int | None = None) -> Path:
     """`atomic_write_bytes` of `text` encoded (UTF-8 unless told)."""
     if not isinstance(text, str):
@@ -110,7 +118,7 @@ def atomic_write_text(path: str | Path, text: str, root: str | Path, encoding: s
     return atomic_write_bytes(path, text.encode(encoding), root, mode)
 
 
-def save_figure(figure, path: str | Path, root: str | Path, **savefig_kwargs) -> Path:
+def save_figure(figure, path: str | Path, root: str | Path | None = None, **savefig_kwargs) -> Path:
     """A matplotlib figure saved as `atomic_write_bytes` writes (the format from `path`'s suffix)."""
     import io
     buf = io.BytesIO()

@@ -57,6 +57,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..config import FAMILY
+from ..safe_files import atomic_write_text, save_figure
 from .ops import levels_markdown
 
 
@@ -307,14 +308,14 @@ def plot(result: dict, path: Path | None = None):
     fig.suptitle(f"{_model_name(result)} on {result['gpu']}, {result['date']} ({result['dtype']}, batch 1)")
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path, dpi=120)
     return fig
 
 
 def write(result: dict, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "bench.json").write_text(json.dumps(result, indent=1))
-    (folder / "bench.md").write_text(markdown(result))
+    atomic_write_text(folder / "bench.json", json.dumps(result, indent=1))
+    atomic_write_text(folder / "bench.md", markdown(result))
     if any(r["decode_ms"] for r in result["rows"]):
         plot(result, folder / "bench.png")
 

@@ -36,6 +36,7 @@ import torch
 
 from .benchmark import gpu_script, results_stem
 from ..runtime import runtime
+from ..safe_files import atomic_write_text, save_figure
 
 SHAPES = [(5120, 1024), (8224, 1024), (7168, 1024), (1024, 3584), (1024, 2048), (248320, 1024)]
 CONFIG_COUNTS = (1, 2, 4, 8, 16)
@@ -395,7 +396,7 @@ def main(argv=None) -> int:
     disk = disk_cache()
     stem, date = results_stem(args.out, "autotune")
     out, tag = stem.parent, stem.name
-    (out / f"{tag}.json").write_text(json.dumps(
+    atomic_write_text(out / f"{tag}.json", json.dumps(
         {"gpu": rt.gpu_name, "date": date, "summary": rt.summary(),
          "cache_results_supported": "cache_results" in inspect.signature(triton.autotune).parameters,
          "config_tables": tables, "tuning_cost": cost, "retuning": buckets, "disk_cache": disk}, indent=1))
@@ -403,9 +404,9 @@ def main(argv=None) -> int:
     for ax, table in zip(axes.flat, tables):
         plot_config_table(table, ax)
     fig.tight_layout()
-    fig.savefig(out / f"{tag}_configs.png", dpi=120)
-    plot_tuning_cost(cost).figure.savefig(out / f"{tag}_cost.png", dpi=120, bbox_inches="tight")
-    plot_retuning(buckets).figure.savefig(out / f"{tag}_retuning.png", dpi=120, bbox_inches="tight")
+    save_figure(fig, out / f"{tag}_configs.png", dpi=120)
+    save_figure(plot_tuning_cost(cost).figure, out / f"{tag}_cost.png", dpi=120, bbox_inches="tight")
+    save_figure(plot_retuning(buckets).figure, out / f"{tag}_retuning.png", dpi=120, bbox_inches="tight")
     for t in tables:
         print(f"{t['N']} x {t['K']}: tuned {t['tuned']} {t['tuned_us']:.2f} us, hand-picked {t['hand_picked']} "
               f"{t['hand_picked_us']:.2f} us; first call {t['first_call_s']:.2f} s ({t['configs_timed']} configs), "

@@ -22,6 +22,7 @@ import torch
 
 from .. import kernels, slots
 from ..runtime import runtime
+from ..safe_files import atomic_write_text
 
 CACHE_DIR = Path.home() / ".cache" / "tritonllm_course"
 L2_FLUSH_BYTES = 256 * 2**20
@@ -63,7 +64,7 @@ def ceiling_gbps(refresh: bool = False) -> float:
     ms = _median_event_time(lambda: dst.copy_(src), 15)
     cache[name] = 2 * n / (ms * 1e-3) / 1e9
     CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(cache, indent=1))
+    atomic_write_text(path, json.dumps(cache, indent=1))
     return cache[name]
 
 
@@ -226,7 +227,7 @@ def save_results(results: list[BenchResult], path: str | Path) -> Path:
     """Write results as JSON (for the results folder and the README's tables)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps([r.as_dict() for r in results], indent=1))
+    atomic_write_text(path, json.dumps([r.as_dict() for r in results], indent=1))
     return path
 
 

@@ -34,6 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import reference as R
+from ..safe_files import atomic_write_text, save_figure
 from .benchmark import L2_FLUSH_BYTES, gpu_script, gpu_tag, results_stem
 
 # (label, M, N, K): the article's GEMV 1 x 8192 -> 4096 and its "extreme" 1 x 128 -> 32768; Qwen's MLP width
@@ -195,7 +196,7 @@ def inductor(out_dir: Path, deadline: float, dtype=torch.bfloat16) -> dict:
         args = layer_tail_inputs(T, dtype=dtype)
         code, seconds = generated(layer_tail, *args)
         name = f"layer_tail_T{T}.py"
-        (out_dir / name).write_text(code)
+        atomic_write_text(out_dir / name, code)
         compiled = torch.compile(layer_tail, dynamic=False)
         moved = sum(a.numel() * a.element_size() for a in args)
         # time_calls passes keyword arguments: the inputs by position, named a0, a1, ...
@@ -206,7 +207,7 @@ def inductor(out_dir: Path, deadline: float, dtype=torch.bfloat16) -> dict:
     x, w = (torch.randn(128, 1024, device=DEVICE).to(dtype), (0.03 * torch.randn(3584, 1024, device=DEVICE)).to(dtype))
     pair = PAIRS["tanh"]
     code, seconds = generated(pair, x, w)
-    (out_dir / "gelu_linear_M128.py").write_text(code)
+    atomic_write_text(out_dir / "gelu_linear_M128.py", code)
     files["gelu_linear_M128.py"] = {**kernels_in(code), "compile_s": seconds}
     result = {"dir": out_dir.name, "files": files}
     if time.perf_counter() > deadline:
@@ -219,7 +220,7 @@ def inductor(out_dir: Path, deadline: float, dtype=torch.bfloat16) -> dict:
     except Exception as e:                       # noqa: BLE001  (recorded: the measurements above stand)
         result["skipped"] = f"max-autotune failed: {type(e).__name__}: {str(e).strip()[:300]}"
         return result
-    (out_dir / "gelu_linear_M128_max_autotune.py").write_text(code)
+    atomic_write_text(out_dir / "gelu_linear_M128_max_autotune.py", code)
     files["gelu_linear_M128_max_autotune.py"] = {**kernels_in(code), "compile_s": seconds}
     return result
 
@@ -330,9 +331,9 @@ def main(argv=None) -> int:
     except Exception as e:                       # noqa: BLE001  (recorded: the timings above are kept)
         res["inductor"] = {"dir": folder.name, "files": {}, "skipped": f"{type(e).__name__}: {str(e).strip()[:300]}"}
     res["seconds"] = time.perf_counter() - t0
-    (stem.parent / f"{stem.name}.json").write_text(json.dumps(res, indent=1))
-    (stem.parent / f"{stem.name}.md").write_text(markdown(res))
-    plot(res).savefig(stem.parent / f"{stem.name}.png", dpi=110)
+    atomic_write_text(stem.parent / f"{stem.name}.json", json.dumps(res, indent=1))
+    atomic_write_text(stem.parent / f"{stem.name}.md", markdown(res))
+    save_figure(plot(res), stem.parent / f"{stem.name}.png", dpi=110)
     print(markdown(res))
     print(f"{res['seconds']:.0f} s")
     return 0

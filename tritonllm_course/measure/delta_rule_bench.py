@@ -17,6 +17,7 @@ import json
 import math
 from pathlib import Path
 
+from ..safe_files import atomic_write_text, save_figure
 from .benchmark import gpu_script, results_stem
 
 PREFILL_T = (128, 512, 1024, 2048, 4096, 8192)
@@ -246,7 +247,7 @@ def plot(res, path: Path) -> None:
     ax.legend(fontsize=7)
     fig.suptitle(f"Gated delta rule on {res['gpu']}, {res['date']}")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path, dpi=110)
 
 
 def main(argv=None) -> int:
@@ -272,8 +273,8 @@ def main(argv=None) -> int:
                "prefill": prefill(mod, peers, rt.dtype),
                "stages": stages(mod, rt.dtype),
                "accuracy": accuracy(mod, peers, rt.dtype)}
-    (out / f"{tag}.json").write_text(json.dumps(res, indent=1))
-    (out / f"{tag}.md").write_text(markdown(res))
+    atomic_write_text(out / f"{tag}.json", json.dumps(res, indent=1))
+    atomic_write_text(out / f"{tag}.md", markdown(res))
     plot(res, out / f"{tag}.png")
     print(markdown(res))
     return 0

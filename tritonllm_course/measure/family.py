@@ -22,6 +22,7 @@ from pathlib import Path
 
 from ..config import FAMILY
 from ..engine import bench
+from ..safe_files import atomic_write_text, save_figure
 
 CONTEXTS = (128, 2048, 4096)
 PREFILLS = (128, 2048)
@@ -150,7 +151,7 @@ def plot(family: dict, path: Path | None = None):
     fig.suptitle(f"The dense Qwen3.5 family, batch 1, bf16, random weights: {sizes[0]['gpu']}, {sizes[0]['date']}")
     fig.tight_layout()
     if path is not None:
-        fig.savefig(path, dpi=120)
+        save_figure(fig, path, dpi=120)
     return fig
 
 
@@ -163,8 +164,8 @@ def write(family: dict, out: str | Path) -> Path:
     gpu = sizes[0]["gpu"].lower().replace(" ", "-")
     stem = Path(out) / f"family_{gpu}_{max(s['date'] for s in sizes)}"
     stem.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{stem}.json").write_text(json.dumps(family, indent=1))
-    Path(f"{stem}.md").write_text(markdown(family))
+    atomic_write_text(Path(f"{stem}.json"), json.dumps(family, indent=1))
+    atomic_write_text(Path(f"{stem}.md"), markdown(family))
     plot(family, Path(f"{stem}.png"))
     return Path(f"{stem}.json")
 

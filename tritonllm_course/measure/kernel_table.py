@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..safe_files import atomic_write_text, save_figure
 from .benchmark import gpu_script, results_stem
 
 
@@ -46,7 +47,7 @@ def plot(results, path: Path, title: str) -> None:
     ax.set_title(title)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 def main(argv=None) -> int:
@@ -65,10 +66,10 @@ def main(argv=None) -> int:
             results.append(bench(slot.name, "solutions", shape=slot.shape(rt.preset, index)))
     stem, date = results_stem(args.out, "kernels")
     out, tag = stem.parent, stem.name
-    (out / f"{tag}.json").write_text(json.dumps(
+    atomic_write_text(out / f"{tag}.json", json.dumps(
         {"gpu": rt.gpu_name, "date": date, "summary": rt.summary(),
          "results": [r.as_dict() for r in results]}, indent=1))
-    (out / f"{tag}.md").write_text(markdown(results, rt.gpu_name, date))
+    atomic_write_text(out / f"{tag}.md", markdown(results, rt.gpu_name, date))
     plot(results, out / f"{tag}.png", f"Decode-shape kernels on {rt.gpu_name}, {date}")
     print(markdown(results, rt.gpu_name, date))
     return 0

@@ -44,6 +44,7 @@ from ..engine.ops import LEVELS
 from .profiling import (EMBEDDING, HEAD, OTHER, AttributionError, _decode_and_read, _prompt, busy_us,
                         check_attribution, check_layers, check_prompt_len, device_events, layer_tracing,
                         place_kernels, slot_kernels, timeline_us, traced_calls, traced_prefill_calls)
+from ..safe_files import atomic_write_text, save_figure
 
 OTHER_PART = "other"
 KINDS = ("DeltaNet", "attention", EMBEDDING, HEAD, OTHER_PART)
@@ -416,15 +417,16 @@ def write_results(results: list[LayerTimes], stem, meta: dict) -> None:
     import json
 
     import matplotlib.pyplot as plt
-    stem.with_suffix(".json").write_text(json.dumps({**meta, "levels": [r.as_dict() for r in results]}, indent=1))
-    stem.with_suffix(".md").write_text(_markdown(results, meta))
+    atomic_write_text(stem.with_suffix(".json"),
+                      json.dumps({**meta, "levels": [r.as_dict() for r in results]}, indent=1))
+    atomic_write_text(stem.with_suffix(".md"), _markdown(results, meta))
     shown = [r for r in results if r.phases]
     if shown:
         cols = max(len(r.phases) for r in shown)
         fig, grid = plt.subplots(len(shown), cols, figsize=(4.8 * cols, 3.2 * len(shown)), squeeze=False)
         for row, r in zip(grid, shown):
             r.plot(row)
-        fig.savefig(stem.with_suffix(".png"), dpi=110)
+        save_figure(fig, stem.with_suffix(".png"), dpi=110)
         plt.close(fig)
 
 

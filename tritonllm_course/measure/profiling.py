@@ -37,6 +37,7 @@ from ..config import Qwen35Config
 from ..engine.engine import TokenReader
 from ..engine.ops import LEVELS, STEPS
 from ..regions import call_closure
+from ..safe_files import atomic_write_text, save_figure
 
 OTHER = "other (not a course kernel)"
 EMBEDDING, HEAD = "embedding", "head"    # the parts of a step outside its layers
@@ -762,10 +763,10 @@ def main(argv=None) -> int:
             text += _prefill_report(engine, level, result)
         del engine
         torch.cuda.empty_cache()
-    stem.with_suffix(".json").write_text(json.dumps(result, indent=1, default=float))
-    stem.with_suffix(".md").write_text("\n".join(text))
+    atomic_write_text(stem.with_suffix(".json"), json.dumps(result, indent=1, default=float))
+    atomic_write_text(stem.with_suffix(".md"), "\n".join(text))
     if figure is not None:
-        figure.savefig(stem.with_suffix(".png"), dpi=120)
+        save_figure(figure, stem.with_suffix(".png"), dpi=120)
     print(f"written to {stem}.{{json,md,png}}")
     return 0
 

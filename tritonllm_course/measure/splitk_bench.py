@@ -19,6 +19,7 @@ import torch
 
 from .benchmark import gpu_script, results_stem
 from ..runtime import runtime
+from ..safe_files import atomic_write_text, save_figure
 
 SHAPES = [(1024, 2048), (1024, 3584), (248320, 1024)]       # o_proj / out_proj, MLP down, LM head
 SPLITS = (1, 2, 4, 7, 8, 14, 16, 32)                        # asked for; `splitk_config` says what is used
@@ -177,15 +178,15 @@ def main(argv=None) -> int:
     spreads = {f"{N}x{K}": spread(N, K, splitk) for N, K in SHAPES[:2]}
     stem, date = results_stem(args.out, "splitk")
     out, tag = stem.parent, stem.name
-    (out / f"{tag}.json").write_text(json.dumps(
+    atomic_write_text(out / f"{tag}.json", json.dumps(
         {"gpu": rt.gpu_name, "date": date, "summary": rt.summary(), "ceiling_gbps": ceiling,
          "compare": compared, "sweep": swept, "spread": spreads}, indent=1))
     fig, axes = plt.subplots(1, len(swept), figsize=(6 * len(swept), 3.8))
     for ax, result in zip(axes, swept):
         plot_sweep(result, ax)
     fig.tight_layout()
-    fig.savefig(out / f"{tag}_sweep.png", dpi=120)
-    plot_compare(compared, ceiling).figure.savefig(out / f"{tag}_compare.png", dpi=120, bbox_inches="tight")
+    save_figure(fig, out / f"{tag}_sweep.png", dpi=120)
+    save_figure(plot_compare(compared, ceiling).figure, out / f"{tag}_compare.png", dpi=120, bbox_inches="tight")
     for r in compared:
         print(f"{r['N']} x {r['K']} (split {r['split']}): "
               + ", ".join(f"{label} {us:.2f} us" for label, us in r["us"].items()))
