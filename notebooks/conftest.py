@@ -3,12 +3,45 @@ moves their controls as a learner would (`notebooks_tools.widget_chapters`).
 
 Under pytest-xdist (`-n N --dist load`) the tests go to the workers one by one, but a chapter's cells go
 together, in order, to one worker: they share the kernel's state. (xdist's own `loadgroup` cannot do this
-under pytest 9.2, whose node ids it can no longer rename.)"""
+under pytest 9.2, whose node ids it can no longer rename.)
+
+Where the chapters run the learner's kernels (a student version, which has no solutions/, or
+TRITONLLM_KERNELS=exercises), a cell that stops on an exercise not filled in yet is skipped, naming it, and
+so is each later cell of that chapter that then fails (it needed what the skipped cell would have made).
+Any other failure fails."""
 import pytest
 
+from tritonllm_course.notebook import runs_exercises_only, unfilled_exercise
 from tritonllm_course.notebooks_tools import widget_chapters
 
 collect_ignore = [path.name for path in widget_chapters()]
+
+
+def _skip_reason(item) -> str | None:
+    """Why the nbval cell `item`, which just failed, is skipped instead; None: it fails."""
+    errors = [out for out in getattr(item, "test_outputs", None) or [] if out.get("output_type") == "error"]
+    if not errors or not runs_exercises_only():
+        return None
+    ename, evalue = errors[-1].get("ename", ""), errors[-1].get("evalue", "")
+    chapter = item.parent
+    if message := unfilled_exercise(ename, evalue):
+        if not getattr(chapter, "needs_exercise", None):
+            chapter.needs_exercise = f"cell {item.cell_num}: {message}"
+        return f"cell {item.cell_num} needs an exercise not filled in yet: {message}"
+    if earlier := getattr(chapter, "needs_exercise", None):
+        return (f"cell {item.cell_num} follows a cell that needs an exercise not filled in yet ({earlier}); "
+                f"here {ename}: {evalue}")
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    try:
+        return (yield)
+    except Exception:
+        if (why := _skip_reason(item)) is None:
+            raise
+        raise pytest.skip.Exception(why, _use_item_location=True) from None   # reported at the cell
 
 
 @pytest.hookimpl(optionalhook=True)   # an xdist hook: without pytest-xdist, pytest must not reject it

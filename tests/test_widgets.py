@@ -10,7 +10,9 @@ from pathlib import Path
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
 
+from tritonllm_course.notebook import runs_exercises_only, unfilled_exercise
 from tritonllm_course.notebooks_tools import widget_chapters
 
 MARK = "WIDGET-PROBE "
@@ -153,7 +155,12 @@ def test_the_chapters_with_widgets_are_found():
 @pytest.mark.parametrize("path", widget_chapters(), ids=lambda p: p.stem)
 def test_every_widget_works_after_run_all(path, monkeypatch):
     monkeypatch.setenv("TRITONLLM_KERNELS", os.environ.get("TRITONLLM_KERNELS", "solutions"))
-    report, timing = probe_chapter(path)
+    try:
+        report, timing = probe_chapter(path)
+    except CellExecutionError as e:   # in a student version: the chapter stops at an unfilled exercise
+        if not runs_exercises_only() or (message := unfilled_exercise(e.ename, e.evalue)) is None:
+            raise
+        pytest.skip(f"{path.name} needs an exercise not filled in yet: {message}")
     assert report, f"{path.name} has widget code but the probe found no interact function or button"
     failures = [f"{e['widget']}: {err}" for e in report for err in e["errors"]]
     assert not failures, f"{path.name}: {len(failures)} widget call(s) failed after Run All:\n" + "\n".join(failures)

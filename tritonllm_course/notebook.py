@@ -1,11 +1,13 @@
 """Small conveniences for the chapters: open the learner's exercise file beside the notebook."""
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 from .colab import COLAB_ROOT
-from .kernels import exercise_status, module_path
+from .kernels import exercise_status, has_solutions, module_path
+from .regions import STUB_TAG
 
 
 def _hint(family: str, path: Path, state: str, colab: bool) -> str:
@@ -35,3 +37,18 @@ def exercise(family: str) -> str:
     except ImportError:
         print(f"Your exercise: {path} ({state})")
     return str(path)
+
+
+def runs_exercises_only() -> bool:
+    """Whether every kernel that runs is the learner's: a student version (no solutions/ to fall back on),
+    or TRITONLLM_KERNELS=exercises. Only then may a test skip for an exercise not filled in yet."""
+    return not has_solutions() or os.environ.get("TRITONLLM_KERNELS") == "exercises"
+
+
+def unfilled_exercise(ename: str, evalue: str) -> str | None:
+    """The message of a chapter cell's error (its exception's class name and text) when that error is an
+    exercise not filled in yet: `kernels.NotImplementedYet`, or a stub's own NotImplementedError. None for
+    any other error. A student version's tests skip such a cell, naming the exercise, rather than fail."""
+    if ename == "NotImplementedYet" or (ename == "NotImplementedError" and STUB_TAG in evalue):
+        return evalue
+    return None
