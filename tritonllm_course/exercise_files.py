@@ -170,12 +170,11 @@ def drifted(root: Path | None = None) -> list[str]:
     return [d for path, fresh in fresh_exercises(root).items() if (d := describe(path, fresh, root))]
 
 
-def backup(path: Path, now: datetime.datetime | None = None, root: Path | None = None,
-           data: bytes | None = None) -> Path:
-    """Keep `path` (or `data`, its bytes as read) as `<path>.<YYYY-MM-DDTHHMM>.bak` beside it (`-2`, `-3`, ...
-    if that exists), written as `safe_files` writes inside `root`."""
+def backup(path: Path, now: datetime.datetime | None = None, root: Path | None = None) -> Path:
+    """Keep `path`, byte for byte, as `<path>.<YYYY-MM-DDTHHMM>.bak` beside it (`-2`, `-3`, ... if that
+    exists), written as `safe_files` writes inside `root` (default: the course)."""
     target = _backup_name(path, now)
-    safe_files.atomic_write_bytes(target, path.read_bytes() if data is None else data, root or kernels.course_root())
+    safe_files.atomic_write_bytes(target, path.read_bytes(), root or kernels.course_root())
     return target
 
 
