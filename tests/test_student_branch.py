@@ -133,7 +133,7 @@ def test_a_student_branch_with_a_foreign_commit_or_solutions_in_its_history_is_r
 
 
 @pytest.mark.parametrize("name", ["HEAD", "@", "refs/heads/x", "a..b", "", "x y", "-x", "@{-1}", "x.lock",
-                                  "$(touch PWN)", "`touch PWN`; touch PWN"])
+                                  "$(touch PWN)", "`touch PWN`; touch PWN", "nul\0byte"])
 def test_a_name_git_would_not_take_for_a_branch_is_refused_in_one_line(course, capsys, name, monkeypatch):
     monkeypatch.chdir(course)
     before = refs(course)
@@ -142,7 +142,7 @@ def test_a_name_git_would_not_take_for_a_branch_is_refused_in_one_line(course, c
     assert refs(course) == before and not (course / "PWN").exists()     # nothing moved, nothing run
 
 
-@pytest.mark.parametrize("rev", ["bogus", "--all", "HEAD~5", "-h", "HEAD..HEAD", "", "$(touch PWN)"])
+@pytest.mark.parametrize("rev", ["bogus", "--all", "HEAD~5", "-h", "HEAD..HEAD", "", "$(touch PWN)", "nul\0byte"])
 def test_a_rev_that_names_no_single_commit_is_one_line_naming_it(course, capsys, rev, monkeypatch):
     monkeypatch.chdir(course)
     before = refs(course)

@@ -157,7 +157,7 @@ def check_branch_name(top: Path, branch: str) -> str:
     """`branch` when git takes it as a new branch's short name, else a StudentVersionError that says so."""
     if not isinstance(branch, str):
         raise StudentVersionError(f"--branch must be a branch name, got {type(branch).__name__}")
-    if branch.startswith("refs/") or branch in ("HEAD", "@"):
+    if branch.startswith("refs/") or branch in ("HEAD", "@") or "\0" in branch:
         raise StudentVersionError(f"invalid branch name {branch!r}: give the branch's short name, such as 'student'")
     run = _run(top, "check-ref-format", "--branch", branch)
     if run.returncode != 0 or run.stdout.strip() != branch:   # `@{-1}`, `@` name another branch: never taken
@@ -213,7 +213,7 @@ def commit_branch(branch: str = "student", rev: str = "HEAD", root: Path | None 
     if elsewhere := _worktrees_on(top, ref):
         raise StudentVersionError(f"the branch {branch!r} is checked out in the worktree {elsewhere[0]}: "
                                   "check out another branch there first")
-    if not isinstance(rev, str) or not rev or rev.startswith("-"):
+    if not isinstance(rev, str) or not rev or rev.startswith("-") or "\0" in rev:
         raise StudentVersionError(f"--rev {rev!r} does not name one commit")
     named = _run(top, "rev-parse", "--verify", "-q", f"{rev}^{{commit}}")
     if named.returncode != 0:
