@@ -9,6 +9,8 @@ Where the chapters run the learner's kernels (a student version, which has no so
 TRITONLLM_KERNELS=exercises), a cell that stops on an exercise not filled in yet is skipped, naming it, and
 so is each later cell of that chapter that then fails (it needed what the skipped cell would have made).
 Any other failure fails."""
+import re
+
 import pytest
 
 from tritonllm_course.notebook import runs_exercises_only, unfilled_exercise
@@ -24,12 +26,15 @@ def _skip_reason(item) -> str | None:
         return None
     ename, evalue = errors[-1].get("ename", ""), errors[-1].get("evalue", "")
     chapter = item.parent
+    if not hasattr(chapter, "unfilled"):
+        chapter.unfilled = {}   # {exercise: the first cell that needed it}
     if message := unfilled_exercise(ename, evalue):
-        if not getattr(chapter, "needs_exercise", None):
-            chapter.needs_exercise = f"cell {item.cell_num}: {message}"
+        named = re.search(r"exercise (\S+\.py)", message)
+        chapter.unfilled.setdefault(named[1] if named else message, item.cell_num)
         return f"cell {item.cell_num} needs an exercise not filled in yet: {message}"
-    if earlier := getattr(chapter, "needs_exercise", None):
-        return (f"cell {item.cell_num} follows a cell that needs an exercise not filled in yet ({earlier}); "
+    if chapter.unfilled:
+        earlier = ", ".join(f"{name} (cell {cell})" for name, cell in chapter.unfilled.items())
+        return (f"cell {item.cell_num} follows cells that need exercises not filled in yet: {earlier}; "
                 f"here {ename}: {evalue}")
     return None
 
