@@ -1,0 +1,316 @@
+"""The student version holds no solution line, and its tests skip what needs an unfilled exercise.
+
+No solution line: every distinctive line of every solution region is looked for in every file the student
+version ships (tests, lab, package, docs, results, notebooks: code and markdown cells).
+
+A region's distinctive lines are its code lines but the trivial ones: blank lines, comments, a `return` of
+names only (`return acc`), and every line that also occurs outside the regions of solutions/ or anywhere in
+exercises/ (those ship anyway), whole or as part of a line. Lines compare with canonical spacing and without
+trailing comments; a line is found where it stands inside a shipped line between identifier boundaries (so
+inside prose and backticks too).
+
+KNOWN holds what ships knowingly, each line named: the package's shared `@triton.jit` helpers (the
+exercises import them) and the chapters' worked examples. An entry whose line is no longer found fails
+too, so the list only shrinks; anything else found fails, naming the file, the line and the region.
+
+Skips: a chapter cell that stops on an exercise not filled in yet is skipped under nbval, naming it
+(notebooks/conftest.py), as a test is (tests/conftest.py).
+"""
+import ast
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import pytest
+
+from tritonllm_course import regions, student_version
+from tritonllm_course.notebook import runs_exercises_only, unfilled_exercise
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# {shipped file: (why it ships although it holds them, (region lines, as the solution writes them))}
+WORKED = "the chapter's small illustrative kernel shares these index and mask lines with the solutions"
+KNOWN = {
+    "tritonllm_course/triton_helpers.py": (
+        "the shared @triton.jit helpers the kernels import: gemv_rows, linear_tile, online_softmax_update and "
+        "delta_rule_step are the regions of linear.py, gemm_epilogue.py, attention.py and delta_rule.py",
+        ("S = S * tl.exp(g)", "S = S + k[:, None] * u[None, :]", "o = tl.sum(S * q[:, None], axis=0)",
+         "u = beta * (v - tl.sum(S * k[:, None], axis=0))",
+         "a = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)",
+         "b = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)",
+         "x_ptrs = x_ptr + rm[:, None].to(tl.int64) * K + rk[None, :]",
+         "w_ptrs = w_ptr + rn[None, :].to(tl.int64) * K + rk[:, None]", "x_ptrs += BLOCK_K", "w_ptrs += BLOCK_K",
+         "acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)", "row_start = w_ptr + rows.to(tl.int64) * K",
+         "k = k0 + cols", "x = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)",
+         "w = tl.load(row_start[:, None] + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0,",
+         'eviction_policy="evict_first").to(tl.float32)', "acc += w * x[None, :]",
+         "m_new = tl.maximum(m, tl.max(s, axis=1))", "alpha = tl.exp2(m - m_new)",
+         "l = l * alpha + tl.sum(p, axis=1)")),
+    "tritonllm_course/ladder/naive.py": (
+        "chapter 29's naive GEMV, the ladder's first step, walks K as linear.py's region does",
+        ("k = k0 + cols", "k_ok = k < K", "x = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)",
+         "acc += w * x[None, :]")),
+    "notebooks/01_triton_basics.ipynb": (
+        "the worked example (a vector scale) has the shape of the first exercise (vector add) on purpose",
+        ("pid = tl.program_id(0)", "pid = tl.program_id(axis=0)",
+         "offsets = pid * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)", "x = tl.load(x_ptr + offsets, mask=mask)")),
+    "notebooks/04_rmsnorm.ipynb": (WORKED, ("c = tl.arange(0, BLOCK_D)",
+                                            "r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)")),
+    "notebooks/05_projections.ipynb": (WORKED, ("k = k0 + cols",)),
+    "notebooks/06_rope.ipynb": (WORKED, ("i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",)),
+    "notebooks/08_attention.ipynb": (WORKED, ("g = tl.program_id(0)", "m = m_new",
+                                              "r = tl.program_id(1) * BLOCK_M + tl.arange(0, BLOCK_M)")),
+    "notebooks/10_mlp.ipynb": (WORKED, ("cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)",)),
+    "notebooks/14_gates_l2norm.ipynb": (WORKED, ("i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)", "mask = i < n",
+                                                 "mask = (r < rows)[:, None] & (d < D)[None, :]")),
+    "notebooks/15_delta_rule.ipynb": (WORKED, ("for t in range(T):",)),
+    "notebooks/16_delta_rule_chunked.ipynb": (WORKED, ("i, j = tl.arange(0, C)[:, None], tl.arange(0, C)[None, :]",)),
+    "notebooks/21_norm_fusion.ipynb": (WORKED, ("k = k0 + cols", "k_ok = k < K",
+                                                "x = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)")),
+    "notebooks/23_flash_attention.ipynb": (WORKED, ("m = m_new", "n = n0 + tl.arange(0, BLOCK_N)")),
+    "notebooks/28_compilers.ipynb": ("the chapter's GELU (tanh form) constants, written out to compare with Inductor's",
+                                     ("u = 0.7978845608028654 * (x + 0.044715 * x * x * x)",)),
+    "notebooks/30_troubleshooting.ipynb": (WORKED, ("i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)",
+                                                    "mask = i < n")),
+    "tests/test_flash_attention.py": ("the test's own online-softmax loop", ("m = m_new",)),
+}
+
+RETURN_OF_NAMES = re.compile(r"return(\s+[\w\s,]*)?")
+
+
+def _uncommented(line: str) -> str:
+    """The line without its trailing comment (a `#` outside quotes)."""
+    quote = None
+    for i, ch in enumerate(line):
+        if quote:
+            quote = None if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            return line[:i]
+    return line
+
+
+def _canonical(text: str) -> str:
+    """Spacing made canonical: no space around punctuation, one between words (`x [0]+ y` -> `x[0]+y`)."""
+    return re.sub(r" ?([^\w\s]) ?", r"\1", re.sub(r"\s+", " ", text.strip()))
+
+
+def _code(line: str) -> str:
+    return _canonical(_uncommented(line))
+
+
+def _trivial(line: str) -> bool:
+    text = _uncommented(line).strip()
+    return not text or bool(RETURN_OF_NAMES.fullmatch(text))
+
+
+def distinctive_lines(solutions: Path, exercises: Path) -> dict[str, list[tuple[str, int, str]]]:
+    """{a distinctive line's code (`_code`): [(solution file, 1-based line, the line as written)]}."""
+    outside, inside = set(), defaultdict(list)
+    for path in sorted(solutions.glob("*.py")):
+        text = path.read_text()
+        lines, covered = text.splitlines(), set()
+        for region in regions.regions(text, str(path)):
+            covered.update(range(region.begin, region.end + 1))
+            start = region.begin + 1 + region.more
+            for i, line in enumerate(region.code, start):
+                if not _trivial(line):
+                    inside[_code(line)].append((path.name, i + 1, line.strip()))
+        outside.update(_code(line) for i, line in enumerate(lines) if i not in covered)
+    for path in sorted(exercises.glob("*.py")):
+        outside.update(_code(line) for line in path.read_text().splitlines())
+    return {code: where for code, where in inside.items()
+            if not any(code in line and _found(code, line) for line in outside)}
+
+
+def shipped_lines(path: Path):
+    """(where, its text made canonical) for every line of a shipped file: code without its comments, a
+    notebook's cells one by one (counted from 1); nothing of a binary file."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (UnicodeDecodeError, OSError):
+        return                                     # binary: a plot, an archive
+    if path.suffix == ".ipynb":
+        for n, cell in enumerate(json.loads(text)["cells"], 1):
+            source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
+            for i, line in enumerate(source.splitlines(), 1):
+                yield f"cell {n} line {i}", _code(line) if cell["cell_type"] == "code" else _canonical(line)
+        return
+    for i, line in enumerate(text.splitlines(), 1):
+        yield f"line {i}", _code(line) if path.suffix == ".py" else _canonical(line)
+
+
+def _found(code: str, line: str) -> bool:
+    """`code` stands in `line` between identifier boundaries."""
+    start = line.find(code)
+    while start >= 0:
+        before = line[start - 1] if start else " "
+        after = line[start + len(code)] if start + len(code) < len(line) else " "
+        following = line[start + len(code) + 1:start + len(code) + 2] or " "
+        if not (before.isalnum() or before in "_.") and not (after.isalnum() or after == "_") \
+                and not (after == "." and (following.isalnum() or following == "_")):   # `x = f(a).to(...)`
+            return True
+        start = line.find(code, start + 1)
+    return False
+
+
+def leaks(tree: Path, distinct: dict) -> dict[tuple[str, str], list[str]]:
+    """{(shipped file, a distinctive line's code): [where in the file]} for every one found."""
+    found = defaultdict(list)
+    for path in sorted(p for p in tree.rglob("*") if p.is_file()):
+        rel = path.relative_to(tree).as_posix()
+        for where, line in shipped_lines(path):
+            for code in distinct:
+                if code in line and _found(code, line):
+                    found[rel, code].append(where)
+    return found
+
+
+@pytest.fixture(scope="module")
+def student(tmp_path_factory) -> Path:
+    """The student version, as `student-copy` writes it."""
+    dest, _ = student_version.copy(tmp_path_factory.mktemp("leaks") / "student")
+    return dest
+
+
+@pytest.mark.needs_solutions   # the solutions are what it looks for
+def test_the_student_version_holds_no_solution_line(student):
+    distinct = distinctive_lines(ROOT / "solutions", student / "exercises")
+    assert len(distinct) > 100        # the regions were read: hundreds of lines, not a parsing slip
+    found = leaks(student, distinct)
+    known = {(file, _code(line)) for file, (_, lines) in KNOWN.items() for line in lines}
+    unknown = [f"{file} {', '.join(spots[:3])}: {distinct[code][0][2]!r} (solutions/{distinct[code][0][0]}:"
+               f"{distinct[code][0][1]})" for (file, code), spots in sorted(found.items()) if (file, code) not in known]
+    assert not unknown, f"{len(unknown)} solution lines in the student version:\n" + "\n".join(unknown)
+    gone = [f"{file}: {code!r}" for file, code in sorted(known - set(found))]
+    assert not gone, "KNOWN lists lines no longer in the student version (take them out):\n" + "\n".join(gone)
+
+
+@pytest.mark.needs_solutions
+def test_what_gives_a_solution_away_is_withheld(student):
+    for path in ("solutions", "tests/planted.py", "tests/bugs_attention.py", "tests/test_planted_bugs.py",
+                 "lab/attention_launch_probe.py", "lab/common.py", "tests/test_lab.py"):
+        assert student_version.withheld(path), path
+        assert not (student / path).exists(), path
+    for path in ("lab/README.md", "lab/results", "tests/conftest.py", "exercises/rmsnorm.py", "notebooks"):
+        assert not student_version.withheld(path), path
+        assert (student / path).exists(), path
+
+
+def test_no_shipped_test_imports_what_is_withheld():
+    """A test that imports a withheld module (planted, a bugs_ table, a lab probe) would stop the student
+    version's suite at collection: it is withheld too."""
+    tests = ROOT / "tests"
+    for path in sorted(tests.glob("*.py")):
+        if student_version.withheld(f"tests/{path.name}"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            for name in names:
+                top = name.split(".")[0]
+                module = f"tests/{top}.py" if (tests / f"{top}.py").is_file() else f"{name.replace('.', '/')}.py"
+                assert not student_version.withheld(module), \
+                    f"tests/{path.name}:{node.lineno} imports {name}, which the student version leaves out"
+
+
+@pytest.mark.needs_solutions
+def test_the_student_branch_leaves_out_what_the_copy_leaves_out(tmp_path, monkeypatch):
+    """Both forms follow `withheld`: the branch's tree, made from a commit of the course, holds none of it."""
+    repo = tmp_path / "course"
+    run = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, text=True, check=True)
+    for rel in filter(None, run.stdout.split("\0")):
+        if (ROOT / rel).is_file():
+            (repo / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(ROOT / rel, repo / rel)
+    for name in ("GIT_AUTHOR_NAME", "GIT_COMMITTER_NAME"):
+        monkeypatch.setenv(name, "Course")
+    for name in ("GIT_AUTHOR_EMAIL", "GIT_COMMITTER_EMAIL"):
+        monkeypatch.setenv(name, "course@example.org")
+    for args in (["init", "-q", "-b", "main"], ["add", "-A"], ["commit", "-q", "-m", "the course"]):
+        subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True)
+    committed = subprocess.run(["git", "-C", str(repo), "ls-files"], capture_output=True, text=True).stdout.split()
+    assert any(student_version.withheld(f) and not f.startswith("solutions/") for f in committed)
+    student_version.commit_branch("student", root=repo)
+    tree = subprocess.run(["git", "-C", str(repo), "ls-tree", "-r", "--name-only", "student"],
+                          capture_output=True, text=True, check=True).stdout.split()
+    assert [f for f in tree if student_version.withheld(f)] == []
+    assert sorted(tree) == sorted(f for f in committed if not student_version.withheld(f))
+
+
+def test_the_check_finds_a_line_planted_in_any_kind_of_file(tmp_path):
+    """The scan itself: a region's line copied into a module, a notebook's markdown and prose is found in
+    each (spacing and a trailing comment changed); a line also outside the regions, whole or in part, a
+    return of names and a line that only starts another statement are not."""
+    (tmp_path / "solutions").mkdir()
+    (tmp_path / "exercises").mkdir()
+    (tmp_path / "solutions" / "k.py").write_text(
+        "w = g(x) + 1\n\n\ndef f(x):\n    # BEGIN SOLUTION: a hint\n    w = g(x)\n    y = x * 2 + 1  # y\n"
+        "    t = h(0)\n    return y, t\n    # END SOLUTION\n")
+    (tmp_path / "exercises" / "k.py").write_text(regions.make_exercise(
+        (tmp_path / "solutions" / "k.py").read_text(), "k"))
+    distinct = distinctive_lines(tmp_path / "solutions", tmp_path / "exercises")
+    assert sorted(distinct) == ["t=h(0)", "y=x*2+1"]
+    assert distinct["y=x*2+1"] == [("k.py", 7, "y = x * 2 + 1  # y")]
+    tree = tmp_path / "tree"
+    tree.mkdir()
+    (tree / "a.py").write_text("z = 0\ny  =  x*2 + 1   # the same line\nt = h(0).to(int)\n")
+    cell = {"cell_type": "markdown", "source": ["Use `y = x * 2 + 1`."]}
+    (tree / "b.ipynb").write_text(json.dumps({"cells": [cell]}))
+    (tree / "c.md").write_text("yy = x * 2 + 1 is another line,\nbut y = x*2+1 is the one\n")
+    (tree / "d.md").write_text("yy = x * 2 + 1 and y = x * 2 + 10 are others, as is st = h(0)\n")
+    assert sorted(leaks(tree, distinct)) == [("a.py", "y=x*2+1"), ("b.ipynb", "y=x*2+1"), ("c.md", "y=x*2+1")]
+
+
+def _notebook(path: Path, *cells: str) -> None:
+    path.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "code", "id": f"c{i}", "metadata": {}, "execution_count": None, "outputs": [], "source": src}
+        for i, src in enumerate(cells)]}))
+
+
+def test_a_chapter_cell_needing_an_unfilled_exercise_is_skipped_naming_it(tmp_path):
+    """nbval in a student version (no solutions/): the cell that loads an unfilled exercise and the later
+    cell that fails for want of its result are skipped, naming the exercise; a cell that works passes; a
+    chapter failing for another reason fails."""
+    course = tmp_path / "course"
+    (course / "exercises").mkdir(parents=True)
+    (course / "notebooks").mkdir()
+    (course / "exercises" / "vector_add.py").write_text(regions.make_exercise(
+        (ROOT / "exercises" / "vector_add.py").read_text().replace("EXERCISE", "SOLUTION"), "vector_add"))
+    shutil.copy(ROOT / "notebooks" / "conftest.py", course / "notebooks" / "conftest.py")
+    _notebook(course / "notebooks" / "a.ipynb", "from tritonllm_course import kernels",
+              'add = kernels.load("vector_add").module.add', "add", "print(6 * 7)")
+    _notebook(course / "notebooks" / "b.ipynb", "1 / 0")
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITONLLM_KERNELS", "PYTEST_ADDOPTS")}
+    env.update(TRITONLLM_COURSE_ROOT=str(course), PYTHONDONTWRITEBYTECODE="1")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfs", "-p", "no:cacheprovider", "--nbval-lax",
+                          "notebooks"], cwd=course, env=env, capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    assert run.returncode == 1 and "1 failed, 2 passed, 2 skipped" in out, out[-3000:]
+    assert "FAILED notebooks/b.ipynb::Cell 0" in out, out[-3000:]
+    skips = [line for line in out.splitlines() if line.startswith("SKIPPED")]
+    assert len(skips) == 2, skips
+    assert "cell 1 needs an exercise not filled in yet: exercise vector_add.py is not implemented yet" in skips[0]
+    assert "cell 2 follows cells that need exercises not filled in yet: vector_add.py (cell 1)" in skips[1]
+    assert "NameError: name 'add' is not defined" in skips[1], skips
+
+
+def test_only_an_unfilled_exercise_skips_and_only_where_the_exercises_run(monkeypatch, course_copy):
+    stub = 'exercise rope.py, rope: not implemented yet'
+    assert unfilled_exercise("NotImplementedYet", "exercise rope.py is not implemented yet") is not None
+    assert unfilled_exercise("NotImplementedError", stub) == stub
+    assert unfilled_exercise("NotImplementedError", "a kernel's own refusal") is None
+    assert unfilled_exercise("NameError", "name 'rope' is not defined") is None
+    monkeypatch.setenv("TRITONLLM_KERNELS", "solutions")
+    assert not runs_exercises_only()           # the full course: an unfilled exercise in a chapter fails
+    monkeypatch.setenv("TRITONLLM_KERNELS", "exercises")
+    assert runs_exercises_only()
+    monkeypatch.setenv("TRITONLLM_KERNELS", "auto")
+    (course_copy / "solutions").rmdir()
+    assert runs_exercises_only()               # a student version: nothing to fall back on
