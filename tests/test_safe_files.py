@@ -11,7 +11,7 @@ import pytest
 
 from tritonllm_course import cli, safe_files
 from tritonllm_course.colab import SETUP_CELL
-from tritonllm_course.safe_files import UnsafeWrite, atomic_write_bytes, atomic_write_text, check_writable
+from tritonllm_course.safe_files import UnsafeWrite, atomic_write_bytes, atomic_write_text
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -75,8 +75,9 @@ def test_a_read_only_file_or_folder_is_left_alone(tmp_path):
     folder.mkdir()
     folder.chmod(0o555)
     try:
-        with pytest.raises(UnsafeWrite, match="its folder .* is read-only"):
-            check_writable(folder / "new.txt", tmp_path)
+        for path in (folder / "new.txt", folder / "to_be_made" / "new.txt"):
+            with pytest.raises(UnsafeWrite, match=f"its folder {folder} is read-only"):
+                atomic_write_text(path, "x", tmp_path)
     finally:
         folder.chmod(0o755)
     assert not list(folder.iterdir())

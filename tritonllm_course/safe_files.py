@@ -68,8 +68,11 @@ def check_writable(path: str | Path, root: str | Path) -> Path:
         raise UnsafeWrite(f"{path} is a directory, not a file: move it away first")
     if real.exists() and not _writable(real):
         raise UnsafeWrite(f"{path} is read-only: not written (make it writable to let the tool update it)")
-    if real.parent.exists() and not _writable(real.parent):
-        raise UnsafeWrite(f"{path} cannot be written: its folder {real.parent} is read-only")
+    folder = real.parent
+    while not folder.exists():   # the folders still to be made are made in the nearest one that exists
+        folder = folder.parent
+    if not _writable(folder):
+        raise UnsafeWrite(f"{path} cannot be written: its folder {folder} is read-only")
     return real
 
 
