@@ -78,7 +78,7 @@ def test_infinite_and_integer_weights_are_named(good, tmp_path):
     def to_int(tensors):
         tensors["model.layers.0.linear_attn.dt_bias"] = torch.ones(4, dtype=torch.int32)
     bad = copy_of(good[0], tmp_path / "int", edit=to_int)
-    with pytest.raises(WeightError, match=r"layers\.0\.linear_attn\.dt_bias has dtype int32; weights must be floating"):
+    with pytest.raises(WeightError, match=r"layers\.0\.linear_attn\.dt_bias has dtype int32 \(as stored\); weights"):
         load_weights(bad)
 
 
@@ -234,11 +234,14 @@ def test_a_field_left_out_means_what_it_means_to_transformers():
 # --- requests: sizes, sampling options, streams --------------------------------------------------------------------
 @pytest.mark.parametrize("backend", ["reference", "triton"])
 def test_absurd_positions_and_new_tokens(good, tmp_path, capsys, backend):
-    bad = copy_of(good[0], tmp_path / "positions", config=lambda d: {**d, "max_position_embeddings": 10**15})
-    status, error = generate_cli(capsys, bad, "--max-new-tokens", str(10**13), backend=backend)
-    assert status == 2 and f"a sequence of {10**13 + len(PROMPT)} tokens needs" in error and "ask for fewer" in error
+    bad = copy_of(good[0], tmp_path / "positions", config=lambda d: {**d, "max_position_embeddings": 2**31 - 1})
+    status, error = generate_cli(capsys, bad, "--max-new-tokens", str(2**30), backend=backend)
+    assert status == 2 and f"a sequence of {2**30 + len(PROMPT)} tokens needs" in error and "ask for fewer" in error
     with pytest.raises(CacheTooLarge):
-        Qwen35Model.from_pretrained(bad).new_cache(10**13)
+        Qwen35Model.from_pretrained(bad).new_cache(2**30)
+    too_far = copy_of(good[0], tmp_path / "too_far", config=lambda d: {**d, "max_position_embeddings": 10**15})
+    status, error = generate_cli(capsys, too_far, "--max-new-tokens", "2", backend=backend)
+    assert status == 2 and "max_position_embeddings must be at most 2147483647" in error
 
 
 @pytest.mark.parametrize("option, message", [

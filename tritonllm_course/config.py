@@ -27,6 +27,14 @@ _ABSENT_FIELDS = {"rope_theta": 10_000.0, "tie_word_embeddings": False, "max_pos
                   "bos_token_id": None, "eos_token_id": None}
 
 
+MAX_SIZE = 2**31 - 1     # every size and count: the kernels compute offsets and indices in int32
+MAX_LAYERS = 1024        # the deepest published decoders have ~100 layers; the names of each are built
+
+
+def _is_int(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 class ConfigError(ValueError):
     """A config the course cannot run, or a config.json that is not one: the field and its value named."""
 
@@ -87,18 +95,45 @@ class Qwen35Config:
                               "even number >= 2")
 
     def _check_numbers(self) -> None:
-        """Every size a positive int, every rate a positive finite number (a JSON file may hold anything)."""
+        """Every field by type and range, before anything is built from it (a JSON file may hold anything):
+        sizes positive ints of at most `MAX_SIZE` (the kernels index with int32), at most `MAX_LAYERS`
+        layers (the per-layer names are built from it), rates positive finite numbers, token ids ints >= 0
+        (or a list of them for eos_token_id: a string would be read character by character)."""
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
-            if f.type == "int" and not (isinstance(value, int) and not isinstance(value, bool) and value > 0):
+            if f.type == "int" and not (_is_int(value) and value > 0):
                 raise ConfigError(f"{f.name} must be a positive integer, got {value!r}")
+            if f.type == "int" and value > MAX_SIZE:
+                raise ConfigError(f"{f.name} must be at most {MAX_SIZE} (int32 indices), got {value!r}")
             if f.type == "float" and not (isinstance(value, (int, float)) and not isinstance(value, bool)
                                           and math.isfinite(value) and value > 0):
                 raise ConfigError(f"{f.name} must be a positive finite number, got {value!r}")
+        if self.num_hidden_layers > MAX_LAYERS:
+            raise ConfigError(f"num_hidden_layers must be at most {MAX_LAYERS}, got {self.num_hidden_layers}")
         if not self.partial_rotary_factor <= 1:
             raise ConfigError(f"partial_rotary_factor must be in (0, 1], got {self.partial_rotary_factor!r}")
+        # RoPE's frequencies are rope_theta ** (-2i / rotary_dim): a base below 1 makes them grow past 1 rad
+        # per position, and a tiny one overflows them to inf, whose cos and sin are NaN
+        if not self.rope_theta >= 1:
+            raise ConfigError(f"rope_theta must be >= 1 (the RoPE base: 1e7 in Qwen3.5), got {self.rope_theta!r}")
+        if not self.rms_norm_eps < 1:    # the epsilon added to mean(x^2): 1e-6 in Qwen3.5
+            raise ConfigError(f"rms_norm_eps must be in (0, 1), got {self.rms_norm_eps!r}")
         if not isinstance(self.tie_word_embeddings, bool):
             raise ConfigError(f"tie_word_embeddings must be true or false, got {self.tie_word_embeddings!r}")
+        if self.bos_token_id is not None and not (_is_int(self.bos_token_id) and self.bos_token_id >= 0):
+            raise ConfigError(f"bos_token_id must be a token id (an int >= 0) or null, got {self.bos_token_id!r}")
+        eos = raw = self.eos_token_id
+        if isinstance(eos, list):                   # JSON's list
+            object.__setattr__(self, "eos_token_id", eos := tuple(eos))
+        ids = eos if isinstance(eos, tuple) else () if eos is None else (eos,)
+        if (isinstance(eos, tuple) and not eos) or not all(_is_int(e) and e >= 0 for e in ids):
+            raise ConfigError(f"eos_token_id must be a token id (an int >= 0), a non-empty list of them, or null, "
+                              f"got {raw!r}")
+        if not (isinstance(self.layer_types, (list, tuple)) or self.layer_types is None):
+            raise ConfigError(f"layer_types must be a list of layer kinds, got {self.layer_types!r}")
+        strange = [t for t in self.layer_types or () if not isinstance(t, str)]
+        if strange:
+            raise ConfigError(f"layer_types holds {strange[:3]!r}; a layer is one of {list(LAYER_TYPES)}")
 
     # derived sizes ---------------------------------------------------------------------------
     @property
@@ -145,8 +180,6 @@ class Qwen35Config:
         rope = _rope(d)
         names = {f.name for f in dataclasses.fields(cls)}
         kw = {**_ABSENT_FIELDS, **{k: v for k, v in d.items() if k in names}}
-        if isinstance(kw.get("eos_token_id"), list):
-            kw["eos_token_id"] = tuple(kw["eos_token_id"])
         for key in ("rope_theta", "partial_rotary_factor"):
             if key in rope:
                 kw[key] = rope[key]
@@ -165,6 +198,8 @@ class Qwen35Config:
             d = json.loads(path.read_text())
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ConfigError(f"{path} is not JSON: {e}") from None
+        except RecursionError:      # arrays nested thousands deep: the parser gives up
+            raise ConfigError(f"{path} is not a config: its JSON is nested too deep to read") from None
         try:
             return cls.from_dict(d)
         except ConfigError as e:

@@ -15,6 +15,8 @@ loads the model in bf16.
 from __future__ import annotations
 
 import json
+import math
+import os
 import re
 import shutil
 from pathlib import Path
@@ -32,6 +34,10 @@ _DOWNLOAD_PATTERNS = ["*.json", "*.safetensors", "*.txt", "*.jinja"]
 
 class WeightError(ValueError):
     """A checkpoint that does not fit the config: missing tensors or wrong shapes, each named."""
+
+
+class WeightsTooLarge(ValueError):
+    """Weights that the device's memory cannot hold: refused before any of them is allocated."""
 
 
 class CheckpointNotFound(FileNotFoundError):
@@ -88,9 +94,12 @@ def check_weights(config: Qwen35Config, weights: dict[str, torch.Tensor]) -> Non
     """Raise WeightError naming every missing or mis-shaped tensor (with both shapes), and every tensor
     that is not floating point or holds a NaN or an infinity: the kernels would read an int's bits as
     numbers, and a NaN decodes silently as token 0 where nothing checks the logits."""
-    problems = []
+    problems, more = [], 0
     for name, shape in expected_shapes(config).items():
-        if name not in weights:
+        if len(problems) == 10:     # the rest counted, not described: a config may declare absurdly many
+            more += (name not in weights or tuple(weights[name].shape) != shape
+                     or not weights[name].is_floating_point() or not _finite(weights[name]))
+        elif name not in weights:
             problems.append(f"missing tensor {name} (expected shape {list(shape)})")
         elif tuple(weights[name].shape) != shape:
             problems.append(f"tensor {name} has shape {list(weights[name].shape)}; "
@@ -103,8 +112,8 @@ def check_weights(config: Qwen35Config, weights: dict[str, torch.Tensor]) -> Non
     if len(problems) == 1:     # one line, as the command line prints it
         raise WeightError(f"the weights do not fit the config: {problems[0]}")
     if problems:
-        more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
-        raise WeightError("the weights do not fit the config:\n  " + "\n  ".join(problems[:10]) + more)
+        tail = f"\n  ... and {more} more" if more else ""
+        raise WeightError("the weights do not fit the config:\n  " + "\n  ".join(problems) + tail)
 
 
 def _finite(t: torch.Tensor) -> bool:
@@ -117,9 +126,69 @@ def _finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(low) & torch.isfinite(high))
 
 
+def available_memory(device) -> int | None:
+    """Bytes that can be allocated now on `device`: a GPU's free memory, the machine's available RAM
+    (MemAvailable, which counts the page cache the kernel can drop), None where unknown (meta)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.mem_get_info(device)[0]
+    if device.type != "cpu":
+        return None
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    if hasattr(os, "sysconf") and "SC_AVPHYS_PAGES" in os.sysconf_names:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return None
+
+
+def stored_bytes(shapes: dict[str, tuple[int, ...]], dtype, stored: dict[str, torch.dtype] | None = None) -> int:
+    """Bytes of the tensors `shapes` once in memory: in `dtype` (the checkpoint's fp32 tensors in fp32 under
+    a 16-bit dtype), or with dtype None in their `stored` dtypes."""
+    total = 0
+    for name, shape in shapes.items():
+        dt = stored[name] if dtype is None else dtype
+        if dtype in (torch.float16, torch.bfloat16) and is_f32_tensor(name):
+            dt = torch.float32
+        total += math.prod(shape) * torch.empty(0, dtype=dt).element_size()
+    return total
+
+
+def check_memory(need: int, device, what: str) -> None:
+    """Raise WeightsTooLarge, one line, when `need` bytes exceed what `device` can allocate now: an
+    allocation past it fails after minutes of work, or gets the process killed once its pages are touched."""
+    have = available_memory(device)
+    if have is not None and need > have:
+        raise WeightsTooLarge(f"{what} need {need / 2**30:.1f} GiB, more than the {have / 2**30:.1f} GiB "
+                              f"{'free on' if torch.device(device).type == 'cuda' else 'available on'} {device}: "
+                              "use a smaller config or a 16-bit --dtype, or a device with more memory")
+
+
 def is_f32_tensor(name: str) -> bool:
     """The tensors the real checkpoint stores in fp32."""
     return name.endswith(F32_SUFFIXES)
+
+
+_FLOAT_CODES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}
+_CODE_NAMES = {"BOOL": "bool", "U8": "uint8", "I8": "int8", "I16": "int16", "I32": "int32", "I64": "int64",
+               "F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2"}
+
+
+def _cast_checked(name: str, t: torch.Tensor, dtype, match_hf_rounding: bool) -> torch.Tensor:
+    """`_cast`, the stored tensor checked first (a NaN or an infinity is the file's, named as such) and the
+    cast after (a value past the new dtype's range, e.g. fp32's 1e5 in fp16, becomes inf: named too)."""
+    if not _finite(t):
+        raise WeightError(f"the weights do not fit the config: tensor {name} holds NaN or infinite values")
+    out = _cast(name, t, dtype, match_hf_rounding)
+    if out.dtype != t.dtype and not _finite(out):
+        raise WeightError(f"the weights do not fit the config: tensor {name} holds values beyond "
+                          f"{str(out.dtype).replace('torch.', '')}'s range (stored in "
+                          f"{str(t.dtype).replace('torch.', '')}): load it in a wider --dtype")
+    return out
 
 
 def _cast(name: str, t: torch.Tensor, dtype, match_hf_rounding: bool) -> torch.Tensor:
@@ -186,6 +255,8 @@ def _shard_names(index: Path) -> list[str]:
         data = json.loads(_regular(index, "index").read_text())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise WeightError(f"{index} is not JSON: {e}") from None
+    except RecursionError:      # arrays nested thousands deep: the parser gives up
+        raise WeightError(f"{index} is not an index: its JSON is nested too deep to read") from None
     weight_map = data.get("weight_map") if isinstance(data, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise WeightError(f"{index} has no weight_map of tensor names to shard files")
@@ -222,32 +293,79 @@ def load_weights(source: str | Path, dtype=None, device="cpu", match_hf_rounding
     dtype:  None keeps the stored dtypes; a dtype casts every tensor to it, except that under fp16/bf16
             the checkpoint's fp32 tensors stay fp32 unless match_hf_rounding.
     """
-    from safetensors import SafetensorError, safe_open
-
     root = resolve_checkpoint(source)
     config = Qwen35Config.from_json(root)
     expected = expected_shapes(config)
-    weights, unexpected = {}, []
-    for file in safetensors_files(root):
+    files = safetensors_files(root)
+    for file in files:
         try:
-            with safe_open(str(file), framework="pt", device="cpu") as f:
-                for key in f.keys():
-                    name = text_name(key)
-                    if name is None:
-                        continue
-                    if name == "lm_head.weight" and config.tie_word_embeddings:
-                        continue  # tied: the embedding is the head
-                    if name not in expected:
-                        unexpected.append(key)
-                        continue
-                    weights[name] = _cast(name, f.get_tensor(key), dtype, match_hf_rounding).to(device)
-        except (SafetensorError, OSError) as e:   # a corrupt or truncated file: say which
-            raise WeightError(f"{file} is not a readable safetensors file ({e})") from None
+            str(file).encode("utf-8")
+        except UnicodeEncodeError:   # safetensors takes the path as a Rust string: it must be UTF-8
+            raise WeightError(f"the checkpoint path {str(file)!r} is not valid UTF-8, which safetensors cannot "
+                              "open: move or rename the checkpoint to a UTF-8 path") from None
+    # pass 1, the headers only: every stored tensor's name, shape and dtype checked, the memory counted
+    stored, unexpected, problems = {}, [], []
+    for file in files:
+        with _opened(file) as f:
+            for key in f.keys():
+                name = text_name(key)
+                if name is None or (name == "lm_head.weight" and config.tie_word_embeddings):
+                    continue  # the vision tower, the MTP head; tied: the embedding is the head
+                if name not in expected:
+                    unexpected.append(key)
+                    continue
+                part = f.get_slice(key)
+                shape, code = tuple(part.get_shape()), part.get_dtype()
+                if shape != expected[name]:
+                    problems.append(f"tensor {name} has shape {list(shape)}; the config expects "
+                                    f"{list(expected[name])}")
+                elif code not in _FLOAT_CODES:
+                    stored_as = _CODE_NAMES.get(code, code)
+                    problems.append(f"tensor {name} has dtype {stored_as} (as stored); weights must be floating "
+                                    "point: float32, float16, bfloat16 or float64")
+                stored[name] = _FLOAT_CODES.get(code, torch.float32)
     if unexpected:
         raise WeightError(f"{root} holds tensors the config does not describe: {unexpected[:10]}"
                           + (f" and {len(unexpected) - 10} more" if len(unexpected) > 10 else ""))
+    missing = [f"missing tensor {n} (expected shape {list(s)})" for n, s in expected.items() if n not in stored]
+    problems += missing
+    if problems:
+        more = f"\n  ... and {len(problems) - 10} more" if len(problems) > 10 else ""
+        raise WeightError("the weights do not fit the config: " + problems[0] if len(problems) == 1 else
+                          "the weights do not fit the config:\n  " + "\n  ".join(problems[:10]) + more)
+    check_memory(stored_bytes(expected, dtype, stored), device, f"the {len(expected)} tensors of {root}")
+    # pass 2: each tensor read, checked as stored, then cast and moved
+    weights = {}
+    for file in files:
+        with _opened(file) as f:
+            for key in f.keys():
+                name = text_name(key)
+                if name in stored:
+                    weights[name] = _cast_checked(name, f.get_tensor(key), dtype, match_hf_rounding).to(device)
     check_weights(config, weights)
     return config, weights
+
+
+class _opened:
+    """`safe_open` of one file, its read errors named: a corrupt or truncated file says which."""
+
+    def __init__(self, file: Path):
+        self.file = file
+
+    def __enter__(self):
+        from safetensors import SafetensorError, safe_open
+        self.errors = (SafetensorError, OSError)
+        try:
+            self.handle = safe_open(str(self.file), framework="pt", device="cpu")
+            return self.handle.__enter__()
+        except self.errors as e:
+            raise WeightError(f"{self.file} is not a readable safetensors file ({e})") from None
+
+    def __exit__(self, kind, value, tb):
+        self.handle.__exit__(kind, value, tb)
+        if kind is not None and issubclass(kind, self.errors):
+            raise WeightError(f"{self.file} is not a readable safetensors file ({value})") from None
+        return False
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -261,9 +379,11 @@ def random_weights(config: Qwen35Config, dtype=torch.float32, device="cpu", seed
     dtype is fp64). Drawn on `device` from one seeded generator: the same seed gives the same weights on
     the same device type.
     """
+    shapes = expected_shapes(config)
+    check_memory(stored_bytes(shapes, dtype), device, f"random weights of {count_parameters(config):,} parameters")
     gen = torch.Generator(device=device).manual_seed(seed)
     weights = {}
-    for name, shape in expected_shapes(config).items():
+    for name, shape in shapes.items():
         work = torch.float64 if dtype == torch.float64 else torch.float32
         if name.endswith("A_log"):
             t = torch.empty(shape, dtype=work, device=device).uniform_(0.01, 16, generator=gen).log_()

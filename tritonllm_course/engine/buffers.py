@@ -92,13 +92,16 @@ class Counters:
     """What changes from one decode step to the next, in device memory.
 
     ids:   [1] int64, the token the next decode step consumes (the argmax writes it there)
+    flag:  [1] int64, whether the logits it came from were finite (0), held inf (1) or NaN (2); ids and
+           flag are the two elements of `out`, so that one copy brings both to the host
     steps: [3] int32 = [position of that token, cache length including it, sampling seed]; the
            graphed step ends by adding 1 to all three (`advance_positions`)
     logits: [1, vocab] in the model dtype, the last position's
     """
 
     def __init__(self, vocab_size: int, dtype, device):
-        self.ids = torch.zeros(1, dtype=torch.int64, device=device)
+        self.out = torch.zeros(2, dtype=torch.int64, device=device)
+        self.ids, self.flag = self.out[0:1], self.out[1:2]
         self.steps = torch.zeros(3, dtype=torch.int32, device=device)
         self.logits = torch.empty(1, vocab_size, dtype=dtype, device=device)
 

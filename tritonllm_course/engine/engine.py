@@ -51,10 +51,10 @@ import torch
 from .. import reference as R
 from .. import validate
 from ..config import Qwen35Config
-from ..generation import check_sampling
+from ..generation import check_count, check_ids, check_sampling, check_seed, eos_set, nonfinite_error
 from ..model.cache import Qwen35Cache
 from ..runtime import no_launch_overlap, programmatic_launches
-from ..weights import check_weights, load_weights, random_weights
+from ..weights import check_memory, check_weights, load_weights, random_weights
 from .buffers import Activations, Counters
 from .graph import GraphedStep
 from .merged import EngineWeights, merge_weights
@@ -77,12 +77,14 @@ class StreamSuperseded(RuntimeError):
 class TokenReader:
     """Each step's new token (`ids`, one element in device memory) copied to the host behind the kernels
     that make it, then read in order: `push()` after a step is queued, `pop()` waits for the oldest token
-    only. At most two are in flight (the loop runs one step ahead), in two pinned buffers."""
+    only. At most two are in flight (the loop runs one step ahead), in two pinned buffers. `ids` may hold a
+    second element, the step's logits flag (`Counters.out`): it rides on the same copy, and `pop()` leaves
+    it in `flag`."""
 
     def __init__(self, ids: torch.Tensor):
-        self.ids, self.queue, self.slot = ids, [], 0
+        self.ids, self.queue, self.slot, self.flag = ids, [], 0, 0
         if ids.is_cuda:
-            self.buffers = [torch.empty(1, dtype=ids.dtype, pin_memory=True) for _ in range(2)]
+            self.buffers = [torch.empty(ids.numel(), dtype=ids.dtype, pin_memory=True) for _ in range(2)]
             self.events = [torch.cuda.Event() for _ in range(2)]
 
     def push(self) -> None:
@@ -101,7 +103,18 @@ class TokenReader:
         buf, event = self.queue.pop(0)
         if event is not None:
             event.synchronize()
+        self.flag = int(buf[1]) if buf.numel() > 1 else 0
         return int(buf[0])
+
+
+def _sizes(max_seq_len, prefill_chunk) -> tuple[int, int]:
+    """Engine's two sizes as ints >= 1, else a TypeError / ValueError naming the argument (1.5 or True would
+    otherwise fail deep in an allocation, or run as 1)."""
+    sizes = (check_count(max_seq_len, "max_seq_len"), check_count(prefill_chunk, "prefill_chunk"))
+    for name, n in zip(("max_seq_len", "prefill_chunk"), sizes):
+        if n < 1:
+            raise ValueError(f"{name} must be >= 1, got {n}")
+    return sizes
 
 
 class Engine:
@@ -136,13 +149,16 @@ class Engine:
                  sources: dict | None = None, default_source: str | None = None, cuda_graph: bool = True,
                  prefill_chunk: int = 512, level: str = "operators", prefill_graph: bool = True,
                  pdl: bool | None = None, merged: EngineWeights | None = None):
+        max_seq_len, prefill_chunk = _sizes(max_seq_len, prefill_chunk)
         check_weights(config, weights)
         check_limits(config)            # shapes no level takes: refused before anything is allocated
         embed = weights["embed_tokens.weight"]
         c = self.config = config
         self.dtype, self.device = embed.dtype, embed.device
-        if prefill_chunk < 1:
-            raise ValueError(f"prefill_chunk must be >= 1, got {prefill_chunk}")
+        if merged is None:   # the merged projections are a second copy of every layer's projections
+            check_memory(sum(t.numel() * t.element_size() for n, t in weights.items()
+                             if n.startswith("layers.") and n.endswith("proj.weight")), self.device,
+                         "the engine's merged projections")
         self.cache = Qwen35Cache.allocate(c, max_seq_len, dtype=self.dtype, device=self.device)
         self.max_seq_len = max_seq_len
         if merged is not None and (len(merged.layers) != c.num_hidden_layers or merged.embed is not embed):
@@ -212,12 +228,14 @@ class Engine:
     @classmethod
     def from_pretrained(cls, source, dtype=None, device="cpu", **kwargs) -> "Engine":
         """From a checkpoint directory or hub id (`weights.load_weights`); kwargs as `Engine`."""
+        _sizes(kwargs.get("max_seq_len", 4096), kwargs.get("prefill_chunk", 512))    # before the weights load
         config, weights = load_weights(source, dtype=dtype, device=device)
         return cls(config, weights, **kwargs)
 
     @classmethod
     def random(cls, config: Qwen35Config, dtype=torch.float32, device="cpu", seed: int = 0, **kwargs) -> "Engine":
         """Random weights of the config's shapes (transformers' initialisation)."""
+        _sizes(kwargs.get("max_seq_len", 4096), kwargs.get("prefill_chunk", 512))    # before the weights are made
         return cls(config, random_weights(config, dtype=dtype, device=device, seed=seed), **kwargs)
 
     @classmethod
@@ -455,6 +473,14 @@ class Engine:
         else:
             op.sample(logits=ctr.logits, temperature=sampling.temperature, top_k=sampling.top_k,
                       top_p=sampling.top_p, seed=ctr.seed, out=ctr.ids)
+        # The logits' flag, beside the token in device memory (0 finite, 1 inf, 2 NaN): the argmax takes a
+        # NaN's index and the sampler a garbage one, so the host must know. Cost: one reduction over the
+        # vocabulary (aminmax, ~0.5 MB read at 248,320 bf16 logits) and a few one-element kernels, inside the
+        # step (captured in its CUDA graph); no sync: the flag rides on the token's copy to the host, which
+        # the host waits for anyway (`TokenReader`).
+        low, high = torch.aminmax(ctr.logits)                 # NaN propagates into both ends
+        nan = torch.isnan(high)
+        torch.add(nan.long(), (torch.isinf(low) | torch.isinf(high) | nan).long(), out=ctr.flag[0])
 
     # running -------------------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -472,13 +498,12 @@ class Engine:
         """ids as a list of ints, checked against the vocabulary and the room left in the cache after
         `cached` tokens (default: what it holds now)."""
         cached = self.length if cached is None else cached
-        ids = [int(t) for t in (ids.reshape(-1).tolist() if isinstance(ids, torch.Tensor) else ids)]
+        ids = check_ids(ids, device=self.device)
+        new_tokens = check_count(new_tokens, "max_new_tokens")
         vocab = self.config.vocab_size
         bad = [t for t in ids if not 0 <= t < vocab]
         if bad:
             raise ValueError(f"token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
-        if new_tokens < 0:
-            raise ValueError(f"max_new_tokens must be >= 0, got {new_tokens}")
         if cached + len(ids) + new_tokens > self.max_seq_len:
             before = f" after the {cached} tokens already cached" if cached else ""
             raise ValueError(f"{len(ids)} prompt tokens + {new_tokens} new tokens{before} exceed the engine's "
@@ -571,7 +596,7 @@ class Engine:
         if self.length + 1 > self.max_seq_len:
             raise ValueError(f"the cache of {self.max_seq_len} tokens is full; nothing was run")
         if token is not None:
-            self.check_tokens([token])
+            token, = self.check_tokens([token])
             self.counters.ids.fill_(int(token))
         self.streams += 1
         return self._decode(sampling)
@@ -606,8 +631,13 @@ class Engine:
         eos_token_id: "config" uses the config's; None never stops early; or an id or list of ids
         reset:        start a new sequence (default); False continues after what the cache holds, the
                       last token handed out included (a chat's next turn)
-        Everything is checked here, before any work: ids, sampling options, room in the cache.
+        Everything is checked here, before any work: ids, sampling options, seed, room in the cache.
+        Logits holding NaN or inf stop the stream with a ValueError naming the step (a device flag read
+        with each token, `_next_token`).
         """
+        for name, flag in (("greedy", greedy), ("reset", reset)):
+            if not isinstance(flag, bool):
+                raise TypeError(f"{name} must be True or False, got {flag!r}")
         history = [self.pending] if self.pending is not None and not reset else []
         prompt = self.check_tokens(history + self.check_tokens(prompt_ids, cached=0), max_new_tokens,
                                    cached=0 if reset else self.length)
@@ -615,9 +645,10 @@ class Engine:
             raise ValueError("the prompt is empty: give at least one token")
         if not greedy:
             check_sampling(temperature, top_k, top_p)
+        seed = check_seed(seed)
         sampling = None if greedy or temperature == 0 else Sampling(float(temperature), int(top_k), float(top_p))
-        eos = self.config.eos_token_id if eos_token_id == "config" else eos_token_id
-        eos = set() if eos is None else {int(eos)} if isinstance(eos, int) else {int(e) for e in eos}
+        eos = eos_set(self.config.eos_token_id if isinstance(eos_token_id, str) and eos_token_id == "config"
+                      else eos_token_id)
         self.streams += 1             # an older stream, resumed, raises StreamSuperseded
         if reset:
             self._reset()
@@ -641,7 +672,7 @@ class Engine:
             return
         self._check_newest(stream)
         self._prefill(prompt, sampling, seed)
-        reader = TokenReader(self.counters.ids)
+        reader = TokenReader(self.counters.out)        # the token and its logits' flag, one copy
         reader.push()                                   # token 0, copied behind the prefill
         for n in range(max_new_tokens):
             ahead = n + 1 < max_new_tokens              # the step a full run would take next
@@ -649,6 +680,10 @@ class Engine:
                 self._decode(sampling)                  # consumes token n, makes token n + 1
                 reader.push()
             token = reader.pop()                        # the one host read per token: token n
+            if reader.flag:
+                self.pending = None
+                raise nonfinite_error("NaN" if reader.flag == 2 else "inf", n, self.dtype, self.cos,
+                                      self.config.rope_theta)
             self.pending = None if ahead else token
             yield token
             if token in eos:
