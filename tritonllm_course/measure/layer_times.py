@@ -480,6 +480,15 @@ def run_layers(args) -> int:
     dtype, device = (rt.dtype, "cuda") if rt.on_gpu else (torch.float32, "cpu")
     room = (WARMUP + args.steps if rt.on_gpu else 0) + args.steps
     max_seq_len = max(args.prompt_len, max(args.contexts) + room)
+    if max_seq_len > config.max_position_embeddings:
+        if not rt.on_gpu:   # the GPU's sizes on the CPU: as `bench`, say what it needs
+            print("tritonllm-course layers: skipped: it measures the engine on a CUDA GPU; on this CPU the "
+                  "interpreter runs --config tiny at small sizes only (e.g. --prompt-len 4 --contexts 4 --steps 1 "
+                  "--prompts 1)", file=sys.stderr)
+            return 1
+        print(f"tritonllm-course layers: error: --contexts and --steps need {max_seq_len} positions, more than "
+              f"{name}'s {config.max_position_embeddings}", file=sys.stderr)
+        return 2
     started, results = time.perf_counter(), []
     meta = {"model": "Qwen3.5-0.8B" if name == "qwen3.5-0.8b" else name, "dtype": str(dtype).replace("torch.", ""),
             "versions": f"torch {torch.__version__}, triton {__import__('triton').__version__}",
