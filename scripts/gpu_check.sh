@@ -1,26 +1,34 @@
 #!/usr/bin/env bash
-# On a GPU machine, in one call: the test suite at real shapes (GPU mode), every notebook under nbval,
-# and the benchmarks. Writes into DIR three files: summary.md, logs.tgz (every step's log, failures-*.log
-# first to read: each failure written as it happens) and results.tgz (the benchmarks' JSON, markdown, PNG).
-#   scripts/gpu_check.sh DIR [STEP...]
-#     STEP: tests notebooks timing bench extra (default: all). tests and notebooks run side by side
-#     (correctness only); timing, bench and extra run alone, one after the other.
-#   EXTRAS="engine profile" runs only those of scripts/gpu_extras.sh's table (default: all of them)
-#   EXTRA_TIMEOUT=seconds stops each of them after that long (default: no limit)
-#   PYTHON=... chooses the interpreter (default python3); JOBS=N pytest workers per step (default 4)
+# The course's GPU verification, in parts that each fit one call of a lent GPU (scripts/gpu_parts.py).
+#   scripts/gpu_check.sh quick DIR     5 minutes or less: the first GPU run after any change to a kernel
+#   scripts/gpu_check.sh PART DIR      one part of the full suite, 8 minutes or less: kernels planted model
+#                                      chapters timing (scripts/gpu_parts.py --list says what each holds)
+#   scripts/gpu_check.sh full DIR      every part in turn (longer than one 10-minute call)
+#   scripts/gpu_check.sh bench DIR     the kernel table (tritonllm_course.measure.kernel_table)
+#   scripts/gpu_check.sh extra DIR     the chapters' and lab's GPU runs (scripts/gpu_extras.sh; EXTRAS="engine
+#                                      profile" picks some, EXTRA_TIMEOUT=seconds bounds each)
+# DIR receives summary.md, logs.tgz (each part's log, failures-<part>.log written as failures happen, and
+# durations-<part>.tsv, every test's outcome and seconds) and, for a part, record_<part>.json: commit, date,
+# GPU, versions, counts. Copy a record that passed to results/gpu_check/ (the README's line reads them).
+# Environment: COMMIT=<sha> names the commit in the record (a device copy has no .git); TRITONLLM_DTYPE=float16
+# runs the part in a T4's dtype (its record gets the suffix _float16); JOBS=N overrides the part's workers;
+# PYTHON=... chooses the interpreter (default python3).
 # Works from a plain checkout: the course is put on PYTHONPATH, nothing is installed into the system.
 # Wheels in .whl/ (scripts/fetch_gpu_wheels.sh) are installed into /tmp/site first when nbval is missing.
-# A device call lasts at most 10 minutes: split the steps over calls (tests notebooks | extra | timing bench).
 set -uo pipefail
-OUT=${1:?usage: scripts/gpu_check.sh OUTDIR [tests|notebooks|timing|bench|extra]...}
-shift
-STEPS=${*:-tests notebooks timing bench extra}
+WHAT=${1:-}
+OUT=${2:-}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-python3}
+PARTS=$(cd "$ROOT" && $PY scripts/gpu_parts.py --list | cut -d' ' -f1 | tr '\n' ' ')
+usage="usage: scripts/gpu_check.sh {${PARTS// /|}full|bench|extra} OUTDIR"
+if [ -z "$WHAT" ] || [ -z "$OUT" ]; then echo "$usage" >&2; exit 2; fi
+case " $PARTS full bench extra " in *" $WHAT "*) ;; *) echo "scripts/gpu_check.sh: no part named '$WHAT'; $usage" >&2
+  exit 2 ;; esac
 cd "$ROOT"
-mkdir -p "$OUT/logs"
+mkdir -p "$OUT/logs" || { echo "scripts/gpu_check.sh: cannot create $OUT/logs" >&2; exit 2; }
 OUT=$(cd "$OUT" && pwd)
 LOGS="$OUT/logs"
-PY=${PYTHON:-python3}
 if ! $PY -c "import nbval" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
   # all but flash-linear-attention: with it installed, transformers would route Qwen3.5 through its
   # kernels; the DeltaNet benchmark (scripts/gpu_extras.sh delta_rule) installs it for its own run only
@@ -29,14 +37,18 @@ if ! $PY -c "import nbval" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TRITONLLM_KERNELS=solutions PYTHONUNBUFFERED=1
-JOBS=${JOBS:-4}
-PAR=""   # tests spread one by one over the workers; a notebook's cells together, in order (notebooks/conftest.py)
-$PY -c "import xdist" 2>/dev/null && [ "$JOBS" -gt 1 ] && PAR="-n $JOBS --dist load"
-TMO=""   # per-test limit, where pytest-timeout is installed: a hung kernel fails one test, not the run
-$PY -c "import pytest_timeout" 2>/dev/null && TMO="--timeout=300"
+export COMMIT=${COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
 PYTEST="$PY -m pytest -q -p no:cacheprovider -o addopts= -p tritonllm_course.pytest_faillog"
-want() { [[ " $STEPS " == *" $1 "* ]]; }
 SUMMARY="$OUT/summary.md"
+{
+  echo "# GPU check: $WHAT, $(date -u +%Y-%m-%dT%H:%MZ), commit $COMMIT"
+  echo
+  $PY -c "import tritonllm_course; tritonllm_course.setup()"
+  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
+  echo
+  echo "| step | result | time | last line |"
+  echo "|---|---|---|---|"
+} >>"$SUMMARY" 2>&1
 
 step() {  # step NAME LOG CMD...: run, record time and exit status
   local name=$1 log=$2; shift 2
@@ -47,42 +59,42 @@ step() {  # step NAME LOG CMD...: run, record time and exit status
   return $rc
 }
 
-{
-  echo "# GPU check, $(date -u +%Y-%m-%dT%H:%MZ)"
-  echo
-  $PY -c "import tritonllm_course; tritonllm_course.setup()"
-  nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader
-  echo
-  echo "| step | result | time | last line |"
-  echo "|---|---|---|---|"
-} >"$SUMMARY" 2>&1
+part() {  # part NAME: its pytest run under its time limit, then its record
+  local name=$1 tag=$1 args workers limit t0 rc
+  [ "${TRITONLLM_DTYPE:-bfloat16}" != bfloat16 ] && tag="${name}_${TRITONLLM_DTYPE}"
+  mapfile -t args < <($PY scripts/gpu_parts.py args "$name")
+  workers=${JOBS:-$($PY scripts/gpu_parts.py workers "$name")}
+  limit=$($PY scripts/gpu_parts.py limit "$name")
+  local par=()   # tests spread one by one over the workers; a chapter's cells together, in order (notebooks/conftest.py)
+  $PY -c "import xdist" 2>/dev/null && [ "$workers" -gt 1 ] && par=(-n "$workers" --dist load)
+  local tmo=()   # a hung test fails itself where pytest-timeout is installed; the part's limit bounds the rest
+  $PY -c "import pytest_timeout" 2>/dev/null && tmo=(--timeout=300)
+  rm -f "$LOGS/durations-$tag.tsv"
+  t0=$SECONDS
+  TRITONLLM_FAILLOG="$LOGS/failures-$tag.log" TRITONLLM_DURATIONS="$LOGS/durations-$tag.tsv" \
+    step "$tag ($workers workers, limit $limit s)" "$LOGS/$tag.log" \
+    timeout -k 10 "$limit" $PYTEST "${args[@]}" "${tmo[@]}" "${par[@]}" --durations=20
+  rc=$?
+  [ $rc -eq 124 ] && echo "| $tag | stopped at its limit of $limit s: see durations-$tag.tsv for what ran |" >>"$SUMMARY"
+  $PY scripts/gpu_parts.py record "$name" "$LOGS/durations-$tag.tsv" $rc $((SECONDS - t0)) "$OUT/record_$tag.json" \
+    >/dev/null
+  return $rc
+}
 
 status=0
-# correctness: the tests (all but those asserting a timing, marker `timing`) and the notebooks, side by side
-pids=()
-if want tests; then
-  TRITONLLM_FAILLOG="$LOGS/failures-tests.log" step "tests (GPU mode, real shapes)" "$LOGS/tests.log" \
-    $PYTEST tests -m "not timing" $TMO --durations=15 $PAR ${PYTEST_ARGS:-} &
-  pids+=($!)
-fi
-if want notebooks; then
-  TRITONLLM_FAILLOG="$LOGS/failures-notebooks.log" step "notebooks (nbval)" "$LOGS/notebooks.log" \
-    $PYTEST notebooks --durations=30 --nbval-lax --nbval-cell-timeout=900 $PAR &
-  pids+=($!)
-fi
-for pid in "${pids[@]}"; do wait "$pid" || status=1; done
-# timings, one at a time: nothing else on the GPU while they run
-want timing && { TRITONLLM_FAILLOG="$LOGS/failures-timing.log" step "timing tests" "$LOGS/timing.log" \
-  $PYTEST tests -m "timing" $TMO || status=1; }
-want bench && { step "kernel benchmarks" "$LOGS/bench.log" \
-  $PY -m tritonllm_course.measure.kernel_table --out "$OUT/results" || status=1; }
-if want extra; then
-  for name in $(bash scripts/gpu_extras.sh --list); do   # chapters and lab/ add their GPU runs to its table
-    [ -n "${EXTRAS:-}" ] && [[ " $EXTRAS " != *" $name "* ]] && continue
-    step "gpu_extra_$name" "$LOGS/extra_$name.log" timeout "${EXTRA_TIMEOUT:-0}" bash scripts/gpu_extras.sh \
-      "$name" "$OUT/results" || status=1
-  done
-fi
+case $WHAT in
+  full) for name in $($PY -c "import sys; sys.path.insert(0, 'scripts'); import gpu_parts; print(*gpu_parts.FULL)"); do
+          part "$name" || status=1
+        done ;;
+  bench) step "kernel benchmarks" "$LOGS/bench.log" \
+           $PY -m tritonllm_course.measure.kernel_table --out "$OUT/results" || status=1 ;;
+  extra) for name in $(bash scripts/gpu_extras.sh --list); do   # chapters and lab/ add their runs to its table
+           [ -n "${EXTRAS:-}" ] && [[ " $EXTRAS " != *" $name "* ]] && continue
+           step "gpu_extra_$name" "$LOGS/extra_$name.log" timeout "${EXTRA_TIMEOUT:-0}" bash scripts/gpu_extras.sh \
+             "$name" "$OUT/results" || status=1
+         done ;;
+  *) part "$WHAT" || status=1 ;;
+esac
 (cd "$OUT" && { [ -d results ] && tar czf results.tgz results && rm -rf results; } ; tar czf logs.tgz logs && rm -rf logs)
 cat "$SUMMARY"
 exit $status

@@ -1,0 +1,200 @@
+"""The GPU verification in parts that each fit one call of a lent GPU (10 minutes a command, 30 a session).
+
+`quick` (5 minutes or less on an H200) is the first GPU run after any change to a kernel: every ready slot
+once at one real shape in bf16 and fp16 (tests/test_gpu_quick.py), the engine's tokens at every level against
+the reference model, PDL against pdl=False bit for bit, fp16's residual stream, and three chapters.
+The other parts together run every GPU test and every chapter; each names its pytest workers and the time
+limit it runs under (scripts/gpu_check.sh stops a part at its limit: a hung test fails its part, never the call).
+Test files that check host-side logic only (file tools, styles, exercise regions, planted-bug tables read as
+text, cross-compilation) are HOST_ONLY: the CPU suite runs them, a GPU adds nothing to them.
+Budgets are from the measured durations of 2026-12-04 (H200, 12 workers: the tests 10x faster than one
+worker, the chapters 8x); tests/test_gpu_parts.py checks that every test file and chapter belongs somewhere.
+
+    python3 scripts/gpu_parts.py --list                      the parts, their workers and limits
+    python3 scripts/gpu_parts.py args PART                   the pytest arguments of a part, one a line
+    python3 scripts/gpu_parts.py record PART DURATIONS RC SECONDS OUT.json   a part's record (gpu_check.sh)
+    python3 scripts/gpu_parts.py readme                      the README's line, from results/gpu_check/
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORDS = ROOT / "results" / "gpu_check"
+
+
+@dataclass(frozen=True)
+class Part:
+    what: str
+    workers: int
+    limit_s: int                                       # gpu_check.sh stops the part here
+    tests: tuple[str, ...] = ()                        # files, or file::-k expression as "file -k expr"
+    notebooks: tuple[str, ...] = ()                    # chapters (paths under notebooks/), "*" for all
+    marker: str = "not timing"
+    env: dict = field(default_factory=dict)
+
+
+KERNEL_TESTS = (
+    "test_slots", "test_attention", "test_autotune", "test_conv1d", "test_delta_rule", "test_deltanet_gates",
+    "test_embedding", "test_flash_attention", "test_flash_decoding", "test_gated_rmsnorm", "test_gemm_epilogue",
+    "test_hf_rounding", "test_kv_cache", "test_layer_fusion", "test_linear", "test_lowering", "test_norm_fusion",
+    "test_reference_ops", "test_residual", "test_rmsnorm", "test_rope", "test_sampling", "test_splitk",
+    "test_swiglu", "test_fp16_residual",
+)
+MODEL_TESTS = (
+    "test_engine", "test_engine_levels", "test_pdl", "test_ladder", "test_family_gpu", "test_family_bench",
+    "test_generate_cli", "test_reference_model", "test_weights", "test_swap", "test_profiling", "test_layer_times",
+    "test_bad_inputs", "test_foundation",
+)
+# checked on the CPU only: what they test does not run on the GPU
+HOST_ONLY = (
+    "test_student_copy", "test_student_branch", "test_student_leaks", "test_exercise_files", "test_safe_files",
+    "test_style", "test_regions", "test_notebook_metadata", "test_kernel_sources", "test_lab", "test_configs",
+    "test_family_configs", "test_memcheck", "test_deltanet_head_fusion_probe", "test_figures",
+    "test_check_robustness", "test_targets", "test_gpu_parts", "test_planted_tables",
+)
+QUICK_CHAPTERS = ("04_rmsnorm.ipynb", "08_attention.ipynb", "19_engine.ipynb")
+
+
+def _files(names) -> tuple[str, ...]:
+    return tuple(f"tests/{n}.py" for n in names)
+
+
+PARTS: dict[str, Part] = {
+    "quick": Part("every slot once at a real shape in bf16 and fp16, the engine's tokens at every level, PDL bit "
+                  "for bit, fp16's residual stream, chapters " + ", ".join(c[:2] for c in QUICK_CHAPTERS),
+                  workers=12, limit_s=300,
+                  tests=("tests/test_gpu_quick.py",
+                         "tests/test_engine_levels.py -k every_level_gives or graph_replay",
+                         "tests/test_pdl.py -k same_tokens_with_pdl or same_bits_with_pdl",
+                         "tests/test_fp16_residual.py"),
+                  notebooks=QUICK_CHAPTERS),
+    "kernels": Part("every kernel family's tests at the real shapes, every slot's full check in bf16 and fp16",
+                    workers=12, limit_s=480, tests=_files(KERNEL_TESTS)),
+    "planted": Part("the planted bugs: the learner's check fails each one at the real shapes",
+                    workers=12, limit_s=480, tests=("tests/test_planted_bugs.py",)),
+    "model": Part("the model, the engine at every level, PDL, the ladder, the family, the command line",
+                  workers=12, limit_s=480, tests=_files(MODEL_TESTS)),
+    "chapters": Part("every chapter under nbval, and the chapters with widgets moved as a learner would",
+                     workers=12, limit_s=480, tests=("tests/test_widgets.py",), notebooks=("*",)),
+    "timing": Part("the tests that assert a GPU timing, one at a time", workers=1, limit_s=480,
+                   tests=("tests",), marker="timing"),
+}
+FULL = ("kernels", "planted", "model", "chapters", "timing")
+
+
+def pytest_args(name: str) -> list[str]:
+    """One argument a line for gpu_check.sh: the files and chapters, then `-m`, and `-k` where a file of the
+    part is filtered (pytest takes one `-k` for the whole run: each file's filter is joined in, tied to it)."""
+    part = PARTS[name]
+    paths, filtered = [], []
+    for entry in part.tests:
+        path, _, expr = entry.partition(" -k ")
+        paths.append(path)
+        if expr:
+            filtered.append((Path(path).stem, expr))
+    chapters = [f"notebooks/{c}" for c in part.notebooks if c != "*"] + (["notebooks"] if "*" in part.notebooks
+                                                                         else [])
+    args = paths + chapters + ["-m", part.marker]
+    if filtered:
+        # a file's expression applies to that file's tests (its name is a keyword of each); the other files whole
+        keep = [f"({stem} and ({expr}))" for stem, expr in filtered]
+        keep.append("not (" + " or ".join(stem for stem, _ in filtered) + ")")
+        args += ["-k", " or ".join(keep)]
+    if part.notebooks:
+        args += ["--nbval-lax", "--nbval-cell-timeout=300"]
+    return args
+
+
+def counts(durations: Path) -> dict:
+    """passed / failed / skipped from the per-test log that tritonllm_course.pytest_faillog writes."""
+    out = {"passed": 0, "failed": 0, "skipped": 0}
+    if durations.is_file():
+        for line in durations.read_text().splitlines():
+            fields = line.split("\t")
+            if len(fields) == 3 and fields[1] in out:
+                out[fields[1]] += 1
+    return out
+
+
+def record(name: str, durations: Path, rc: int, seconds: float) -> dict:
+    import platform
+    rec = {"part": name, "commit": os.environ.get("COMMIT", "unknown"), "date": _today(), "rc": rc,
+           "passed_all": rc == 0, "seconds": round(seconds), "limit_s": PARTS[name].limit_s,
+           "workers": PARTS[name].workers, "dtype": os.environ.get("TRITONLLM_DTYPE", "bfloat16"),
+           **counts(durations), "python": platform.python_version()}
+    try:
+        import torch
+        import triton
+        rec.update(gpu=torch.cuda.get_device_name() if torch.cuda.is_available() else None,
+                   torch=torch.__version__, triton=triton.__version__)
+    except ImportError:
+        rec.update(gpu=None)
+    return rec
+
+
+def _today() -> str:
+    import datetime
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+
+
+def records() -> dict[str, dict]:
+    """The last recorded pass of each part, results/gpu_check/<part>[_<dtype>].json."""
+    out = {}
+    for path in sorted(RECORDS.glob("*.json")):
+        rec = json.loads(path.read_text())
+        out[path.stem] = rec
+    return out
+
+
+def readme_line() -> str:
+    """What the README says of the GPU verification, computed from the records (tests/test_gpu_parts.py)."""
+    recs = records()
+    full = [recs[p] for p in FULL if p in recs and recs[p]["passed_all"]]
+    done = ", ".join(f"{r['part']} ({r['passed']} passed, {r['date']})" for r in full) or "none yet"
+    missing = [p for p in FULL if p not in recs or not recs[p]["passed_all"]]
+    quick = recs.get("quick")
+    quick_text = f"passed on {quick['gpu']}, {quick['date']}" if quick and quick["passed_all"] else "not run"
+    text = (f"GPU verification, by part of `scripts/gpu_check.sh` (records in results/gpu_check/): "
+            f"quick {quick_text}; full suite parts passed: {done}")
+    if missing:
+        text += f"; not yet recorded: {', '.join(missing)}"
+    return text + "."
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    cmd, rest = argv[0], argv[1:]
+    if cmd == "--list":
+        for name, part in PARTS.items():
+            print(f"{name:9} {part.workers:2} workers, stopped at {part.limit_s} s: {part.what}")
+        return 0
+    if cmd in ("args", "workers", "limit") and (len(rest) != 1 or rest[0] not in PARTS):
+        print(f"gpu_parts.py {cmd}: name one part of {', '.join(PARTS)}", file=sys.stderr)
+        return 2
+    if cmd == "args":
+        print("\n".join(pytest_args(rest[0])))
+    elif cmd == "workers":
+        print(PARTS[rest[0]].workers)
+    elif cmd == "limit":
+        print(PARTS[rest[0]].limit_s)
+    elif cmd == "record" and len(rest) == 5 and rest[0] in PARTS:
+        rec = record(rest[0], Path(rest[1]), int(rest[2]), float(rest[3]))
+        Path(rest[4]).write_text(json.dumps(rec, indent=1) + "\n")
+        print(json.dumps(rec))
+    elif cmd == "readme":
+        print(readme_line())
+    else:
+        print(f"gpu_parts.py: unknown command {' '.join(argv)!r} (--help lists them)", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
