@@ -25,17 +25,36 @@ def git(where: Path, *args: str) -> str:
     return run.stdout.strip()
 
 
-@pytest.fixture
-def course(tmp_path, monkeypatch):
+def clone(where: Path) -> Path:
     """The course, solutions included, as a fresh repository with one commit on `main` (a shallow clone of
     the course's committed HEAD: faster than copying the folder, and nothing untracked comes along)."""
-    repo = tmp_path / "course"
-    git(tmp_path, "clone", "-q", "--depth", "1", "--no-tags", ROOT.as_uri(), str(repo))
+    repo = where / "course"
+    git(where, "clone", "-q", "--depth", "1", "--no-tags", ROOT.as_uri(), str(repo))
     git(repo, "checkout", "-q", "-B", "main")
+    return repo
+
+
+def use(repo: Path, monkeypatch) -> Path:
     for name, value in IDENTITY.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("TRITONLLM_COURSE_ROOT", str(repo))
     return repo
+
+
+@pytest.fixture
+def course(tmp_path, monkeypatch):
+    return use(clone(tmp_path), monkeypatch)
+
+
+@pytest.fixture(scope="module")
+def _untouched(tmp_path_factory):
+    return clone(tmp_path_factory.mktemp("refusals"))
+
+
+@pytest.fixture
+def untouched(_untouched, monkeypatch):
+    """One clone for the tests that check a refusal changes nothing (each asserts that it did not)."""
+    return use(_untouched, monkeypatch)
 
 
 def student_branch(capsys, *argv) -> tuple[int, str]:
@@ -134,18 +153,18 @@ def test_a_student_branch_with_a_foreign_commit_or_solutions_in_its_history_is_r
 
 @pytest.mark.parametrize("name", ["HEAD", "@", "refs/heads/x", "a..b", "", "x y", "-x", "@{-1}", "x.lock",
                                   "$(touch PWN)", "`touch PWN`; touch PWN", "nul\0byte"])
-def test_a_name_git_would_not_take_for_a_branch_is_refused_in_one_line(course, capsys, name, monkeypatch):
-    monkeypatch.chdir(course)
-    before = refs(course)
+def test_a_name_git_would_not_take_for_a_branch_is_refused_in_one_line(untouched, capsys, name, monkeypatch):
+    monkeypatch.chdir(untouched)
+    before = refs(untouched)
     status, out = student_branch(capsys, f"--branch={name}")
     assert status == 2 and len(out.splitlines()) == 1 and f"invalid branch name {name!r}" in out, out
-    assert refs(course) == before and not (course / "PWN").exists()     # nothing moved, nothing run
+    assert refs(untouched) == before and not (untouched / "PWN").exists()     # nothing moved, nothing run
 
 
 @pytest.mark.parametrize("rev", ["bogus", "--all", "HEAD~5", "-h", "HEAD..HEAD", "", "$(touch PWN)", "nul\0byte"])
-def test_a_rev_that_names_no_single_commit_is_one_line_naming_it(course, capsys, rev, monkeypatch):
-    monkeypatch.chdir(course)
-    before = refs(course)
+def test_a_rev_that_names_no_single_commit_is_one_line_naming_it(untouched, capsys, rev, monkeypatch):
+    monkeypatch.chdir(untouched)
+    before = refs(untouched)
     status, out = student_branch(capsys, f"--rev={rev}")
     assert status == 2 and len(out.splitlines()) == 1 and f"--rev {rev!r} does not name one commit" in out, out
-    assert refs(course) == before and not (course / "PWN").exists()
+    assert refs(untouched) == before and not (untouched / "PWN").exists()
