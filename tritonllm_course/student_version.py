@@ -5,7 +5,8 @@ Its tests run against the exercises: with no solutions/ beside them, tests/conft
 the tests load at exercises/ and skips a test whose exercise is not filled in yet (saying which).
 
 Two forms of it:
-  copy(dest)          a folder, from the course as it is on disk (`tritonllm-course student-copy DEST`)
+  copy(dest)          a folder, from the course's tracked files as they are on disk, no link followed out
+                      of it (`tritonllm-course student-copy DEST`)
   commit_branch(...)  one commit on a branch of the course's git repository, from its committed HEAD
                       (`tritonllm-course student-branch`). Each update is one new commit whose only parent
                       is the branch's previous commit: the branch has a history of its own that never
@@ -13,6 +14,8 @@ Two forms of it:
                       regions merge, since a stub changes only where its solution's region changes (the
                       stub names its function, not its line). Written with git plumbing and a temporary
                       index, so the instructor's working tree, index and checked-out branch are untouched.
+                      Each commit carries a `Student-version-of` trailer, and a branch with any commit
+                      without it, or with solutions/ anywhere in its history, is never moved.
 """
 from __future__ import annotations
 
