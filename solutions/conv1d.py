@@ -62,9 +62,10 @@ def conv_prefill_new_state(x_ptr, stride_xt, state_ptr, new_state_ptr, c, cmask,
     #   (zeros without a state); store into new_state[c, i]
     for i in tl.static_range(K):
         s = T - K + i
-        v = tl.load(x_ptr + s * stride_xt + c, mask=cmask & (s >= 0), other=0.0)
+        # tl.where, not `cmask & (s >= 0)`: triton 3.9's interpreter types a block `&` a scalar as an integer
+        v = tl.load(x_ptr + s * stride_xt + c, mask=tl.where(s >= 0, cmask, False), other=0.0)
         if HAS_STATE:
-            old = tl.load(state_ptr + c * K + (K + s), mask=cmask & (s < 0), other=0.0)
+            old = tl.load(state_ptr + c * K + (K + s), mask=tl.where(s < 0, cmask, False), other=0.0)
             v = tl.where(s >= 0, v, old)
         tl.store(new_state_ptr + c * K + i, v, mask=cmask)
     # END SOLUTION

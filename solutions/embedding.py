@@ -36,7 +36,8 @@ def embedding_kernel(ids_ptr, weight_ptr, out_ptr, vocab, hidden, BLOCK_H: tl.co
     in_row = cols < hidden
     row = tl.load(ids_ptr + t).to(tl.int64)
     valid = (row >= 0) & (row < vocab)
-    values = tl.load(weight_ptr + row * hidden + cols, mask=in_row & valid, other=float("nan"))
+    # tl.where, not `in_row & valid`: triton 3.9's interpreter types a block `&` a scalar as an integer, no mask
+    values = tl.load(weight_ptr + row * hidden + cols, mask=tl.where(valid, in_row, False), other=float("nan"))
     values = values.to(tl.float32)          # exact for bf16/fp16; the interpreter's bf16 is unreliable
     tl.store(out_ptr + t * hidden + cols, values.to(out_ptr.dtype.element_ty), mask=in_row)
     # END SOLUTION

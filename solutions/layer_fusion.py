@@ -153,8 +153,9 @@ def qk_norm_rope_cache_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, sin_
     n = x * inv_rms * (1.0 + tl.load(w_ptr + d, mask=in_row, other=0.0).to(tl.float32))
     n_p = xp * inv_rms * (1.0 + tl.load(w_ptr + partner, mask=rot, other=0.0).to(tl.float32))
     ok = (pos >= 0) & (pos < num_positions)
-    c = tl.load(cos_ptr + pos * 2 * half + d, mask=rot & ok, other=float("nan")).to(tl.float32)
-    s = tl.load(sin_ptr + pos * 2 * half + d, mask=rot & ok, other=float("nan")).to(tl.float32)
+    rot_ok = tl.where(ok, rot, False)   # not `rot & ok`: triton 3.9's interpreter types a block & a scalar as int
+    c = tl.load(cos_ptr + pos * 2 * half + d, mask=rot_ok, other=float("nan")).to(tl.float32)
+    s = tl.load(sin_ptr + pos * 2 * half + d, mask=rot_ok, other=float("nan")).to(tl.float32)
     y = tl.where(rot, n * c + tl.where(d < half, -n_p, n_p) * s, n)
     if is_q:
         tl.store(q_out_ptr + (t.to(tl.int64) * H + r) * D + d, y.to(q_out_ptr.dtype.element_ty), mask=in_row)

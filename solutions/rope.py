@@ -49,10 +49,12 @@ def rope_kernel(x_ptr, cos_ptr, sin_ptr, pos_ptr, out_ptr, heads, head_dim, half
     valid = (pos >= 0) & (pos < num_positions)
     table = pos * 2 * half + i                                    # [BLOCK_R] first half of the row
     in_half = i < half
-    c1 = tl.load(cos_ptr + table, mask=in_half & valid, other=float("nan")).to(tl.float32)
-    c2 = tl.load(cos_ptr + table + half, mask=in_half & valid, other=float("nan")).to(tl.float32)
-    s1 = tl.load(sin_ptr + table, mask=in_half & valid, other=float("nan")).to(tl.float32)
-    s2 = tl.load(sin_ptr + table + half, mask=in_half & valid, other=float("nan")).to(tl.float32)
+    # tl.where, not `in_half & valid`: triton 3.9's interpreter types a block `&` a scalar as an integer, no mask
+    in_row = tl.where(valid, in_half, False)                     # [BLOCK_R]
+    c1 = tl.load(cos_ptr + table, mask=in_row, other=float("nan")).to(tl.float32)
+    c2 = tl.load(cos_ptr + table + half, mask=in_row, other=float("nan")).to(tl.float32)
+    s1 = tl.load(sin_ptr + table, mask=in_row, other=float("nan")).to(tl.float32)
+    s2 = tl.load(sin_ptr + table + half, mask=in_row, other=float("nan")).to(tl.float32)
     mask = (h < heads)[:, None] & in_half[None, :]                # [BLOCK_H, BLOCK_R]
     first = row + i[None, :]
     x1 = tl.load(x_ptr + first, mask=mask, other=0.0).to(tl.float32)
