@@ -1,6 +1,7 @@
-"""The chapters in Colab: opened on a GPU runtime, a first cell that survives a runtime restart, an exercise
-hint for Colab's file editor (a fake `google.colab` stands in for Colab)."""
+"""The chapters as committed (no outputs) and in Colab: opened on a GPU runtime, a first cell that survives a
+runtime restart, an exercise hint for Colab's file editor (a fake `google.colab` stands in for Colab)."""
 import os
+import subprocess
 import sys
 import types
 
@@ -12,6 +13,65 @@ from tritonllm_course import notebook
 from tritonllm_course.colab import COLAB_ROOT, SETUP_CELL
 from tritonllm_course.kernels import course_root
 from tritonllm_course.notebooks_tools import COLAB_METADATA, first_code_cell, has_colab_metadata, notebooks, sync_all
+
+
+RELEASE_CHECK = os.environ.get("TRITONLLM_RELEASE_CHECK") == "1"
+
+
+def _committed_chapters(root) -> dict | None:
+    """{name: the notebook's text at HEAD} of a git checkout of the course, None outside one."""
+    git = lambda *a: subprocess.run(["git", "-C", str(root), *a], capture_output=True, text=True)  # noqa: E731
+    listed = git("ls-tree", "-r", "--name-only", "HEAD", "--", "notebooks/")
+    if listed.returncode != 0:
+        return None
+    names = [n for n in listed.stdout.split() if n.endswith(".ipynb")]
+    return {n: git("show", f"HEAD:./{n}").stdout for n in names}
+
+
+def _outputs(nb) -> list[int]:
+    return [i for i, cell in enumerate(nb.cells)
+            if cell.cell_type == "code" and (cell.outputs or cell.execution_count is not None)]
+
+
+def test_chapters_are_committed_without_outputs():
+    """The chapters a commit holds carry no outputs. A learner's JupyterLab saves its outputs into the working
+    files: those are the learner's and no failure, so an ordinary run reads the notebooks as committed (HEAD).
+    The release check (`make release-check`, TRITONLLM_RELEASE_CHECK=1) reads the working files, before they
+    are committed; outside a git checkout only the release check looks."""
+    if RELEASE_CHECK:
+        found = {path.name: nbformat.read(path, as_version=4) for path in notebooks()}
+    else:
+        committed = _committed_chapters(course_root())
+        if committed is None:
+            pytest.skip("not a git checkout: the chapters' outputs are checked by `make release-check`")
+        found = {name: nbformat.reads(text, as_version=4) for name, text in committed.items()}
+    assert found, "no chapters found"
+    dirty = {name: cells for name, nb in found.items() if (cells := _outputs(nb))}
+    assert not dirty, (f"outputs in {dirty} (name: code cells): run `tritonllm-course sync-notebooks`, or strip "
+                       "them with nbformat, before committing")
+
+
+def test_the_outputs_check_reads_the_commit_not_the_learners_files(tmp_path):
+    """A chapter run in JupyterLab after its commit: HEAD is still clean, and HEAD's outputs are found."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1")]
+    (tmp_path / "notebooks").mkdir()
+    path = tmp_path / "notebooks" / "00_x.ipynb"
+    nbformat.write(nb, path)
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    subprocess.run([*git, "init", "-q"], check=True)
+    subprocess.run([*git, "add", "notebooks"], check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "clean"], check=True)
+    nb.cells[0].outputs = [nbformat.v4.new_output("stream", text="1\n")]
+    nb.cells[0].execution_count = 1
+    nbformat.write(nb, path)                                        # the learner's autosave
+    (committed,) = _committed_chapters(tmp_path).values()
+    assert _outputs(nbformat.reads(committed, as_version=4)) == []
+    assert _outputs(nbformat.read(path, as_version=4)) == [0]
+    subprocess.run([*git, "commit", "-q", "-am", "outputs"], check=True)
+    (committed,) = _committed_chapters(tmp_path).values()
+    assert _outputs(nbformat.reads(committed, as_version=4)) == [0]
+    assert _committed_chapters(tmp_path / "notebooks" / "missing") is None
 
 
 def test_every_chapter_opens_on_a_gpu_runtime_in_colab():

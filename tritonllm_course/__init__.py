@@ -3,9 +3,11 @@
 Call `tritonllm_course.setup()` first: it chooses GPU or Triton-interpreter mode before `triton` is
 imported anywhere.
 """
-from .runtime import Runtime, runtime, setup
+from .runtime import Runtime, course_folder, runtime, setup
 
 __version__ = "0.1.0"
+
+course_folder()   # installed without the course (a plain `pip install .`): find it from the current folder
 
 
 def check(*args, **kwargs):

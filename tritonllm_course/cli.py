@@ -19,6 +19,7 @@ import sys
 
 from . import __version__, exercise_files, kernels, regions, student_version
 from .exercise_files import drifted  # noqa: F401  (`cli.drifted()`: what the tests call)
+from .runtime import NO_COURSE, course_folder
 
 
 def _setup():
@@ -227,12 +228,17 @@ def version_line() -> str:
             found.append(f"{dist} {metadata.version(dist)}")
         except metadata.PackageNotFoundError:
             found.append(f"{dist} not installed")
-    return f"tritonllm-course {__version__} ({', '.join(found)}; course folder {kernels.course_root()})"
+    folder = course_folder()
+    where = f"course folder {folder}" if folder else "no course folder: run from it or set TRITONLLM_COURSE_ROOT"
+    return f"tritonllm-course {__version__} ({', '.join(found)}; {where})"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv[0] if argv and not argv[0].startswith("-") else "").parse_args(argv)
+    if course_folder() is None:   # every command reads the course's kernels, chapters or exercises
+        print(f"tritonllm-course: {NO_COURSE}", file=sys.stderr)
+        return 2
     return args.func(args) or 0
 
 

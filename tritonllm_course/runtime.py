@@ -12,6 +12,7 @@ import platform
 import sys
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from .config import PRESETS, Qwen35Config
 
@@ -56,6 +57,35 @@ class Runtime:
 _RUNTIME: Runtime | None = None
 
 
+def _is_course(folder: Path) -> bool:
+    return (folder / "exercises").is_dir() and (folder / "tritonllm_course").is_dir()
+
+
+def course_folder() -> Path | None:
+    """The course's folder (the one with exercises/, notebooks/ and, for instructors, solutions/), or None.
+
+    An editable install (`make lab`, `make test`) is the course folder itself. A plain `pip install .`
+    copies only the package into site-packages: the folder is then TRITONLLM_COURSE_ROOT, else the current
+    folder or the nearest one above it that holds a course. Found that way, it is written into
+    TRITONLLM_COURSE_ROOT, which every part of the package reads (`kernels.course_root`)."""
+    if os.environ.get("TRITONLLM_COURSE_ROOT"):
+        return Path(os.environ["TRITONLLM_COURSE_ROOT"])
+    here = Path(__file__).resolve().parents[1]
+    if _is_course(here):
+        return here
+    cwd = Path.cwd()
+    for folder in (cwd, *cwd.parents):
+        if _is_course(folder):
+            os.environ["TRITONLLM_COURSE_ROOT"] = str(folder)
+            return folder
+    return None
+
+
+NO_COURSE = ("no course folder found: tritonllm_course is installed without one (a plain `pip install .`); "
+             "run from the course folder (the one with exercises/ and notebooks/) or a folder inside it, or set "
+             "TRITONLLM_COURSE_ROOT to it")
+
+
 def _cuda_available() -> bool:
     if os.environ.get("TRITONLLM_FORCE_CPU") == "1":
         return False
@@ -66,7 +96,8 @@ def _cuda_available() -> bool:
 def setup(dtype: str | None = None, preset: str | None = None, quiet: bool = False) -> Runtime:
     """Choose the mode, the dtype and the shape preset; print one summary line.
 
-    dtype: None picks bfloat16 on sm_80+, float16 on older GPUs (Colab's T4), float32 on the CPU.
+    dtype: None picks $TRITONLLM_DTYPE where set, else bfloat16 on sm_80+, float16 on older GPUs (Colab's T4),
+    float32 on the CPU.
     preset: None picks the real Qwen3.5-0.8B shapes on a GPU and `tiny` on the CPU.
     """
     global _RUNTIME
@@ -80,6 +111,8 @@ def setup(dtype: str | None = None, preset: str | None = None, quiet: bool = Fal
     import torch
 
     cap = torch.cuda.get_device_capability() if gpu else None
+    # TRITONLLM_DTYPE=float16 runs a whole suite in a T4's dtype on a newer GPU (scripts/gpu_check.sh)
+    dtype = dtype or os.environ.get("TRITONLLM_DTYPE") or None
     if dtype is None:
         dtype = ("bfloat16" if cap >= (8, 0) else "float16") if gpu else "float32"
     if dtype not in _DTYPE_NAMES:
@@ -98,6 +131,7 @@ def setup(dtype: str | None = None, preset: str | None = None, quiet: bool = Fal
                        gpu_name=torch.cuda.get_device_name() if gpu else None, capability=cap)
     if not gpu:
         _install_cpu_benchmarker()
+        _install_bool_masks()
     if not quiet:
         print(_RUNTIME.summary())
     return _RUNTIME
@@ -182,3 +216,50 @@ def _install_cpu_benchmarker() -> None:
 
     autotuner.Autotuner.__init__ = init
     autotuner.Autotuner._tritonllm_patched = True
+
+
+# The interpreter's builder methods that take a mask (an argument named `mask`)
+_MASKED = ("create_masked_load", "create_masked_store", "create_atomic_rmw")
+
+
+def bool_mask(handle):
+    """The interpreter's mask handle as a bool one (nonzero is True), as the compiler types every mask (int1)."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime.interpreter import TensorHandle
+    data = getattr(handle, "data", None)
+    if data is None or np.asarray(data).dtype == np.bool_:
+        return handle
+    return TensorHandle(np.asarray(data).astype(np.bool_), tl.int1)
+
+
+def _install_bool_masks() -> None:
+    """Triton 3.9's interpreter loads and stores through a helper that takes only a bool mask, while its
+    comparisons keep the integer type of what they compare: `in_row & (pos < n)`, a block of lanes `&` a
+    condition on a loaded scalar, reaches that helper as int32 or int64 and fails with "mask has unsupported
+    dtype". The compiler makes every comparison int1 and runs the same kernel, so a learner's natural mask
+    would fail on the CPU alone. Every mask goes to the interpreter as bool (earlier triton releases take an
+    integer mask as it is: unchanged there)."""
+    import inspect
+
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder, "_tritonllm_bool_masks", False):
+        return
+    for name in _MASKED:
+        original = getattr(builder, name, None)
+        params = list(inspect.signature(original).parameters) if original else []
+        if "mask" not in params:
+            continue
+        at = params.index("mask")
+
+        def patched(*args, _original=original, _at=at, **kwargs):
+            if len(args) > _at:
+                args = (*args[:_at], bool_mask(args[_at]), *args[_at + 1:])
+            elif "mask" in kwargs:
+                kwargs["mask"] = bool_mask(kwargs["mask"])
+            return _original(*args, **kwargs)
+
+        setattr(builder, name, patched)
+    builder._tritonllm_bool_masks = True
