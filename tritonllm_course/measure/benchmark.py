@@ -2,7 +2,7 @@
 against the memory-bandwidth ceiling of this GPU.
 
 Timing method. Decode kernels run for microseconds, so a plain loop of launches from Python would time
-the launch overhead, and re-using one input would time the 60 MB L2 cache instead of HBM. Each
+the launch overhead, and re-using one input would time the L2 cache (50 MB on an H200) instead of HBM. Each
 implementation is therefore captured in a CUDA graph that calls it on `copies` independent sets of
 inputs (together larger than L2), the graph is replayed several times, and the median time per call
 is reported. The ceiling is a device-to-device copy of 2 GiB (bytes read + written), measured once per
