@@ -19,6 +19,12 @@ BUGS = [
         (("y = x * inv_rms[:, None] * (1.0 + w)[None, :]", "y = x * inv_rms[:, None] * w[None, :]"),)),
     Bug("ln1", "rmsnorm", "mean over the padded block, not the row",
         (("tl.sum(x * x, axis=1) / dim + eps", "tl.sum(x * x, axis=1) / BLOCK_D + eps"),)),
+    # the edge "x a strided view" (the kernel serves qk_norm's strided heads too)
+    Bug("ln1", "rmsnorm", "output stored at the input's strided rows, not packed",
+        (("tl.store(out_ptr + r[:, None] * dim + c[None, :]", "tl.store(out_ptr + x_row[:, None] + c[None, :]"),),
+        out_of_bounds=True),
+    Bug("ln1", "rmsnorm", "input read as packed rows (its token stride ignored)",
+        (("x_row = (r // heads) * stride_t + (r % heads) * stride_h", "x_row = r * dim"),)),
     Bug("ln2", "rmsnorm", "no program offset",
         (("r = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)", "r = tl.arange(0, BLOCK_M)"),)),
     Bug("qk_norm", "rmsnorm", "the token stride ignored (packed rows assumed)",

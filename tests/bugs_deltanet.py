@@ -157,6 +157,11 @@ GATES = [
     Bug("deltanet_gates", "deltanet_gates", "a and b swapped (beta from a, g from b)",
         (("sigmoid(b).to(beta_ptr.dtype.element_ty)", "sigmoid(a).to(beta_ptr.dtype.element_ty)"),
          ("-tl.exp(A_log) * softplus(a + dt_bias)", "-tl.exp(A_log) * softplus(b + dt_bias)"))),
+    Bug("deltanet_gates", "deltanet_gates", "softplus as log(1 + exp(x)) (inf past exp's overflow)",
+        (("-tl.exp(A_log) * softplus(a + dt_bias)", "-tl.exp(A_log) * tl.log(1.0 + tl.exp(a + dt_bias))"),)),
+    Bug("deltanet_gates", "deltanet_gates", "sigmoid as exp(x) / (1 + exp(x)) (inf / inf past exp's overflow)",
+        (("sigmoid(b).to(beta_ptr.dtype.element_ty)",
+          "(tl.exp(b) / (1.0 + tl.exp(b))).to(beta_ptr.dtype.element_ty)"),)),
 ]
 
 L2NORM = [

@@ -146,6 +146,11 @@ BUGS = [
     Bug("qk_norm_rope_cache", LF, "the cos/sin row of the token index, not its position",
         (("c = tl.load(cos_ptr + pos * 2 * half + d", "c = tl.load(cos_ptr + t * 2 * half + d"),
          ("s = tl.load(sin_ptr + pos * 2 * half + d", "s = tl.load(sin_ptr + t * 2 * half + d"))),
+    # the edge "the last positions of a 32,768-row cache" (in fp32 the small positions catch it too, in fp16
+    # and bf16 only the edge)
+    Bug("qk_norm_rope_cache", LF, "the last rotated pair left alone",
+        (("y = tl.where(rot, n * c + tl.where(d < half, -n_p, n_p) * s, n)",
+          "y = tl.where(rot & (d % half != half - 1), n * c + tl.where(d < half, -n_p, n_p) * s, n)"),)),
     Bug("qk_norm_rope_cache", LF, "no eps",
         (("inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / D + eps)", "inv_rms = tl.rsqrt(tl.sum(x * x, axis=0) / D)"),)),
     Bug("qk_norm_rope_cache", LF, "mean over the padded block, not head_dim",
@@ -275,6 +280,13 @@ BUGS = [
           (('widest = max(triton.next_power_of_2(K), min(c.kwargs["BLOCK_K"] for c in configs))\n    fit =',
             "widest = triton.next_power_of_2(K)\n    fit ="),))
       for slot in ("in_proj.autotuned", "down.autotuned")),
+
+    # DeltaNet gates fused into the recurrence: inputs past exp's overflow ------------------------------------------
+    # (softplus as log(1 + exp(x)) is harmless here: its inf only ever reaches exp(g) = 0, as the true g does)
+    Bug("gated_delta_recurrent_gates", "layer_fusion",
+        "sigmoid as exp(x) / (1 + exp(x)) (inf / inf past exp's overflow)",
+        (("beta = sigmoid(tl.load(b_ptr + t * sb + hv).to(tl.float32))",
+          "b = tl.load(b_ptr + t * sb + hv).to(tl.float32)\n        beta = tl.exp(b) / (1.0 + tl.exp(b))"),)),
 ]
 
 BUGS = out_of_bounds(BUGS, "no K mask on x in the GEMV step", "GEMV: no mask on the residual", "GEMM: no column mask",

@@ -115,6 +115,10 @@ ROPE = [
     # the edge "positions 0 and max_pos - 1"
     Bug("k_rope", "rope", "the last position of the cache taken as out of range",
         (("valid = (pos >= 0) & (pos < num_positions)", "valid = (pos >= 0) & (pos < num_positions - 1)"),)),
+    # the edge "positions at the end of the model's context" (the last pair turns by 1e-6 radians a position;
+    # q_rope's 4,096-position shape catches it in fp32 too)
+    Bug("k_rope", "rope", "the last rotated pair left alone (i < half - 1)",
+        (("in_half = i < half\n", "in_half = i < half - 1\n"),)),
 ]
 
 KV_CACHE = [

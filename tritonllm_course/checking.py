@@ -524,7 +524,7 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
     for dt in dtypes:
         tol = (slot.tol or {}).get(dt, TOLERANCE[dt])
         for case_shape, edge, label in plan:
-            case = Case(_dtype_name(dt), case_shape, label, tol)
+            case = Case(_dtype_name(dt), case_shape, label, (getattr(edge, "tol", None) or {}).get(dt, tol))
             run_case(fn, slot.reference, slot.make_inputs, slot.make_out, case, dtype=dt, device=rt.device,
                      trials=trials, seed=seed, mutated=slot.mutated, exact=slot.exact, edge=edge,
                      dims=slot.dims)

@@ -72,11 +72,13 @@ class Slot:
 class Edge:
     """An edge input of a slot's math: the inputs of a declared shape, then changed by `apply`
     (inputs, shape, dtype, generator) -> inputs. `shape` overrides fields of the slot's first shape;
-    `presets` limits it to "tiny" (CPU) or "real" (GPU) runs."""
+    `presets` limits it to "tiny" (CPU) or "real" (GPU) runs; `tol` ({dtype: relative tolerance})
+    overrides the slot's where the edge's own inputs round more than the dtype's default allows for."""
     name: str
     apply: Callable[..., dict]
     shape: dict = field(default_factory=dict)
     presets: tuple[str, ...] = ("tiny", "real")
+    tol: dict | None = None
 
     def shape_for(self, base: dict) -> dict:
         return {**base, **self.shape}

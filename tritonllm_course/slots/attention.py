@@ -59,6 +59,51 @@ def rising_scores(q, k, n: int, scale: float) -> None:
     k[:n] = (k[:n].to(torch.float32) + ramp[:, None, None] * u).to(k.dtype)
 
 
+# Scaled scores this far from zero (natural-log units): exp(-120) is 0 in fp32 (it underflows below about
+# -104), and so is fp16 exp(x) of scores far above. An online softmax whose running max starts at 0 instead
+# of -inf (or a merge that pads unused splits' maxima with 0) is exact until a row's every score is below
+# about -87, then returns 0 / 0; random scores never go there. fp32 keeps a score of 120 to about 1e-5 of
+# itself (and its q . k sums D such products): the probabilities of a correct kernel are that far off.
+FAR = 120.0
+FAR_TOL = {torch.float32: 4e-5}
+
+
+def shifted_scores(q, k, n: int, scale: float, shift: float) -> None:
+    """In place: every score q . k[j] * scale of the keys j < n moved by `shift` (natural-log units); the
+    softmax over them is unchanged. q's component along u = ones / sqrt(D) set to A, k[j] += shift / (A
+    scale) u for j < n (rows past n, the NaN of a cache past its length, stay)."""
+    A = 3.0
+    D = q.shape[-1]
+    u = torch.full((D,), D ** -0.5, dtype=torch.float32, device=q.device)
+    qf = q.to(torch.float32)
+    q.copy_(qf - (qf @ u)[..., None] * u + A * u)
+    k[:n] = (k[:n].to(torch.float32) + (shift / (A * scale)) * u).to(k.dtype)
+
+
+def shifted_edges(k_key: str) -> list[Edge]:
+    """Every score of every row far below zero, then far above it (`shifted_scores`), at the slot's first
+    shape: the inputs of a kernel with q, `k_key` (k or k_cache) and scale."""
+    def edge(name, shift):
+        def apply(inputs, shape, dtype, gen):
+            n = shape["length"] if "length" in shape else shape["keys"]
+            shifted_scores(inputs["q"], inputs[k_key], n, inputs["scale"], shift)
+            return inputs
+        return Edge(name, apply, tol=FAR_TOL)
+    return [edge("every score far below zero", -FAR), edge("every score far above zero", FAR)]
+
+
+def shifted_softmax_edges() -> list[Edge]:
+    """The scores of a softmax slot moved by -FAR and +FAR (after scaling): its every row far below, then
+    far above zero."""
+    def edge(name, shift):
+        def apply(inputs, shape, dtype, gen):
+            x = inputs["scores"]
+            inputs["scores"] = (x.to(torch.float32) + shift / inputs["scale"]).to(x.dtype)
+            return inputs
+        return Edge(name, apply, tol=FAR_TOL)
+    return [edge("every score far below zero", -FAR), edge("every score far above zero", FAR)]
+
+
 def rising_edge(k_key: str, tiny: dict, real: dict) -> list[Edge]:
     """The `rising_scores` edge of a kernel with inputs q, `k_key` (k or k_cache) and scale, at its own
     tiny and real shapes, each of several key blocks (of the interpreter's and of the GPU's tiles)."""
@@ -130,7 +175,7 @@ implement(
     shapes={"tiny": [{"tokens": 5, "keys": 21, **TINY}, {"tokens": 1, "keys": 3000, **TINY}],
             "real": [{"tokens": 128, "keys": 128, **REAL}, {"tokens": 1, "keys": 4096, **REAL}]},
     bytes=lambda inp: 2 * tensor_bytes(inp["scores"]),
-    edges=[HUGE_SCORES],
+    edges=[HUGE_SCORES, *shifted_softmax_edges()],
     dims=SOFTMAX_DIMS,
 )
 
@@ -148,7 +193,7 @@ implement(
     shapes={"tiny": [{"tokens": 5, "keys": 21, **TINY}, {"tokens": 2, "keys": 2100, **TINY}],
             "real": [{"tokens": 128, "keys": 128, **REAL}, {"tokens": 1, "keys": 4096, **REAL}]},
     bytes=lambda inp: 2 * tensor_bytes(inp["scores"]) + tensor_bytes(inp["mask"]),
-    edges=[HUGE_SCORES],
+    edges=[HUGE_SCORES, *shifted_softmax_edges()],
     dims=SOFTMAX_DIMS,
 )
 
@@ -208,7 +253,8 @@ implement(
     flops=lambda inp: 4 * inp["q"].numel() * int(inp["length"][0]),
     # several 32- and 64-row steps; tiny: the whole cache in use (length = max_len), real: a length that
     # ends inside a 64-row step (the real shapes' lengths are multiples of 64)
-    edges=rising_edge("k_cache", {"length": 130, "max_len": 130, **ODD}, {"length": 4000, "max_len": 4096}),
+    edges=rising_edge("k_cache", {"length": 130, "max_len": 130, **ODD}, {"length": 4000, "max_len": 4096})
+    + shifted_edges("k_cache"),
     dims={"out": ("head", "dim")},
 )
 
@@ -237,7 +283,7 @@ implement(
     # causal: token t does 4 * head_dim FLOPs per head for each of its pos[t] + 1 keys
     flops=lambda inp: 4 * inp["q"].shape[1] * inp["q"].shape[2] * int((inp["pos"].long() + 1).sum()),
     # three 64-key blocks: pass 1 raises its max block after block
-    edges=rising_edge("k", {"tokens": 3, "keys": 130, **ODD}, {"tokens": 128, "keys": 1024}),
+    edges=rising_edge("k", {"tokens": 3, "keys": 130, **ODD}, {"tokens": 128, "keys": 1024}) + shifted_edges("k"),
     dims={"out": ("token", "head", "dim")},
 )
 

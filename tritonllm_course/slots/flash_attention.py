@@ -5,13 +5,14 @@ Shapes as in chapter 08 ("tokens" queries at the last T of "keys" positions). Ti
 position 64, the first key of a block (a diagonal loop that stops at the newest position misses it).
 Real: the prefill of a 128-, 1,024- and 4,096-token prompt, a prompt continued after cached tokens, and
 one token at position 1,024 (the first key of a 64-key block).
-Edge: scores rising along the keys, so that every key block raises the online softmax's max.
+Edges: scores rising along the keys, so that every key block raises the online softmax's max; every score
+far below zero (a running max that starts at 0 divides 0 by 0), then far above it.
 """
 import torch
 
 from .. import reference as R
 from . import implement, tensor_bytes
-from .attention import ODD, REAL, TINY, _attention_inputs, rising_edge, with_gate
+from .attention import ODD, REAL, TINY, _attention_inputs, rising_edge, shifted_edges, with_gate
 
 
 def _bytes(inp):
@@ -25,7 +26,7 @@ def _flops(inp):
 
 
 # 7 tokens at 63 .. 69: four whole (bulk) key blocks, then the diagonal one
-RISING = rising_edge("k", {"tokens": 7, "keys": 70, **ODD}, {"tokens": 100, "keys": 612})
+RISING = rising_edge("k", {"tokens": 7, "keys": 70, **ODD}, {"tokens": 100, "keys": 612}) + shifted_edges("k")
 DIMS = {"out": ("token", "head", "dim")}
 
 implement(

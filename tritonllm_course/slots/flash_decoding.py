@@ -10,34 +10,48 @@ Edges pass `num_splits` (the default gives tiny caches one 16-row block per spli
 `partials` scratch. Scores rising to the cache's last row over 3 splits of 44 rows: an online softmax
 that never rescales is far off, a floored chunk (43) loses the last row, where the maximum is, and a split
 masked at the length, not at its end, adds rows of the next one. Length 1 over 5 splits: a merge that
-reads the partials of the 4 past the length reads NaN.
+reads the partials of the 4 past the length reads NaN. Every score far below zero (then far above), 3
+splits (the merge's 4 lanes pad one): a split whose running max starts at 0, or a merge that pads the
+unused splits' maxima with 0, divides 0 by 0. A 40-row cache in a 200-row buffer over 5 splits (1,000 in
+16,384 on a GPU): split and merge kernels that take the chunk from different lengths (the buffer's, the
+cache's) agree on the split count only by coincidence at the other shapes.
 """
 import torch
 
 from .. import reference as R
 from ..reference.attention import decode_attention_static
 from . import Edge, implement, tensor_bytes
-from .attention import ODD, REAL, TINY, WIDE, _decode_bytes, _decode_inputs, rising_scores, with_gate
+from .attention import (FAR, FAR_TOL, ODD, REAL, TINY, WIDE, _decode_bytes, _decode_inputs, rising_scores,
+                        shifted_scores, with_gate)
 
 
-def split_edge(name: str, splits: int, tiny: dict, real: dict, rising: bool = False) -> list[Edge]:
+def split_edge(name: str, splits: int, tiny: dict, real: dict, rising: bool = False,
+               shift: float = 0.0, tol: dict | None = None) -> list[Edge]:
     """The inputs at `tiny` / `real` with num_splits = `splits` and the partials scratch full of NaN
-    (rising: and `rising_scores` over the cache rows in use)."""
+    (rising: and `rising_scores` over the cache rows in use; shift: every score moved by it)."""
     def apply(inputs, shape, dtype, gen):
         q = inputs["q"]
         if rising:
             rising_scores(q, inputs["k_cache"], shape["length"], inputs["scale"])
+        if shift:
+            shifted_scores(q, inputs["k_cache"], shape["length"], inputs["scale"], shift)
         inputs["num_splits"] = splits
         inputs["partials"] = torch.full((q.shape[0] * splits * (q.shape[1] + 2),), float("nan"),
                                         dtype=torch.float32, device=q.device)
         return inputs
-    return [Edge(name, apply, tiny, presets=("tiny",)), Edge(name, apply, real, presets=("real",))]
+    return [Edge(name, apply, tiny, presets=("tiny",), tol=tol), Edge(name, apply, real, presets=("real",), tol=tol)]
 
 
 RISING = split_edge("scores rising to the last row, 3 splits", 3, {"length": 130, "max_len": 130, **ODD},
                     {"length": 4096, "max_len": 4096}, rising=True)
-EDGES = RISING + split_edge("length 1, splits past it", 5, {"length": 1, "max_len": 200, **TINY},
-                            {"length": 1, "max_len": 4096})
+SHIFTED = [edge for name, shift in (("every score far below zero", -FAR), ("every score far above zero", FAR))
+           for edge in split_edge(f"{name}, 3 splits", 3, {"length": 37, "max_len": 45, **WIDE},
+                                  {"length": 1000, "max_len": 16384}, shift=shift, tol=FAR_TOL)]
+EDGES = (RISING + SHIFTED
+         + split_edge("length 1, splits past it", 5, {"length": 1, "max_len": 200, **TINY},
+                      {"length": 1, "max_len": 4096})
+         + split_edge("a cache much shorter than its buffer, 5 splits", 5, {"length": 40, "max_len": 200, **TINY},
+                      {"length": 1000, "max_len": 16384}))
 DIMS = {"out": ("head", "dim")}
 
 
@@ -86,6 +100,6 @@ implement(
     bytes=lambda inp: _decode_bytes(inp) + tensor_bytes(inp["gate"]),
     flops=lambda inp: 4 * inp["q"].numel() * int(inp["length"][0]),
     extra={"bench": [0, 1]},
-    edges=RISING,
+    edges=RISING + SHIFTED,
     dims=DIMS,
 )

@@ -12,6 +12,7 @@ from ..reference.rope import rope_cache
 from . import Edge, implement, tensor_bytes
 from .common import HUGE_SCALE, TINY_SCALE, scaled, sized
 from .delta_rule import make_inputs as delta_rule_inputs, make_out as delta_rule_out
+from .deltanet_gates import past_exp_overflow
 from .norm_fusion import PROMPT, _at, _in_place, _norm_edges_of, _norm_weight, _randn
 
 CHAPTER = "22_layer_fusion"
@@ -83,7 +84,14 @@ implement(
                        + tensor_bytes(inp["q_weight"], inp["k_weight"])),
     # q and k changed in place: still views of one projection row per token
     edges=_norm_edges_of(("q", "k"), _zero_first_head, "a zero q head and k head")
-    + [Edge("the cache's last positions", _last_positions)],
+    + [Edge("the cache's last positions", _last_positions),
+       # the lowest frequencies turn by about 1e-6 radians a position: a rotation that leaves its last pair
+       # alone is exact at small positions, wrong at the end of a long cache
+       # (on the CPU with narrow heads: the whole cache is compared, and the interpreter copies it)
+       Edge("the last positions of a 32,768-row cache", _last_positions, presets=("tiny",),
+            shape={"heads": 2, "kv_heads": 1, "head_dim": 8, "rotary_dim": 8, "max_len": 32768}),
+       Edge("the last positions of a 32,768-row cache", _last_positions, shape={"max_len": 32768},
+            presets=("real",))],
     dims={"out": ("token", "head", "column"), "k_cache": ("position", "kv head", "column"),
           "v_cache": ("position", "kv head", "column")},
 )
@@ -133,6 +141,7 @@ implement(
     # q, k, v, a, b read once, the state read and written once, o written
     bytes=lambda inp: (tensor_bytes(inp["q"], inp["k"], inp["v"], inp["a"], inp["b"], inp["initial_state"])
                        + tensor_bytes(inp["v"]) + inp["v"].shape[1] * inp["k"].shape[-1] * inp["v"].shape[-1] * 4),
+    edges=[past_exp_overflow("a", "b")],   # a decode step: one token's decay e^-1600 (the state erased) or none
     dims=_DELTA_DIMS,
 )
 

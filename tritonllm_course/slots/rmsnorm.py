@@ -2,7 +2,7 @@
 import torch
 
 from ..reference.norms import qk_norm, rms_norm
-from . import implement, tensor_bytes
+from . import Edge, implement, tensor_bytes
 from .common import norm_edges
 
 
@@ -25,6 +25,17 @@ def _heads_inputs(shape, dtype, device, gen):
     return {"x": x, "weight": _weight(d, dtype, device, gen)}
 
 
+def _strided_rows(inputs, shape, dtype, gen):
+    """x as a view of wider rows (hidden + 8 apart): the kernel also serves qk_norm, whose heads are
+    strided views, and the output is packed either way; one that stores at the input's row offsets
+    passes contiguous rows."""
+    x = inputs["x"]
+    wide = torch.randn(x.shape[0], x.shape[1] + 8, dtype=x.dtype, device=x.device, generator=gen)
+    wide[:, :x.shape[1]] = x
+    inputs["x"] = wide[:, :x.shape[1]]
+    return inputs
+
+
 def _out(inp):
     return {"out": torch.empty(inp["x"].shape, dtype=inp["x"].dtype, device=inp["x"].device)}
 
@@ -34,7 +45,8 @@ def _bytes(inp):
 
 
 _LAYER_NORM = dict(family="rmsnorm", function="rms_norm", reference=rms_norm, make_inputs=_rows_inputs,
-                   make_out=_out, bytes=_bytes, edges=norm_edges(), dims={"out": ("token", "column")})
+                   make_out=_out, bytes=_bytes, dims={"out": ("token", "column")},
+                   edges=norm_edges() + [Edge("x a strided view", _strided_rows)])
 implement("ln1", **_LAYER_NORM,
           shapes={"tiny": [{"T": 7, "hidden": 100}, {"T": 1, "hidden": 1030}],
                   "real": [{"T": 1, "hidden": 1024}, {"T": 128, "hidden": 1024}]})

@@ -29,10 +29,26 @@ def _ends_of_the_cache(inputs, shape, dtype, gen):
     return inputs
 
 
+CONTEXT = 262144    # Qwen3.5's max_position_embeddings: the tables' length when the whole context is used
+
+
+def _end_of_the_context(inputs, shape, dtype, gen):
+    """Every token within 64 positions of the end of the model's whole context (the last one at it): only
+    there are the lowest frequencies' angles large (theta 1e7: the last pair turns by 1e-6 radians a
+    position), so a rotation that leaves its last pair alone, or a table row computed in too few bits,
+    is exact at small positions and wrong here."""
+    pos = inputs["pos"]
+    pos.copy_(shape["max_pos"] - 1 - torch.randint(0, 64, pos.shape, device=pos.device, generator=gen))
+    pos[-1] = shape["max_pos"] - 1
+    return inputs
+
+
 def _rope_slot(name, tiny, real):
     implement(name, family="rope", function="apply_rope_", reference=apply_rope, make_inputs=_inputs,
               make_out=lambda inp: {}, mutated=("x",), bytes=_bytes, shapes={"tiny": tiny, "real": real},
-              edges=[Edge("positions 0 and max_pos - 1", _ends_of_the_cache)],
+              edges=[Edge("positions 0 and max_pos - 1", _ends_of_the_cache),
+                     Edge("positions at the end of the model's context", _end_of_the_context,
+                          shape={"max_pos": CONTEXT})],
               dims={"x": ("token", "head", "dim")})
 
 
