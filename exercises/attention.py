@@ -28,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tritonllm_course import validate
+from tritonllm_course import triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args
 from tritonllm_course.triton_helpers import pdl_enter, sigmoid
 
@@ -262,15 +262,25 @@ def pv(p: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None = None) -> tor
     return out
 
 
-def decode_config(element_size: int) -> tuple[int, int]:
+def decode_config(element_size: int, head_dim: int = 256, shared_bytes: int | None = None) -> tuple[int, int]:
     """(BLOCK_N, num_stages) of the decode loop for K/V elements of `element_size` bytes.
 
     bf16/fp16: DECODE_BLOCK_N rows, DECODE_STAGES deep. fp32 tiles are twice the bytes: [64, 256] fp32
     K and V tiles 3 stages deep need 276 KB of shared memory (282,688 bytes measured), more than an
     H200's 227 KB, and the launch fails with OutOfResources. Half the rows per step keep the same bytes
     per stage as bf16 (about 146 KB) and the same number of loads in flight.
+    shared_bytes: the GPU's shared memory a block (None: no limit): on the GPUs with less (a T4's 64 KB, an
+    RTX card's or an L4's 99 KB) fewer rows per step, as deep (`triton_helpers.rows_within`).
     """
-    return max(16, DECODE_BLOCK_N * 2 // max(2, element_size)), DECODE_STAGES
+    rows = max(16, DECODE_BLOCK_N * 2 // max(2, element_size))
+    row_bytes = 2 * triton.next_power_of_2(head_dim) * element_size          # a K row and a V row
+    return helpers.rows_within(shared_bytes, rows, row_bytes, DECODE_STAGES), DECODE_STAGES
+
+
+def _shared_bytes(device: torch.device) -> int | None:
+    """Shared memory a block of the GPU the launch is for (`triton_helpers.gpu_of`); None: the interpreter."""
+    gpu = helpers.gpu_of(device)
+    return None if gpu is None else gpu.shared_bytes
 
 
 def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, length,
@@ -299,7 +309,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         length = torch.tensor([int(length)], dtype=torch.int32, device=device)
     validate.device_range(length, 1, max_len, "length", f"a decode step attends to 1 .. {max_len} cached tokens")
     out = validate.output(out, "out", (H, D), q.dtype, device)
-    block_n, stages = decode_config(q.element_size())
+    block_n, stages = decode_config(q.element_size(), D, _shared_bytes(device))
     decode_attention_kernel[(KV,)](q, k_cache, v_cache, length, out, max_len, KV, D, scale * LOG2E,
                                    G=G, BLOCK_H=max(16, triton.next_power_of_2(G)), BLOCK_N=block_n,
                                    BLOCK_D=triton.next_power_of_2(D), num_warps=4, num_stages=stages)
@@ -317,10 +327,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tens
     G = H // KV
     out = validate.output(out, "out", (T, H, D), q.dtype, device)
     if out.numel():
-        bm = _row_block(T * G, PREFILL_BLOCK_M)
+        bm, bd = _row_block(T * G, PREFILL_BLOCK_M), triton.next_power_of_2(D)
+        # keys per step: fewer where the q tile and the K and V tiles would not fit (a T4's 64 KB)
+        bn = helpers.rows_within(_shared_bytes(device), PREFILL_BLOCK_N, 2 * bd * q.element_size(),
+                                 PREFILL_STAGES, fixed=bm * bd * q.element_size())
         grid = (KV, triton.cdiv(T * G, bm))
         attention_kernel[grid](q, k, v, pos, out, T, S, H, KV, D, scale * LOG2E, G=G, BLOCK_M=bm,
-                               BLOCK_N=PREFILL_BLOCK_N, BLOCK_D=triton.next_power_of_2(D), num_warps=4,
+                               BLOCK_N=bn, BLOCK_D=bd, num_warps=4,
                                num_stages=PREFILL_STAGES, **pdl_args())
     return out
 

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tritonllm_course import validate
+from tritonllm_course import triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import online_softmax_update, pdl_enter, sigmoid
 
@@ -72,7 +72,8 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, gate_ptr, T, S
     tl.store(out_ptr + q_rows[:, None] + d[None, :], out.to(out_ptr.dtype.element_ty), mask=tile_ok)
 
 
-def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted: bool = False) -> dict:
+def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted: bool = False,
+                 shared_bytes: int | None = None) -> dict:
     """Tile sizes and launch parameters (reasoned for an H200; chapter 23 measures the alternatives).
 
     Rows per program (BLOCK_M): 64 when that still gives half a wave of programs (for Qwen3.5 from
@@ -86,15 +87,21 @@ def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted
     Long prompts in bf16/fp16, once 128-row blocks alone make a full wave (Qwen3.5: T >= 2112), take
     128 x 64 tiles on 8 warps (196 KB of tiles, past the budget but within the H200's 227 KB): chapter 23's
     tile table measured 147 us at T = 4096 against 293 us for 64 x 64 (H200, 2026-11-30).
+    shared_bytes: the GPU's shared memory a block (None: an H200's). Where it is less than the budget (an
+    A100's 163 KB, an RTX card's or an L4's 99 KB, a T4's 64 KB) the tiles fit in it instead: no 128-row
+    tiles, fewer keys per step, down to 16.
     """
     if interpreted:
         return {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
-    if element_size == 2 and D <= 256 and KV * triton.cdiv(T * G, 128) >= SMS:
+    block_d, stages = triton.next_power_of_2(D), 2
+    long_tiles = element_size * block_d * (128 + 2 * stages * 64)
+    if (element_size == 2 and D <= 256 and KV * triton.cdiv(T * G, 128) >= SMS
+            and (shared_bytes is None or long_tiles <= shared_bytes)):
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
     block_m = next((bm for bm in (64, 32) if KV * triton.cdiv(T * G, bm) >= SMS // 2), 16)
-    block_d, block_n, stages = triton.next_power_of_2(D), 64, 2
-    while element_size * block_d * (block_m + 2 * stages * block_n) > SMEM_BUDGET and block_n > 16:
-        block_n //= 2
+    budget = SMEM_BUDGET if shared_bytes is None else min(SMEM_BUDGET, shared_bytes)
+    block_n = helpers.rows_within(budget, 64, element_size * block_d, 2 * stages,
+                                  fixed=element_size * block_d * block_m)
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": 8 if block_m == 64 else 4,
             "num_stages": stages}
 
@@ -127,8 +134,10 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torc
     s_gate = _check_gate(gate, (T, H, D), q.dtype, device)
     out = validate.output(out, "out", (T, H, D), q.dtype, device)
     G = H // KV
+    gpu = helpers.gpu_of(device)
     cfg = _check_config(dict(config)) if config else flash_config(T, G, KV, D, q.element_size(),
-                                                                  runtime().interpreted)
+                                                                  runtime().interpreted,
+                                                                  None if gpu is None else gpu.shared_bytes)
     if out.numel():
         grid = (KV * triton.cdiv(T * G, cfg["BLOCK_M"]),)
         flash_attention_kernel[grid](q, k, v, pos, out, q if gate is None else gate, T, S, H, KV, D,

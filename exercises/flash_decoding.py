@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tritonllm_course import validate
+from tritonllm_course import triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import online_softmax_update, pdl_enter, sigmoid
 
@@ -89,11 +89,16 @@ def decoding_config(max_len: int, KV: int, D: int, element_size: int, device: to
     K/V stream, and a 16,384-token cache gives each split 249 rows, 4 steps of 64. Fewer when the cache has
     fewer blocks. num_stages: as many [64, 256] K and V tiles in flight as SMEM_BUDGET holds (3 in bf16,
     1 in fp32). Under the CPU interpreter 16 rows a step, so small caches still split.
+    On a GPU with less shared memory than SMEM_BUDGET (an RTX card's, an L4's, a T4's) the budget is its
+    own, and rows per step are halved until two K and V tiles fit (`triton_helpers.rows_within`).
     """
     block_n = 16 if interpreted else 64
-    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else SMS
+    gpu = helpers.gpu_of(device)
+    sms, budget = (SMS, SMEM_BUDGET) if gpu is None else (gpu.sms, min(SMEM_BUDGET, gpu.shared_bytes))
     block_d = triton.next_power_of_2(D)
-    stages = max(1, min(3, SMEM_BUDGET // (2 * block_n * block_d * element_size)))
+    if budget < SMEM_BUDGET:
+        block_n = helpers.rows_within(budget, block_n, 2 * block_d * element_size)
+    stages = max(1, min(3, budget // (2 * block_n * block_d * element_size)))
     return {"num_splits": max(1, min(triton.cdiv(max_len, block_n), sms // KV)), "BLOCK_N": block_n,
             "num_stages": 1 if interpreted else stages}
 

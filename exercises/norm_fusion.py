@@ -34,7 +34,6 @@ must cover the whole row: the loop accumulates it over every K tile and applies 
 The residual add in the projections' epilogues and the per-head kernels: solutions/layer_fusion.py
 (chapter 22).
 """
-import functools
 
 import torch
 import triton
@@ -247,7 +246,7 @@ def fused_gemm_config(M: int, N: int, K: int, gated: bool, dtype: torch.dtype, d
     64-row ones near M = 128 (112 programs for 132 SMs). Stages capped by shared memory. Measured:
     `lab/prefill_probe.py`.
     """
-    if device.type != "cuda":   # the interpreter: few, large tiles
+    if not helpers.gpu_launch(device):   # the interpreter: few, large tiles
         return {"BLOCK_M": min(64, max(16, triton.next_power_of_2(M))), "BLOCK_N": 64, "BLOCK_K": 64,
                 "num_warps": 4, "num_stages": 1}
     block_m = min(128, max(16, triton.next_power_of_2(M)))
@@ -264,9 +263,9 @@ def fused_gemm_config(M: int, N: int, K: int, gated: bool, dtype: torch.dtype, d
     return cfg
 
 
-@functools.lru_cache(maxsize=None)
 def _max_shared_memory(device_index: int) -> int:
-    return triton.runtime.driver.active.utils.get_device_properties(device_index)["max_shared_mem"]
+    """Shared memory a block may use on that CUDA device, or on the GPU compiled for (`triton_helpers`)."""
+    return helpers.shared_memory(device_index)
 
 
 def _project(x, weight, up_weight, norm_weight, eps, out, conv=None):

@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tritonllm_course import kernels, validate
+from tritonllm_course import kernels, triton_helpers as helpers, validate
 from tritonllm_course.runtime import runtime
 from tritonllm_course.triton_helpers import gemv_rows
 
@@ -108,16 +108,11 @@ def splitk_config(N: int, K: int, split: int | None = None, sms: int = 1, interp
             "num_warps": max(1, min(8, block_n * step // 512))}
 
 
-@functools.cache
-def _cuda_sms(index: int) -> int:
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
 def device_sms(device: torch.device) -> int:
-    """SMs of a CUDA device (132 on an H200); 1 under the interpreter, which runs one program at a time."""
-    if device.type != "cuda":
-        return 1
-    return _cuda_sms(device.index if device.index is not None else torch.cuda.current_device())
+    """SMs of a CUDA device (132 on an H200) or of the GPU compiled for (`triton_helpers.gpu_of`); 1 under
+    the interpreter, which runs one program at a time."""
+    gpu = helpers.gpu_of(device)
+    return 1 if gpu is None else gpu.sms
 
 
 def _check(x: torch.Tensor, weight: torch.Tensor, split) -> tuple[int, int, torch.device]:

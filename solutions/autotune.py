@@ -20,7 +20,6 @@ Under the CPU interpreter there is no GPU to time: the course patches a CPU time
 but the choice means nothing. Programs run one after another there at ~2 ms each whatever their size, so
 the interpreter tunes among a few big tiles (`INTERPRETER_*_CONFIGS`) instead of the GPU's small ones.
 """
-import functools
 import math
 import os
 
@@ -29,7 +28,7 @@ import triton
 import triton.language as tl
 import triton.testing
 
-from tritonllm_course import validate
+from tritonllm_course import triton_helpers as helpers, validate
 from tritonllm_course.triton_helpers import gemv_rows, linear_tile
 
 # The interpreter's spaces: few programs of many rows (the GPU's 1-to-8-row tiles would take seconds per
@@ -120,18 +119,13 @@ def select_gemm_configs(configs: list[triton.Config], m_bucket: int, K: int, sha
     return keep or [min(configs, key=lambda c: gemm_shared_bytes(c, itemsize))]
 
 
-@functools.cache
-def _cuda_limits(index: int) -> tuple[int, int]:
-    props = triton.runtime.driver.active.utils.get_device_properties(index)
-    return props["multiprocessor_count"], props["max_shared_mem"]
-
-
 def device_limits(device: torch.device) -> tuple[int, int]:
-    """(SMs, shared memory bytes a program may use) of `device`: (132, 232448) on an H200. Under the
-    interpreter (1, unlimited): one program runs at a time, in plain memory."""
-    if device.type != "cuda":
-        return 1, 1 << 40
-    return _cuda_limits(device.index if device.index is not None else torch.cuda.current_device())
+    """(SMs, shared memory bytes a program may use) of `device`, or of the GPU compiled for
+    (`triton_helpers.gpu_of`): (132, 232448) on an H200, (40, 65536) on a T4. Under the interpreter
+    (1, unlimited): one program runs at a time, in plain memory. The pruning reads them, so a config that
+    does not fit this GPU is never tried."""
+    gpu = helpers.gpu_of(device)
+    return (1, 1 << 40) if gpu is None else (gpu.sms, gpu.shared_bytes)
 
 
 def _prune_gemv(configs, named_args, **kwargs):

@@ -17,7 +17,6 @@ chapter 21, folded into the kernels around them (the engine's level "fast").
 The prefill counterpart of the last one, the gates inside the chunked rule's first kernel and the gated
 norm in its last, is `gated_delta_rule_chunked_gates` (solutions/delta_rule.py).
 """
-import functools
 
 import torch
 import triton
@@ -237,7 +236,7 @@ def gemm_residual_config(M: int, N: int, K: int, dtype: torch.dtype, device: tor
     """Launch parameters of the GEMM + residual: chapter 05's tiles, but for N < 4096 (the 1024-row
     out-projections at M = 128) 64 x 16 tiles in steps of 256, 128 programs for 132 SMs; stages capped by
     shared memory. Measured: `lab/prefill_probe.py`."""
-    if device.type != "cuda":   # the interpreter: few, large tiles
+    if not helpers.gpu_launch(device):   # the interpreter: few, large tiles
         return {"BLOCK_M": min(64, max(16, triton.next_power_of_2(M))), "BLOCK_N": 64, "BLOCK_K": 64,
                 "num_warps": 4, "num_stages": 1}
     block_m = min(128, max(16, triton.next_power_of_2(M)))
@@ -252,9 +251,9 @@ def gemm_residual_config(M: int, N: int, K: int, dtype: torch.dtype, device: tor
     return cfg
 
 
-@functools.lru_cache(maxsize=None)
 def _max_shared_memory(device_index: int) -> int:
-    return triton.runtime.driver.active.utils.get_device_properties(device_index)["max_shared_mem"]
+    """Shared memory a block may use on that CUDA device, or on the GPU compiled for (`triton_helpers`)."""
+    return helpers.shared_memory(device_index)
 
 
 def _check_norm(norm_weight: torch.Tensor, K: int, eps: float, name: str = "norm_weight") -> None:

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tritonllm_course import validate
+from tritonllm_course import triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import pdl_enter
 
@@ -121,17 +121,12 @@ def gemm_config(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device
     return cfg
 
 
-_SHARED_MEMORY: dict = {}   # device index -> bytes, read once per device
-
-
 def _shared_memory(device: torch.device) -> int:
-    """Bytes of shared memory a program may use on this device (unlimited under the interpreter)."""
-    if device.type != "cuda":
+    """Bytes of shared memory a program may use on this device, or on the GPU compiled for
+    (`triton_helpers.gpu_of`); unlimited under the interpreter."""
+    if not helpers.gpu_launch(device):
         return 1 << 30
-    if device.index not in _SHARED_MEMORY:
-        props = triton.runtime.driver.active.utils.get_device_properties(device.index or 0)
-        _SHARED_MEMORY[device.index] = props["max_shared_mem"]
-    return _SHARED_MEMORY[device.index]
+    return helpers.shared_memory(device.index)
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

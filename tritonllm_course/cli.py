@@ -10,6 +10,7 @@
   generate ...          run the model (see `generate --help`)
   bench ...             the benchmark table on a GPU (see `bench --help`)
   layers ...            the engine per layer and per kind of layer on a GPU (see `layers --help`)
+  targets ...           every kernel compiled for sm_75 to sm_90 on this CPU, checked against each GPU's limits
 """
 from __future__ import annotations
 
@@ -156,6 +157,8 @@ _TORCH_COMMANDS = {
     "bench": ("engine.bench", "add_bench_parser", "run_bench", "the benchmark table (GPU only)"),
     "layers": ("measure.layer_times", "add_layers_parser", None,
                "the engine per layer and per kind of layer (GPU; --config tiny on the CPU)"),
+    "targets": ("targets", "add_targets_parser", None,
+                "compile every kernel for the learners' GPUs (sm_75 to sm_90) and check its limits"),
 }
 
 

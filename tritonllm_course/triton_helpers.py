@@ -2,7 +2,10 @@
 
 All take and return fp32 blocks: the kernels cast to fp32 right after loading.
 """
+import contextlib
+import functools
 import os
+from dataclasses import dataclass
 
 import triton
 import triton.language as tl
@@ -182,3 +185,103 @@ def pdl_enter(PDL: tl.constexpr):
     if PDL:
         pdl_launch_dependents()
         pdl_wait()
+
+
+# --- the GPU a launch is for --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class GPU:
+    """What a kernel may use on one kind of GPU. Shared memory is the most a block may ask for (the opt-in
+    maximum, Triton's `max_shared_mem`), registers those of an SM and of a thread: the CUDA C++ Programming
+    Guide, "Technical Specifications per Compute Capability". SMs and bandwidth: the named GPU's datasheet."""
+    capability: int                  # 75 = sm_75
+    shared_bytes: int
+    sms: int
+    name: str
+    registers_per_sm: int = 64 * 1024
+    registers_per_thread: int = 255
+
+    @property
+    def bf16(self) -> bool:          # bf16 arithmetic and tensor cores: sm_80 on
+        return self.capability >= 80
+
+    @property
+    def pdl(self) -> bool:           # programmatic dependent launch (griddepcontrol): sm_90 on
+        return self.capability >= 90
+
+    @property
+    def dtypes(self) -> tuple[str, ...]:
+        """The half-precision dtypes the course runs there (fp16 only where bf16 is missing)."""
+        return ("bfloat16", "float16") if self.bf16 else ("float16",)
+
+
+# The learners' GPUs: Colab's T4 (sm_75), A100 (sm_80) and L4 (sm_89), the workstations' RTX 30 (sm_86) and
+# RTX 40 (sm_89), the H100 / H200 (sm_90).
+GPUS = {
+    75: GPU(75, 64 * 1024, 40, "T4"),
+    80: GPU(80, 163 * 1024, 108, "A100"),
+    86: GPU(86, 99 * 1024, 82, "RTX 3090"),
+    89: GPU(89, 99 * 1024, 58, "L4"),
+    90: GPU(90, 227 * 1024, 132, "H100 / H200"),
+}
+
+_TARGET: GPU | None = None      # set by `compiling_for`: the launches are recorded and compiled for this GPU
+
+
+@contextlib.contextmanager
+def compiling_for(gpu: GPU):
+    """Inside the block the config functions choose for `gpu`, whatever device the tensors are on (the meta
+    device of `tritonllm_course.targets`, which compiles every launch for a GPU that is not here)."""
+    global _TARGET
+    if not isinstance(gpu, GPU):
+        raise TypeError(f"gpu must be a triton_helpers.GPU, got {type(gpu).__name__}")
+    before, _TARGET = _TARGET, gpu
+    try:
+        yield gpu
+    finally:
+        _TARGET = before
+
+
+def gpu_launch(device) -> bool:
+    """Whether a launch on `device` runs on a GPU (or is compiled for one): False under the interpreter."""
+    return _TARGET is not None or device.type == "cuda"
+
+
+def gpu_of(device) -> GPU | None:
+    """The GPU a launch on `device` is for: the one being compiled for, else a CUDA device's own limits (read
+    once from the driver), None under the interpreter."""
+    if _TARGET is not None:
+        return _TARGET
+    if device.type != "cuda":
+        return None
+    return _cuda_gpu(device.index)
+
+
+@functools.cache
+def _cuda_gpu(index: int | None) -> GPU:
+    import torch
+    index = torch.cuda.current_device() if index is None else index
+    props = triton.runtime.driver.active.utils.get_device_properties(index)
+    major, minor = torch.cuda.get_device_capability(index)
+    return GPU(10 * major + minor, props["max_shared_mem"], props["multiprocessor_count"],
+               torch.cuda.get_device_name(index))
+
+
+def shared_memory(device_index: int | None) -> int:
+    """Bytes of shared memory a block may use on CUDA device `device_index`, or on the GPU being compiled for."""
+    if _TARGET is not None:
+        return _TARGET.shared_bytes
+    return _cuda_gpu(device_index).shared_bytes
+
+
+def rows_within(shared_bytes: int | None, rows: int, row_bytes: int, stages: int = 1, fixed: int = 0,
+                least: int = 16) -> int:
+    """`rows` halved (not below `least`) until `stages` tiles of that many rows of `row_bytes` each, plus
+    `fixed` bytes, fit in `shared_bytes` (None: no limit, the interpreter). How a config chosen on an H200
+    keeps its pipeline depth on a GPU with less shared memory: shorter steps, as many loads in flight.
+    Two tiles at least are counted: on sm_75 a single stage still stages the operands of `tl.dot` through
+    shared memory (1.25 tiles compiled). An upper bound of what Triton allocates, not the figure itself:
+    `tritonllm-course targets` compiles the result for every GPU and checks what it really takes."""
+    tiles = max(stages, 2)
+    while shared_bytes is not None and rows > least and fixed + tiles * rows * row_bytes > shared_bytes:
+        rows //= 2
+    return rows
