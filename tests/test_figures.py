@@ -104,6 +104,9 @@ def test_a_marker_must_carry_the_records_number(monkeypatch, tmp_path):
     assert figures.cite("t.a.ms") == f"0.648 ms (H200, 2026-12-02, {file})"
     good = "took 0.648 ms<!-- fig:t.a.ms -->, copied 4,260 GB/s<!-- fig:t.b.gbps --> | 0.648<!-- fig:t.a.ms --> |"
     assert figures.check_markers(good) == []
+    # a range: the hyphen before the second number is not a minus sign
+    assert figures.check_markers("from 0.648<!-- fig:t.a.ms -->-4260 GB/s<!-- fig:t.b.gbps -->") == []
+    assert len(figures.check_markers("a drop of -0.648 ms<!-- fig:t.a.ms -->")) == 1
     for bad in ["took 0.649 ms<!-- fig:t.a.ms -->", "took 10.648 ms<!-- fig:t.a.ms -->",
                 "took 0.648 us<!-- fig:t.a.ms -->", "took 0.65 ms<!-- fig:t.a.ms -->",
                 "took 0.648 ms<!-- fig:t.none -->"]:

@@ -286,16 +286,25 @@ def check_markers(source: str, name: str = "<text>") -> list[str]:
             continue
         before = source[max(0, match.start() - 80):match.start()].rstrip(" ")
         before = _THOUSANDS.sub("", before).replace("\u2212", "-")
-        if before.endswith(want):
-            start = len(before) - len(want)
-            if start == 0 or not (before[start - 1].isdigit() or before[start - 1] == "."):
-                continue
+        if before.endswith(want) and not _glued(before, len(before) - len(want)):
+            continue
         found = _NUMBER_AT_END.search(before)
         if found and found.group(0) == want_number:
             continue
         written = before.rstrip()[-24:].split("\n")[-1]
         problems.append(f"{where}: written '...{written}', the record gives {want}")
     return problems
+
+
+def _glued(text: str, start: int) -> bool:
+    """Whether the number starting at `start` continues one before it (a digit or a point) or carries a minus
+    sign (a hyphen where a word could start; "618-622" is a range)."""
+    if start == 0:
+        return False
+    ahead = text[start - 1]
+    if ahead.isdigit() or ahead == ".":
+        return True
+    return ahead in "-\u2212" and (start == 1 or text[start - 2] in " \t\n(|")
 
 
 def markers(source: str) -> list[str]:
