@@ -10,7 +10,7 @@
   generate ...          run the model (see `generate --help`)
   bench ...             the benchmark table on a GPU (see `bench --help`)
   layers ...            the engine per layer and per kind of layer on a GPU (see `layers --help`)
-  targets ...           every kernel compiled for sm_75 to sm_90 on this CPU, checked against each GPU's limits
+  targets ...           every kernel compiled for sm_75 to sm_90 (no GPU needed), checked against each GPU's limits
 """
 from __future__ import annotations
 

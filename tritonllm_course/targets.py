@@ -18,7 +18,8 @@ is within the GPU's (`triton_helpers.GPUS`), its registers within 255 a thread a
 slow, never wrong.
 
 Triton's interpreter lowers nothing, so under it (the tests, a CPU chapter) the survey runs in a fresh
-Python process without it, as `lowering` does.
+Python process without it, as `lowering` does. The typing uses Triton's launch path itself
+(`create_function_from_signature`, `JITFunction._pack_args`): checked with triton 3.7.1.
 """
 from __future__ import annotations
 
@@ -126,7 +127,8 @@ def _trace_engine(level: str, dtype, gpu) -> None:
 
 
 def _trace_autotune(dtype) -> None:
-    """Chapter 26's autotuned GEMV (one token) and GEMM (a prompt chunk) at every projection of Qwen3.5-0.8B."""
+    """Chapter 26's autotuned GEMV (one token) and GEMM (a 128-token prompt, the chapters' prefill) at every
+    projection of Qwen3.5-0.8B."""
     import torch
 
     from . import kernels
