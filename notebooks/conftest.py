@@ -6,13 +6,15 @@ together, in order, to one worker: they share the kernel's state. (xdist's own `
 under pytest 9.2, whose node ids it can no longer rename.)
 
 Where the chapters run the learner's kernels (a student version, which has no solutions/, or
-TRITONLLM_KERNELS=exercises), a cell that stops on an exercise not filled in yet is skipped, naming it, and
-so is each later cell of that chapter that then fails (it needed what the skipped cell would have made).
-Any other failure fails."""
+TRITONLLM_KERNELS=exercises), a cell that stops on an exercise not filled in yet is skipped, naming it; so
+is a cell of a student version that imports a module it leaves out (`student_version.WITHHELD`), and each
+later cell of that chapter that then fails (it needed what the skipped cell would have made). Any other
+failure fails."""
 import re
 
 import pytest
 
+from tritonllm_course import kernels, student_version
 from tritonllm_course.notebook import runs_exercises_only, unfilled_exercise
 from tritonllm_course.notebooks_tools import widget_chapters
 
@@ -26,17 +28,30 @@ def _skip_reason(item) -> str | None:
         return None
     ename, evalue = errors[-1].get("ename", ""), errors[-1].get("evalue", "")
     chapter = item.parent
-    if not hasattr(chapter, "unfilled"):
-        chapter.unfilled = {}   # {exercise: the first cell that needed it}
+    if not hasattr(chapter, "lacking"):
+        chapter.lacking = {}   # {what a cell needed and this copy lacks: the first cell that needed it}
     if message := unfilled_exercise(ename, evalue):
         named = re.search(r"exercise (\S+\.py)", message)
-        chapter.unfilled.setdefault(named[1] if named else message, item.cell_num)
+        chapter.lacking.setdefault(f"{named[1] if named else message} unfilled", item.cell_num)
         return f"cell {item.cell_num} needs an exercise not filled in yet: {message}"
-    if chapter.unfilled:
-        earlier = ", ".join(f"{name} (cell {cell})" for name, cell in chapter.unfilled.items())
-        return (f"cell {item.cell_num} follows cells that need exercises not filled in yet: {earlier}; "
-                f"here {ename}: {evalue}")
+    if path := _withheld_module(ename, evalue):
+        chapter.lacking.setdefault(f"{path} left out", item.cell_num)
+        return f"cell {item.cell_num} needs {path}, which the student version leaves out ({ename}: {evalue})"
+    if chapter.lacking:
+        earlier = ", ".join(f"{what} (cell {cell})" for what, cell in chapter.lacking.items())
+        return f"cell {item.cell_num} follows cells that cannot run here: {earlier}; here {ename}: {evalue}"
     return None
+
+
+def _withheld_module(ename: str, evalue: str) -> str | None:
+    """In a student version, the course file that a failed import wanted and `student_version.withheld`
+    left out (an instructors' module such as tests/planted.py); None for any other error."""
+    named = re.fullmatch(r"No module named '([\w.]+)'", evalue) if ename == "ModuleNotFoundError" else None
+    if named is None or kernels.has_solutions():
+        return None
+    top = named[1].split(".")[0]
+    return next((path for path in (f"tests/{top}.py", f"{named[1].replace('.', '/')}.py", f"{top}/__init__.py")
+                 if student_version.withheld(path)), None)
 
 
 @pytest.hookimpl(wrapper=True)
