@@ -182,6 +182,7 @@ def autotuned_gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | No
         raise ValueError(f"autotuned_gemv takes one token, x of shape [K] or [1, K]; got {list(x.shape)} "
                          "(use autotuned_gemm or autotuned_linear for several tokens)")
     out = validate.output(out, "out", (*x.shape[:-1], N), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "weight": weight})
     if N == 0:
         return out
     gemv_autotuned_kernel[lambda meta: (triton.cdiv(N, meta["BLOCK_N"]),)](x, weight, out, N, K)
@@ -201,6 +202,7 @@ def autotuned_gemm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | No
         raise ValueError(f"autotuned_gemm takes x of shape [M, K]; got {list(x.shape)}")
     M = x.shape[0]
     out = validate.output(out, "out", (M, N), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "weight": weight})
     if M == 0 or N == 0:
         return out
 
@@ -219,6 +221,7 @@ def autotuned_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | 
     """
     N, K, device = _check(x, weight)
     out = validate.output(out, "out", (*x.shape[:-1], N), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "weight": weight})
     M = math.prod(x.shape[:-1])                                       # tokens
     x2, out2 = x.reshape(M, K), out.view(M, N)                        # [M, K], [M, N]
     if M == 1:

@@ -82,6 +82,7 @@ def deltanet_gates(b: torch.Tensor, a: torch.Tensor, A_log: torch.Tensor, dt_bia
     device = validate.same_device(b=b, a=a, A_log=A_log, dt_bias=dt_bias)
     beta = validate.output(beta, "beta", (T, HV), b.dtype, device)
     g = validate.output(g, "g", (T, HV), torch.float32, device)
+    validate.disjoint({"beta": beta, "g": g}, {"b": b, "a": a, "A_log": A_log, "dt_bias": dt_bias})
     n = T * HV
     if n == 0:
         return beta, g
@@ -115,6 +116,7 @@ def l2norm_qk(q: torch.Tensor, k: torch.Tensor, eps: float = 1e-6,
     T, H, D = q.shape
     q_out = validate.output(q_out, "q_out", (T, H, D), q.dtype, device)
     k_out = validate.output(k_out, "k_out", (T, H, D), k.dtype, device)
+    validate.disjoint({"q_out": q_out, "k_out": k_out}, {"q": q, "k": k}, same=("q", "k"))
     rows = T * H
     if rows == 0:
         return q_out, k_out

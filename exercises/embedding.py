@@ -50,6 +50,7 @@ def embedding(ids: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None 
     device = validate.same_device(ids=ids, weight=weight)
     vocab, hidden = weight.shape
     out = validate.output(out, "out", (ids.shape[0], hidden), weight.dtype, device)
+    validate.disjoint({"out": out}, {"ids": ids, "weight": weight})
     if check_ids:
         validate.device_range(ids, 0, vocab - 1, "token id", "outside the vocabulary")
     if ids.numel() == 0:

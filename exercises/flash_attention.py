@@ -133,6 +133,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torc
         raise ValueError(f"head_dim {D} is larger than {MAX_HEAD_DIM}: the kernel keeps a whole head in one tile")
     s_gate = _check_gate(gate, (T, H, D), q.dtype, device)
     out = validate.output(out, "out", (T, H, D), q.dtype, device)
+    validate.disjoint({"out": out}, {"q": q, "k": k, "v": v, "pos": pos, "gate": gate})
     G = H // KV
     gpu = helpers.gpu_of(device)
     cfg = _check_config(dict(config)) if config else flash_config(T, G, KV, D, q.element_size(),

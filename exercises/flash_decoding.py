@@ -144,6 +144,8 @@ def flash_decoding(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     if gate is not None:
         validate.tensor(gate, "gate", dtype=q.dtype, shape=(H, D), device=device.type)
     out = validate.output(out, "out", (H, D), q.dtype, device)
+    validate.disjoint({"out": out, "partials": partials},
+                      {"q": q, "k_cache": k_cache, "v_cache": v_cache, "length": length, "gate": gate})
     acc = partials[:H * splits * D]                                  # [H * splits * D]: [H, splits, D]
     m = partials[H * splits * D:H * splits * (D + 1)]                # [H * splits]
     l = partials[H * splits * (D + 1):]                              # [H * splits]

@@ -221,6 +221,7 @@ def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tenso
     validate.tensor(residual, "residual", dtype=validate.FLOATS, shape=(*x.shape[:-1], N))
     device = validate.same_device(x=x, weight=weight, residual=residual)
     out = validate.output(out, "out", tuple(residual.shape), residual.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "weight": weight, "residual": residual}, same=("residual",))
     x2, r2, out2 = x.reshape(-1, K), residual.view(-1, N), out.view(-1, N)       # [M, K], [M, N], [M, N]
     M = x2.shape[0]
     if M == 0:
@@ -281,6 +282,8 @@ def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
                                   pos=pos, k_cache=k_cache, v_cache=v_cache)
     validate.device_range(pos, 0, min(num_positions, max_len) - 1, "position", "beyond the cache or the cos/sin table")
     out = validate.output(out, "out", (T, H, D), q.dtype, device)
+    validate.disjoint({"out": out}, {"q": q, "k": k, "v": v, "q_weight": q_weight, "k_weight": k_weight, "cos": cos,
+                                     "sin": sin, "pos": pos, "k_cache": k_cache, "v_cache": v_cache})
     if T == 0:
         return out
     qk_norm_rope_cache_kernel[(T, H + KV)](
@@ -348,6 +351,9 @@ def gated_norm_linear_residual(x: torch.Tensor, z: torch.Tensor, norm_weight: to
     validate.tensor(residual, "residual", dtype=validate.FLOATS, shape=(T, N))
     device = validate.same_device(x=x, z=z, norm_weight=norm_weight, weight=weight, residual=residual)
     out = validate.output(out, "out", (T, N), residual.dtype, device)
+    validate.disjoint({"out": out},
+                      {"x": x, "z": z, "norm_weight": norm_weight, "weight": weight, "residual": residual},
+                      same=("residual",))
     if T == 0:
         return out
     pdl = pdl_args()

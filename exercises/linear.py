@@ -108,6 +108,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None)
     device = validate.same_device(x=x, weight=weight)
     N = weight.shape[0]
     out = validate.output(out, "out", (*x.shape[:-1], N), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "weight": weight})
     cfg = gemv_config(N, K, runtime().interpreted)
     grid = (triton.cdiv(N, cfg["BLOCK_N"]),)
     pdl = pdl_args() if grid[0] <= PDL_MAX_PROGRAMS else {"PDL": False, "launch_pdl": False}
@@ -130,6 +131,7 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None)
     device = validate.same_device(x=x, weight=weight)
     M, N = x.shape[0], weight.shape[0]
     out = validate.output(out, "out", (M, N), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "weight": weight})
     if M == 0:
         return out
     cfg = gemm_config(M, N, K, x.dtype, device)
@@ -149,6 +151,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = Non
     N = weight.shape[0]
     device = validate.same_device(x=x, weight=weight)
     out = validate.output(out, "out", (*x.shape[:-1], N), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "weight": weight})
     x2, out2 = x.reshape(-1, K), out.view(-1, N)                      # [M, K], [M, N]
     if x2.shape[0] == 1:
         gemv(x2, weight, out2)

@@ -44,6 +44,7 @@ def residual_add(x: torch.Tensor, residual: torch.Tensor, out: torch.Tensor | No
     validate.tensor(residual, "residual", dtype=stream_dtypes, shape=tuple(x.shape))
     device = validate.same_device(x=x, residual=residual)
     out = validate.output(out, "out", tuple(x.shape), residual.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "residual": residual}, same=("x", "residual"))
     n = x.numel()
     if n >= 2**31:
         raise ValueError(f"x has {n} elements; this kernel indexes with int32 (at most 2**31 - 1)")

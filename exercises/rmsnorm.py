@@ -50,6 +50,7 @@ def _launch(x: torch.Tensor, rows3: torch.Tensor, weight: torch.Tensor, eps: flo
     validate.tensor(weight, "weight", dtype=validate.FLOATS, shape=(dim,))
     device = validate.same_device(x=x, weight=weight)
     out = validate.output(out, "out", tuple(x.shape), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "weight": weight}, same=("x",))
     if not 0 < dim <= MAX_DIM:
         raise ValueError(f"the normalised dim is {dim}; this kernel keeps a row in registers and "
                          f"supports 1 to {MAX_DIM}")

@@ -75,6 +75,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch
         raise ValueError(f"cos/sin have rotary_dim {rotary_dim}; it must be even and in [2, head_dim = "
                          f"{head_dim}]")
     out = validate.output(out, "out", tuple(x.shape), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "cos": cos, "sin": sin, "pos": pos}, same=("x",))
     in_place = out.data_ptr() == x.data_ptr()
     if check_pos:
         validate.device_range(pos, 0, num_positions - 1, "position", "beyond the cos/sin cache")

@@ -51,6 +51,7 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor, out: torch.Tensor | None = None
     validate.tensor(up, "up", dtype=gate.dtype, shape=tuple(gate.shape))
     device = validate.same_device(gate=gate, up=up)
     out = validate.output(out, "out", tuple(gate.shape), gate.dtype, device)
+    validate.disjoint({"out": out}, {"gate": gate, "up": up}, same=("gate", "up"))
     return _launch(gate, up, out, block_size)
 
 
@@ -67,5 +68,6 @@ def swiglu_merged(gate_up: torch.Tensor, out: torch.Tensor | None = None,
         raise ValueError(f"gate_up has shape {list(gate_up.shape)}; its last dim must be 2 * I (even)")
     device = validate.same_device(gate_up=gate_up)
     out = validate.output(out, "out", (rows, width // 2), gate_up.dtype, device)
+    validate.disjoint({"out": out}, {"gate_up": gate_up})
     gate, up = gate_up[:, : width // 2], gate_up[:, width // 2:]     # [T, I] views, row stride 2 * I
     return _launch(gate, up, out, block_size)

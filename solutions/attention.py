@@ -306,6 +306,7 @@ def qk_scores(q: torch.Tensor, k: torch.Tensor, out: torch.Tensor | None = None)
     G = _heads(H, KV)
     device = validate.same_device(q=q, k=k)
     out = validate.output(out, "out", (H, T, S), q.dtype, device)
+    validate.disjoint({"out": out}, {"q": q, "k": k})
     if out.numel():
         bm, bn, bd = _row_block(T * G, 64), 64, min(64, max(16, triton.next_power_of_2(D)))
         grid = (KV, triton.cdiv(T * G, bm), triton.cdiv(S, bn))
@@ -328,6 +329,7 @@ def causal_mask(pos: torch.Tensor, kv_len: int, out: torch.Tensor | None = None)
         out = torch.empty((T, kv_len), dtype=torch.bool, device=device)
     validate.tensor(out, "out", dtype=(torch.bool, torch.int8, torch.uint8), shape=(T, kv_len),
                     device=device.type)
+    validate.disjoint({"out": out}, {"pos": pos})
     if out.numel():
         grid = (triton.cdiv(T, 16), triton.cdiv(kv_len, 128))
         causal_mask_kernel[grid](pos, out, T, kv_len, BLOCK_T=16, BLOCK_S=128, num_warps=4)
@@ -338,6 +340,7 @@ def _softmax(scores, mask, scale, out):
     S = scores.shape[-1]
     device = validate.same_device(scores=scores, mask=mask)
     out = validate.output(out, "out", tuple(scores.shape), scores.dtype, device)
+    validate.disjoint({"out": out}, {"scores": scores, "mask": mask}, same=("scores",))
     rows = scores.numel() // max(S, 1)
     if rows and S:
         T = mask.shape[0] if mask is not None else 1
@@ -385,6 +388,7 @@ def pv(p: torch.Tensor, v: torch.Tensor, out: torch.Tensor | None = None) -> tor
     G = _heads(H, KV)
     device = validate.same_device(p=p, v=v)
     out = validate.output(out, "out", (T, H, D), p.dtype, device)
+    validate.disjoint({"out": out}, {"p": p, "v": v})
     if out.numel():
         # decode has a single row block per KV head: narrower head_dim blocks give it more programs
         bm, bn = _row_block(T * G, 64), 64
@@ -441,6 +445,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
         length = torch.tensor([int(length)], dtype=torch.int32, device=device)
     validate.device_range(length, 1, max_len, "length", f"a decode step attends to 1 .. {max_len} cached tokens")
     out = validate.output(out, "out", (H, D), q.dtype, device)
+    validate.disjoint({"out": out}, {"q": q, "k_cache": k_cache, "v_cache": v_cache, "length": length})
     block_n, stages = decode_config(q.element_size(), D, _shared_bytes(device))
     decode_attention_kernel[(KV,)](q, k_cache, v_cache, length, out, max_len, KV, D, scale * LOG2E,
                                    G=G, BLOCK_H=max(16, triton.next_power_of_2(G)), BLOCK_N=block_n,
@@ -458,6 +463,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tens
     T, H, D, S, KV, device = validate.causal_attention(q, k, v, pos)
     G = H // KV
     out = validate.output(out, "out", (T, H, D), q.dtype, device)
+    validate.disjoint({"out": out}, {"q": q, "k": k, "v": v, "pos": pos})
     if out.numel():
         bm, bd = _row_block(T * G, PREFILL_BLOCK_M), triton.next_power_of_2(D)
         # keys per step: fewer where the q tile and the K and V tiles would not fit (a T4's 64 KB)
@@ -482,6 +488,7 @@ def output_gate(o: torch.Tensor, gate: torch.Tensor, out: torch.Tensor | None = 
     validate.token_rows(gate, "gate")
     device = validate.same_device(o=o, gate=gate)
     out = validate.output(out, "out", tuple(o.shape), o.dtype, device)
+    validate.disjoint({"out": out}, {"o": o, "gate": gate}, same=("o", "gate"))
     n = o.numel()
     if n:
         row = n // o.shape[0] if o.dim() > 1 else n          # elements per token

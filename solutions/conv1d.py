@@ -210,6 +210,7 @@ def conv1d_prefill(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tens
     T = x.shape[0]
     out = validate.output(out, "out", (T, C), x.dtype, device)
     new_state = _new_state_buffer(new_state, conv_state, C, K, x.dtype, device)
+    validate.disjoint({"out": out, "new_state": new_state}, {"x": x, "weight": weight, "conv_state": conv_state})
     block_c = min(128, triton.next_power_of_2(C))
     block_t, num_warps = _prefill_blocks(T)
     grid = (triton.cdiv(C, block_c), triton.cdiv(T, block_t))
@@ -232,6 +233,7 @@ def conv1d_decode(x: torch.Tensor, weight: torch.Tensor, conv_state: torch.Tenso
     """
     C, K, device = _check_inputs(x, weight, conv_state, tokens=1)
     out = validate.output(out, "out", (1, C), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "weight": weight, "conv_state": conv_state})
     block_c = min(128, triton.next_power_of_2(C))    # 48 programs of 128 channels at C = 6144
     conv1d_decode_kernel[(triton.cdiv(C, block_c),)](x, weight, conv_state, out, C, K=K, BLOCK_C=block_c,
                                                      num_warps=4)
@@ -279,6 +281,8 @@ def conv1d_l2norm_prefill(x: torch.Tensor, weight: torch.Tensor, conv_state: tor
     T = x.shape[0]
     q, k, v, heads = _qkv_buffers(T, C, key_heads, head_dim, value_head_dim or head_dim, x, device, q, k, v)
     new_state = _new_state_buffer(new_state, conv_state, C, K, x.dtype, device)
+    validate.disjoint({"q": q, "k": k, "v": v, "new_state": new_state},
+                      {"x": x, "weight": weight, "conv_state": conv_state})
     block_d = triton.next_power_of_2(head_dim)
     block_t, num_warps = _prefill_blocks(T)
     has_state = conv_state is not None
@@ -300,6 +304,7 @@ def conv1d_l2norm_decode(x: torch.Tensor, weight: torch.Tensor, conv_state: torc
     """
     C, K, device = _check_inputs(x, weight, conv_state, tokens=1)
     q, k, v, heads = _qkv_buffers(1, C, key_heads, head_dim, value_head_dim or head_dim, x, device, q, k, v)
+    validate.disjoint({"q": q, "k": k, "v": v}, {"x": x, "weight": weight, "conv_state": conv_state})
     conv1d_l2norm_decode_kernel[(heads,)](x, weight, conv_state, q, k, v, C, key_heads, head_dim,
                                           head_dim ** -0.5, eps, K=K,
                                           BLOCK_D=triton.next_power_of_2(head_dim), num_warps=4)

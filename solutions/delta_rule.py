@@ -254,6 +254,9 @@ def _check(q, k, v, g, beta, initial_state, out, final_state):
     device = validate.same_device(q=q, k=k, v=v, g=g, beta=beta, initial_state=initial_state)
     out = validate.output(out, "out", (T, HV, DV), v.dtype, device)
     final_state = validate.output(final_state, "final_state", (HV, DK, DV), torch.float32, device)
+    validate.disjoint({"out": out, "final_state": final_state},
+                      {"q": q, "k": k, "v": v, "g": g, "beta": beta, "initial_state": initial_state},
+                      same=("initial_state",))
     return T, H, HV, DK, DV, device, out, final_state
 
 
@@ -384,6 +387,7 @@ def gated_delta_rule_chunked_gates(q: torch.Tensor, k: torch.Tensor, v: torch.Te
     T, H, HV, DK, DV, device, out, final_state = validate.delta_rule_gate_inputs(
         q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, MAX_HEAD_DIM)
     g = validate.output(g, "g", (T, HV), torch.float32, device)
+    validate.disjoint({"g": g}, {"q": q, "k": k, "v": v, "a": a, "b": b, "out": out, "final_state": final_state})
     norm = None
     if z is not None or norm_weight is not None:
         if z is None or norm_weight is None:

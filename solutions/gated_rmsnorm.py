@@ -64,6 +64,7 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
         raise ValueError(f"eps must be positive, got {eps}")
     device = validate.same_device(x=x, z=z, weight=weight)
     out = validate.output(out, "out", tuple(x.shape), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "z": z, "weight": weight}, same=("x",))
     rows = x.numel() // D if D else 0
     if rows == 0:
         return out

@@ -153,6 +153,7 @@ def linear_act(x: torch.Tensor, weight: torch.Tensor, act: str = "gelu", out: to
     device = validate.same_device(x=x, weight=weight)
     M, N = x.shape[0], weight.shape[0]
     out = validate.output(out, "out", (M, N), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "weight": weight})
     if config is not None and not {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= set(config):
         raise ValueError(f"config must give BLOCK_M, BLOCK_N and BLOCK_K, got {sorted(config)}")
     if M == 0 or N == 0:
@@ -187,6 +188,7 @@ def gelu(x: torch.Tensor, approximate: str = "none", out: torch.Tensor | None = 
     validate.tensor(x, "x", dtype=validate.FLOATS)
     device = validate.same_device(x=x)
     out = validate.output(out, "out", tuple(x.shape), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x}, same=("x",))
     n = x.numel()
     if n:
         block = 1024

@@ -132,6 +132,7 @@ def kv_cache_read(k_cache: torch.Tensor, v_cache: torch.Tensor, length,
         raise ValueError(f"cannot read {rows} rows from a cache of {max_len} rows")
     k_out = validate.output(k_out, "k_out", (rows, kv_heads, head_dim), k_cache.dtype, device)
     v_out = validate.output(v_out, "v_out", (rows, kv_heads, head_dim), k_cache.dtype, device)
+    validate.disjoint({"k_out": k_out, "v_out": v_out}, {"k_cache": k_cache, "v_cache": v_cache, "length": length})
     row = kv_heads * head_dim
     if rows:
         grid = (triton.cdiv(rows * row, COPY_BLOCK), 2)

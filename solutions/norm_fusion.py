@@ -377,6 +377,7 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     _check_norm(norm_weight, K, eps)
     device = validate.same_device(x=x, norm_weight=norm_weight, weight=weight)
     out = validate.output(out, "out", (*x.shape[:-1], weight.shape[0]), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "norm_weight": norm_weight, "weight": weight})
     return _project(x, weight, None, norm_weight, eps, out)
 
 
@@ -407,6 +408,8 @@ def rms_norm_linear_conv(x: torch.Tensor, norm_weight: torch.Tensor, weight: tor
     device = validate.same_device(x=x, norm_weight=norm_weight, weight=weight, conv_weight=conv_weight,
                                   conv_state=conv_state)
     out = validate.output(out, "out", (1, weight.shape[0]), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "norm_weight": norm_weight, "weight": weight, "conv_weight": conv_weight,
+                                     "conv_state": conv_state})
     return _project(x, weight, None, norm_weight, eps, out, conv=(conv_weight, conv_state))
 
 
@@ -422,6 +425,7 @@ def gate_up_swiglu(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.
     validate.tensor(up_weight, "up_weight", dtype=gate_weight.dtype, shape=tuple(gate_weight.shape))
     device = validate.same_device(x=x, gate_weight=gate_weight, up_weight=up_weight)
     out = validate.output(out, "out", (*x.shape[:-1], gate_weight.shape[0]), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "gate_weight": gate_weight, "up_weight": up_weight})
     return _project(x, gate_weight, up_weight, None, 0.0, out)
 
 
@@ -447,6 +451,7 @@ def rms_norm_gate_up_swiglu(x: torch.Tensor, norm_weight: torch.Tensor, gate_up_
     gate_weight, up_weight = _split_merged(gate_up_weight)
     device = validate.same_device(x=x, norm_weight=norm_weight, gate_up_weight=gate_up_weight)
     out = validate.output(out, "out", (*x.shape[:-1], gate_weight.shape[0]), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "norm_weight": norm_weight, "gate_up_weight": gate_up_weight})
     return _project(x, gate_weight, up_weight, norm_weight, eps, out)
 
 
@@ -476,6 +481,8 @@ def residual_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     device = validate.same_device(x=x, residual=residual, weight=weight)
     h_out = validate.output(h_out, "h_out", tuple(x.shape), residual.dtype, device)
     out = validate.output(out, "out", tuple(x.shape), x.dtype, device)
+    validate.disjoint({"h_out": h_out, "out": out},
+                      {"x": x, "residual": residual, "weight": weight}, same=("x", "residual"))
     rows = x.numel() // dim
     if rows == 0:
         return h_out, out

@@ -258,6 +258,7 @@ def argmax(logits: torch.Tensor, out: torch.Tensor | None = None,
     flat, rows, vocab = _rows(logits)
     device = validate.same_device(logits=logits)
     out = validate.output(out, "out", tuple(logits.shape[:-1]), torch.int64, device)
+    validate.disjoint({"out": out}, {"logits": logits})
     tile, chunk, n_blocks = _split(vocab, num_blocks)
     _reduce(flat, out.view(rows), tile, chunk, n_blocks)
     return out
@@ -315,6 +316,7 @@ def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p
     device = validate.same_device(logits=logits)
     seed = _seed_tensor(seed, device)
     out = validate.output(out, "out", tuple(logits.shape[:-1]), torch.int64, device)
+    validate.disjoint({"out": out}, {"logits": logits, "seed": seed})
     inv_temp = 1.0 / temperature
     bounds = torch.empty(rows, 2, dtype=torch.int64, device=device)      # [lo, hi] key interval per row
     bounds[:, 0].fill_(INT32_MIN)

@@ -190,6 +190,7 @@ def splitk_gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None 
     if partials.shape[1] != N or partials.shape[0] < cfg["SPLIT"]:
         raise ValueError(f"partials has shape {list(partials.shape)}; expected [S, {N}] with "
                          f"S >= {cfg['SPLIT']}, the number of pieces of K")
+    validate.disjoint({"out": out, "partials": partials}, {"x": x, "weight": weight})
     _launch_pieces(splitk_partial_kernel, x, weight, partials, cfg)
     _reduce(partials, out, cfg["SPLIT"], clear=False)
     return out
@@ -210,6 +211,7 @@ def splitk_gemv_atomic(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor 
     if acc is None:
         acc = torch.zeros(N, dtype=torch.float32, device=device)
     validate.tensor(acc, "acc", dtype=torch.float32, shape=(N,), device=device.type)
+    validate.disjoint({"out": out, "acc": acc}, {"x": x, "weight": weight})
     if N == 0:
         return out
     _launch_pieces(splitk_atomic_kernel, x, weight, acc, _config(N, K, split, device))
@@ -234,6 +236,7 @@ def splitk_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | Non
     N = weight.shape[0]
     device = validate.same_device(x=x, weight=weight)
     out = validate.output(out, "out", (*x.shape[:-1], N), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "weight": weight})
     M = math.prod(x.shape[:-1])                                       # tokens
     x2, out2 = x.reshape(M, K), out.view(M, N)                        # [M, K], [M, N]
     if x2.shape[0] != 1:

@@ -29,6 +29,7 @@ def add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None,
     validate.tensor(y, "y", dtype=x.dtype, shape=tuple(x.shape))
     device = validate.same_device(x=x, y=y)
     out = validate.output(out, "out", tuple(x.shape), x.dtype, device)
+    validate.disjoint({"out": out}, {"x": x, "y": y}, same=("x", "y"))
     n = x.numel()
     grid = (triton.cdiv(n, block_size),)
     add_kernel[grid](x, y, out, n, BLOCK_SIZE=block_size)

@@ -63,6 +63,64 @@ def output(out, name: str, shape: tuple, dtype, device) -> torch.Tensor:
     return tensor(out, name, dtype=dtype, shape=tuple(shape), device=device.type)
 
 
+def _span(t: torch.Tensor) -> tuple[int, int]:
+    """[first, last) byte addresses a tensor's elements occupy."""
+    last = sum((n - 1) * st for n, st in zip(t.shape, t.stride()) if n > 1)
+    return t.data_ptr(), t.data_ptr() + (last + 1) * t.element_size()
+
+
+def _blocks(t: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """(sorted start addresses, byte length) of the contiguous runs t's elements form: its innermost
+    dims that are laid out densely make one run, the outer dims give the starts."""
+    run, dims = 1, t.dim()
+    while dims and (t.shape[dims - 1] == 1 or t.stride(dims - 1) == run):
+        run *= t.shape[dims - 1]
+        dims -= 1
+    starts = torch.zeros((), dtype=torch.int64)
+    for n, st in zip(t.shape[:dims], t.stride()[:dims]):
+        starts = starts[..., None] + torch.arange(n, dtype=torch.int64) * st
+    starts = t.data_ptr() + starts.reshape(-1) * t.element_size()
+    return starts.sort().values, run * t.element_size()
+
+
+def _overlap(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether two tensors share an element's bytes: address ranges first (a few integer operations, the
+    common case of separate buffers), then, for views into one buffer (column slices of a merged
+    projection's output), the exact test over their contiguous runs."""
+    if a.device != b.device or a.numel() == 0 or b.numel() == 0:
+        return False
+    (a0, a1), (b0, b1) = _span(a), _span(b)
+    if a1 <= b0 or b1 <= a0:
+        return False
+    starts_a, len_a = _blocks(a)
+    starts_b, len_b = _blocks(b)
+    # each run of a against the run of b that starts last before a's run ends (runs of b have one length)
+    j = torch.searchsorted(starts_b, starts_a + len_a) - 1
+    hit = (j >= 0) & (starts_b[j.clamp(min=0)] + len_b > starts_a)
+    return bool(hit.any())
+
+
+def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.device == b.device and a.data_ptr() == b.data_ptr() and a.shape == b.shape
+            and a.stride() == b.stride() and a.dtype == b.dtype)
+
+
+def disjoint(outputs: dict, inputs: dict, same: tuple = ()) -> None:
+    """Raise ValueError, naming both, when an output buffer shares memory with an input or with another
+    output. A kernel's programs read their inputs while others write: an `out=` that overlaps an input
+    (`x = buf[:64]`, `out = buf[1:]`) is overwritten before it is read, and the result is wrong without an
+    error. `same` names the inputs an output may be exactly (the same view: in place), where every element
+    is read by the program that writes it, before it writes it (a residual add, a row's norm)."""
+    outs = [(n, t) for n, t in outputs.items() if isinstance(t, torch.Tensor)]
+    ins = [(n, t) for n, t in inputs.items() if isinstance(t, torch.Tensor)]
+    for i, (name, out) in enumerate(outs):
+        for other, t in ins + outs[i + 1:]:
+            if _overlap(out, t) and not (other in same and _same_view(out, t)):
+                how = " (in place is allowed only as the same view)" if other in same else ""
+                raise ValueError(f"{name} overlaps {other} in memory{how}: the kernel would overwrite what "
+                                 "it still has to read; give a separate output buffer")
+
+
 _device_checks = True
 
 
@@ -171,4 +229,6 @@ def delta_rule_gate_inputs(q, k, v, a, b, A_log, dt_bias, initial_state, out, fi
     device = same_device(q=q, k=k, v=v, a=a, b=b, A_log=A_log, dt_bias=dt_bias, initial_state=initial_state)
     out = output(out, "out", (T, HV, DV), v.dtype, device)
     final_state = output(final_state, "final_state", (HV, DK, DV), torch.float32, device)
+    disjoint({"out": out, "final_state": final_state}, {"q": q, "k": k, "v": v, "a": a, "b": b, "A_log": A_log,
+             "dt_bias": dt_bias, "initial_state": initial_state}, same=("initial_state",))
     return T, H, HV, DK, DV, device, out, final_state
