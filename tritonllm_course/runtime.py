@@ -132,6 +132,7 @@ def setup(dtype: str | None = None, preset: str | None = None, quiet: bool = Fal
     if not gpu:
         _install_cpu_benchmarker()
         _install_bool_masks()
+        _install_scalar_index()
     if not quiet:
         print(_RUNTIME.summary())
     return _RUNTIME
@@ -263,3 +264,27 @@ def _install_bool_masks() -> None:
 
         setattr(builder, name, patched)
     builder._tritonllm_bool_masks = True
+
+
+def _install_scalar_index() -> None:
+    """Triton before 3.7 turns an interpreter scalar (an array of one element) into a Python int with
+    `int(array)`, which numpy 2.4 refuses for an array of one dimension ("only 0-dimensional arrays can be
+    converted to Python scalars"): every `range(0, K, BLOCK_K)` over a runtime K failed. Triton 3.7 squeezes
+    the array first; so does this, on the releases that do not (their `_patch_lang_tensor(tensor)` takes
+    the one argument; 3.7's takes a scope too and is left as it is)."""
+    import inspect
+
+    import numpy as np
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None or getattr(original, "_tritonllm_patched", False) \
+            or len(inspect.signature(original).parameters) != 1:
+        return
+
+    def patch_lang_tensor(tensor):
+        original(tensor)
+        tensor.__index__ = lambda self: int(np.asarray(self.handle.data).squeeze())
+
+    patch_lang_tensor._tritonllm_patched = True
+    interpreter._patch_lang_tensor = patch_lang_tensor
