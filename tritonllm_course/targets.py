@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib
 import json
 import os
 import subprocess
@@ -46,7 +47,7 @@ class Kernel:
     name: str
     arch: int
     dtype: str
-    where: list[str]                          # "fused prefill", "autotune gemv", ...
+    where: list[str]                          # the levels that launch it ("operators", ...), or "autotune"
     constexprs: dict
     num_warps: int
     num_stages: int
@@ -64,10 +65,6 @@ class Kernel:
         return f"{self.name}[{shown}] {types} w{self.num_warps} s{self.num_stages}"
 
 
-def _runtime_module():
-    return sys.modules["tritonllm_course.runtime"]
-
-
 @contextlib.contextmanager
 def _recording(gpu, dtype_name: str):
     """Launches recorded, not run: `JITFunction.run` and `Autotuner.run` replaced for the block; the course's
@@ -78,8 +75,7 @@ def _recording(gpu, dtype_name: str):
     import triton.runtime.jit as jit
 
     from . import triton_helpers, validate
-    from . import runtime as _  # noqa: F401  (the module, for `_runtime_module`)
-    rt = _runtime_module()
+    rt = importlib.import_module("tritonllm_course.runtime")    # the module: the package's `runtime` is a function
     launches: list[tuple] = []
 
     def run(self, *args, grid, warmup=False, **kwargs):
