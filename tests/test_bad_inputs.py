@@ -321,3 +321,271 @@ def test_the_fallback_tokenizer_decodes_every_id_below_the_vocabulary():
     assert tok.vocab_size == 248320 and tok.known == 248077
     assert tok.decode(range(248000, 248320)) == tok.decode(range(248000, 248077))
     assert isinstance(tok.decode(range(tok.vocab_size)), str)
+
+
+# --- no silent wrong answer: non-finite logits, sampling floors, config fields, API arguments ---------------------
+def _scaled(factor):
+    def edit(tensors):
+        for name, t in tensors.items():
+            if t.dim() == 2:
+                tensors[name] = t * factor
+    return edit
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+def test_logits_that_overflow_float16_are_refused_by_both_backends(good, tmp_path, capsys, backend):
+    """Finite weights whose fp16 activations overflow: the logits turn NaN at run time, and no token is
+    taken from them (the triton backend's argmax would pick the NaN's index, token 0, with exit 0)."""
+    from tritonllm_course import kernels
+    if backend == "triton" and not kernels.has_solutions():
+        pytest.skip("the triton backend's kernels: this copy has no solutions/ to fall back on")
+    big = copy_of(good[0], tmp_path / "big", edit=_scaled(200.0))
+    status = cli.main(["generate", "--model", str(big), "--prompt-ids", ",".join(map(str, PROMPT)), "--dtype",
+                       "float16", "--device", "cpu", "--backend", backend, "--max-new-tokens", "3"])
+    out = capsys.readouterr()
+    assert status == 2 and "Traceback" not in out.err and "generated ids" not in out.out, out
+    assert "logits contain NaN at step 0 (float16 overflow? try --dtype bfloat16 or float32)" in out.err
+    config, weights = load_weights(big, dtype=torch.float16)
+    model = Qwen35Model(config, weights)
+    with pytest.raises(ValueError, match="logits contain NaN at step 0"):
+        generate(model, PROMPT, 3)
+    if backend == "triton":
+        from tritonllm_course.runtime import setup
+        setup(quiet=True)
+        engine = Engine.from_model(model, max_seq_len=16)
+        with pytest.raises(ValueError, match="logits contain NaN at step 0"):
+            engine.generate(PROMPT, 3)
+
+
+def test_the_engine_flags_logits_that_turn_non_finite_later(good, monkeypatch):
+    """The flag is read with each token: logits that turn inf at a decode step stop the stream there,
+    after the tokens before it."""
+    engine = Engine.from_model(Qwen35Model(TINY, good[1]), max_seq_len=16, default_source="reference")
+    clean = engine.generate(PROMPT, 4, eos_token_id=None)
+    step = engine._decode_fn
+
+    def poisoned(sampling):
+        step(sampling)
+        if engine.length == len(PROMPT) + 1:        # the second decode step: token 2's logits
+            engine.counters.logits[0, 7] = float("inf")
+            engine._next_token(engine.ops.decode, sampling)
+    monkeypatch.setattr(engine, "_decode_fn", poisoned)
+    seen = []
+    with pytest.raises(ValueError, match="logits contain inf at step 2"):
+        for token in engine.stream(PROMPT, 4, eos_token_id=None):
+            seen.append(token)
+    assert seen == clean[:2]
+
+
+def test_a_tiny_rope_theta_is_refused_as_the_field(good, tmp_path, capsys):
+    bad = copy_of(good[0], tmp_path / "theta", config=lambda d: {**d, "rope_theta": 1e-300,
+                                                                 "rope_parameters": None})
+    status, error = generate_cli(capsys, bad, "--max-new-tokens", "2", backend="triton")
+    assert status == 2 and "rope_theta must be >= 1" in error
+
+
+@pytest.mark.parametrize("backend", ["reference", "triton"])
+@pytest.mark.parametrize("option, message", [
+    (["--temperature", "1e-40"], "temperature must be 0 (greedy) or at least 1e-06"),
+    (["--temperature", "1e-300"], "temperature must be 0 (greedy) or at least 1e-06"),
+    (["--top-p", "1e-300"], "top_p must be at least 2**-126"),
+    (["--temperature", "0.8", "--seed", str(2**64)], "--seed must be in [0, 2**63 - 1]"),
+    (["--seed", "-1"], "--seed must be in [0, 2**63 - 1]"),
+])
+def test_sampling_arguments_past_float32_are_named(capsys, backend, option, message):
+    status, error = generate_cli(capsys, "random", "--max-new-tokens", "2", *option, backend=backend)
+    assert status == 2 and message in error
+
+
+def test_the_smallest_top_p_accepted_keeps_the_likeliest_token(good):
+    model = Qwen35Model(TINY, good[1])
+    greedy = generate(model, PROMPT, 3, eos_token_id=None)
+    assert generate(model, PROMPT, 3, greedy=False, top_p=2.0**-126, eos_token_id=None, seed=5) == greedy
+
+
+@pytest.mark.parametrize("eos, shown", [("70", "'70'"), (True, "True"), (2.5, "2.5"), ([[2]], "[[2]]"), ([], "[]"),
+                                        (-1, "-1")])
+def test_eos_token_id_of_the_wrong_type_is_named(good, tmp_path, capsys, eos, shown):
+    """A string would be read character by character ("70" stops at 7 and at 0), true as id 1."""
+    bad = copy_of(good[0], tmp_path / "eos", config=lambda d: {**d, "eos_token_id": eos})
+    status, error = generate_cli(capsys, bad, "--max-new-tokens", "2")
+    assert status == 2 and f"eos_token_id must be a token id (an int >= 0), a non-empty list of them, or null, " \
+                           f"got {shown}" in error
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("num_hidden_layers", 10**6, "num_hidden_layers must be at most 1024"),
+    ("vocab_size", 2**40, "vocab_size must be at most 2147483647"),
+    ("bos_token_id", "1", "bos_token_id must be a token id"),
+    ("rms_norm_eps", 2.0, "rms_norm_eps must be in (0, 1)"),
+    ("layer_types", [["linear_attention"]] * 4, "layer_types holds [['linear_attention']"),
+    ("full_attention_interval", 0, "full_attention_interval must be a positive integer"),
+])
+def test_every_config_field_is_checked_by_type_and_range(good, field, value, message):
+    fields = json.loads((good[0] / "config.json").read_text())
+    if field == "full_attention_interval":
+        fields.pop("layer_types")
+    done, error = _finishes(lambda: Qwen35Config.from_dict({**fields, field: value}), seconds=10)
+    assert done and isinstance(error, ConfigError) and message in str(error), error
+
+
+@pytest.mark.parametrize("name", ["config.json", "model.safetensors.index.json"])
+def test_json_nested_too_deep_is_one_line_naming_the_file(good, tmp_path, capsys, name):
+    hub = write_hub_checkpoint(good[0], tmp_path / "hub", num_shards=2)
+    (hub / name).write_text("[" * 200_000 + "]" * 200_000)
+    status, error = generate_cli(capsys, hub, "--max-new-tokens", "2")
+    assert status == 2 and f"{hub / name} is not" in error and "nested too deep" in error
+
+
+def test_stored_tensors_are_checked_before_the_cast(good, tmp_path):
+    """A value past float16's range turns inf in the cast: named as such, not as a NaN in the file."""
+    def large(tensors):
+        tensors["model.norm.weight"] = tensors["model.norm.weight"].clone()
+        tensors["model.norm.weight"][0] = 1e6
+    bad = copy_of(good[0], tmp_path / "large", edit=large)
+    load_weights(bad)                                                  # fine in the stored float32
+    with pytest.raises(WeightError, match=r"tensor norm\.weight holds values beyond float16's range \(stored in "
+                                          r"float32\)"):
+        load_weights(bad, dtype=torch.float16)
+
+    def as_int(tensors):
+        tensors["model.norm.weight"] = torch.ones(TINY.hidden_size, dtype=torch.int64)
+    bad = copy_of(good[0], tmp_path / "int64", edit=as_int)
+    with pytest.raises(WeightError, match=r"norm\.weight has dtype int64 \(as stored\)"):
+        load_weights(bad, dtype=torch.float32)                         # a cast would have hidden it
+
+
+def test_weights_are_checked_against_memory_before_allocation(good, monkeypatch, capsys):
+    from tritonllm_course import weights as W
+    monkeypatch.setattr(W, "available_memory", lambda device: 2**20)     # 1 MiB free
+    with pytest.raises(W.WeightsTooLarge, match="random weights of .* need .* GiB, more than the 0.0 GiB"):
+        Qwen35Model.random(TINY)
+    with pytest.raises(W.WeightsTooLarge, match="tensors of .* need"):
+        load_weights(good[0])
+    status, error = generate_cli(capsys, "random", "--config", "qwen3.5-27b", "--max-new-tokens", "1")
+    assert status == 2 and "more than the 0.0 GiB available on cpu" in error
+
+
+@pytest.mark.parametrize("bad, error, message", [
+    (torch.tensor([PROMPT, PROMPT]), ValueError, "prompt_ids must be one sequence (a 1-D tensor), got shape [2, 4]"),
+    ([PROMPT[:2], PROMPT[2:]], TypeError, "prompt_ids[0] must be an int token id, got [5, 17] (list) (a nested"),
+    ([5.9, 17.2], TypeError, "prompt_ids[0] must be an int token id, got 5.9 (float)"),
+    (torch.tensor([5.5, 17.5]), TypeError, "prompt_ids must hold integer token ids, got a float32 tensor"),
+    ("5", TypeError, "prompt_ids must be token ids (a list of ints or a 1-D int tensor), got a str"),
+    ([True, False], TypeError, "prompt_ids[0] must be an int token id, got True (bool)"),
+    (torch.tensor(PROMPT, device="meta"), ValueError, "prompt_ids is on meta; give it on the cpu"),
+])
+def test_prompt_ids_that_are_not_one_sequence_of_ints(good, bad, error, message):
+    model = Qwen35Model(TINY, good[1])
+    engine = Engine.from_model(model, max_seq_len=16, default_source="reference")
+    for run in (lambda: generate(model, bad, 2), lambda: engine.generate(bad, 2)):
+        with pytest.raises(error) as e:
+            run()
+        assert message in str(e.value)
+    assert engine.length == 0
+
+
+@pytest.mark.parametrize("options, error, message", [
+    ({"max_new_tokens": 2.0}, TypeError, "max_new_tokens must be an int, got 2.0"),
+    ({"max_new_tokens": None}, TypeError, "max_new_tokens must be an int, got None"),
+    ({"seed": None}, TypeError, "seed must be an int, got None"),
+    ({"seed": 2**64}, ValueError, "seed must be in [0, 2**63 - 1]"),
+    ({"eos_token_id": 2.5}, TypeError, "eos_token_id must be a token id (int), a list of them"),
+    ({"eos_token_id": "70"}, TypeError, "eos_token_id must be a token id (int), a list of them"),
+    ({"greedy": "no"}, TypeError, "greedy must be True or False"),
+])
+def test_api_arguments_are_named_before_the_prefill(good, monkeypatch, options, error, message):
+    model = Qwen35Model(TINY, good[1])
+    engine = Engine.from_model(model, max_seq_len=16, default_source="reference")
+    ran = []
+    monkeypatch.setattr(engine, "_prefill", lambda *a: ran.append(a))
+    monkeypatch.setattr(Qwen35Model, "__call__", lambda *a, **k: ran.append(a))
+    kwargs = {"max_new_tokens": 2, **options}
+    for run in (lambda: generate(model, PROMPT, **kwargs), lambda: engine.generate(PROMPT, **kwargs)):
+        with pytest.raises(error) as e:
+            run()
+        assert message in str(e.value)
+    assert not ran
+
+
+@pytest.mark.parametrize("size, error", [(1.5, TypeError), (True, TypeError), (0, ValueError)])
+def test_engine_sizes_are_named_before_any_allocation(good, size, error):
+    for build in (lambda **kw: Engine(TINY, good[1], **kw), lambda **kw: Engine.random(TINY, **kw)):
+        with pytest.raises(error, match="max_seq_len must be"):
+            build(max_seq_len=size)
+        with pytest.raises(error, match="prefill_chunk must be"):
+            build(prefill_chunk=size)
+
+
+def test_outputs_that_overlap_inputs_are_refused():
+    from tritonllm_course import kernels, validate
+    buf = torch.randn(65, 64)
+    with pytest.raises(ValueError, match="out overlaps x in memory"):
+        validate.disjoint({"out": buf[1:]}, {"x": buf[:64]}, same=("x",))
+    merged = torch.zeros(8, 30)                     # column views of one buffer: interleaved, disjoint
+    validate.disjoint({"out": merged[:, :10]}, {"x": merged[:, 10:20]})
+    with pytest.raises(ValueError, match="out overlaps x"):
+        validate.disjoint({"out": merged[:, :10]}, {"x": merged[:, 9:19]})
+    validate.disjoint({"out": buf}, {"x": buf}, same=("x",))                 # in place, where allowed
+    with pytest.raises(ValueError, match="out overlaps x"):
+        validate.disjoint({"out": buf}, {"x": buf})
+    if not kernels.has_solutions():
+        return
+    from tritonllm_course.runtime import setup
+    setup(quiet=True)
+    rms_norm, add = kernels.get("rmsnorm", "rms_norm", "solutions"), kernels.get("vector_add", "add", "solutions")
+    with pytest.raises(ValueError, match="out overlaps x in memory"):
+        rms_norm(buf[:64], torch.ones(64), out=buf[1:])
+    flat = torch.randn(8193)
+    with pytest.raises(ValueError, match="out overlaps x in memory"):
+        add(flat[:8192], torch.randn(8192), out=flat[1:])
+    x = torch.randn(4, 64)
+    expected = rms_norm(x, torch.ones(64))
+    assert torch.equal(rms_norm(x, torch.ones(64), out=x), expected)   # in place: the same view
+
+
+# --- the command line: Ctrl-C, empty and non-UTF-8 arguments, paths, commands that need a GPU --------------------
+def test_ctrl_c_prints_the_tokens_so_far_and_exits_130(good, monkeypatch, capsys):
+    forward, calls = Qwen35Model.forward, []
+
+    def interrupted(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) == 3:                          # the prefill and one decode step ran: two tokens made
+            raise KeyboardInterrupt
+        return forward(self, *args, **kwargs)
+    monkeypatch.setattr(Qwen35Model, "__call__", interrupted)
+    status = cli.main(["generate", "--model", str(good[0]), "--prompt-ids", "5,17,42", "--max-new-tokens", "6",
+                       "--device", "cpu", "--dtype", "float32"])
+    out = capsys.readouterr()
+    assert status == 130 and "Traceback" not in out.err
+    assert "interrupted after 2 new tokens" in out.err and "generated ids: [" in out.out
+    assert len(json.loads(out.out.split("generated ids: ")[1])) == 2
+
+
+def test_an_empty_model_and_a_prompt_that_is_not_utf8(capsys):
+    status, error = generate_cli(capsys, "", "--max-new-tokens", "2")
+    assert status == 2 and "--model is empty" in error
+    status = cli.main(["generate", "--model", "random", "--prompt", os.fsdecode(b"\xff\xfehello"),
+                       "--max-new-tokens", "2", "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert status == 2 and "--prompt is not valid UTF-8 text" in err and "Traceback" not in err
+
+
+def test_a_checkpoint_path_that_is_not_utf8_is_named(good, tmp_path):
+    folder = os.fsdecode(os.fsencode(str(tmp_path)) + b"/ck\xff")
+    try:
+        os.mkdir(folder)
+    except (OSError, UnicodeEncodeError):
+        pytest.skip("this file system refuses a name that is not UTF-8")
+    for name in ("config.json", "model.safetensors"):
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write((good[0] / name).read_bytes())
+    with pytest.raises(WeightError, match="is not valid UTF-8, which safetensors cannot open"):
+        load_weights(folder)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the GPU runs it")
+def test_layers_on_a_cpu_says_it_needs_a_gpu(capsys):
+    assert cli.main(["layers"]) == 1
+    err = capsys.readouterr().err
+    assert "skipped: it measures the engine on a CUDA GPU" in err and "Traceback" not in err

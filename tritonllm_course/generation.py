@@ -348,7 +348,7 @@ def run_generate(args) -> int:
         for token in tokens:
             out.append(token)
         seconds = time.perf_counter() - t0
-    except (ValueError, TypeError, FileNotFoundError, ImportError) as e:
+    except (ValueError, FileNotFoundError, ImportError) as e:
         print(f"tritonllm-course generate: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:       # Ctrl-C: what was generated is kept, the rest of the run abandoned

@@ -68,7 +68,12 @@ def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p
     expect(temperature >= 0, f"temperature must be >= 0, got {temperature}")
     if temperature == 0:
         return argmax(logits)
-    probs = torch.softmax(top_k_top_p_filter(acc(logits) / temperature, top_k, top_p), dim=-1)
+    scaled = acc(logits) / temperature
+    # -inf is a masked token; +inf or NaN after the division would make softmax NaN, and multinomial fail
+    expect(not bool(torch.isnan(scaled).any() | (scaled == float("inf")).any()),
+           f"logits / temperature is not finite (largest logit {float(acc(logits).max()):.4g}, temperature "
+           f"{temperature}): the logits hold NaN or inf, or the temperature is too small for them")
+    probs = torch.softmax(top_k_top_p_filter(scaled, top_k, top_p), dim=-1)
     flat = probs.reshape(-1, probs.shape[-1])                             # [rows, vocab]
     return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
 
