@@ -224,5 +224,6 @@ ENGINE = [
 BUGS = out_of_bounds(CONV1D + DELTA_RULE + GATES + L2NORM + GATED_RMSNORM + ENGINE,
                      "no s < T mask (tokens past the end read)", "no channel mask", "no mask on the key dims",
                      "no mask", "no row mask", "a mask one past the end (<= n)",
-                     # this one also strays past a tensor on the way to a wrong answer
-                     "deltanet_gates: token and head swapped (i % HV, i // HV)")
+                     # these also stray past a tensor on the way to a wrong answer (the second inside a helper)
+                     "deltanet_gates: token and head swapped (i % HV, i // HV)",
+                     "conv1d_prefill: the new state one token late (T - K + 1 + i)")

@@ -295,4 +295,5 @@ BUGS = out_of_bounds(BUGS, "no K mask on x in the GEMV step", "GEMV: no mask on 
                      "residual_rmsnorm: rows strided by the padded block, not the row",
                      "qk_norm_rope_cache: cache rows strided by heads, not kv_heads",
                      "splitk_gemv: the reduction masked to SPLIT_P2 pieces",
-                     "splitk_gemv: partials stored at a row-block stride")
+                     "splitk_gemv: partials stored at a row-block stride",
+                     "the K tail not masked (the last piece runs past K)")
