@@ -3,9 +3,11 @@
 In a student version of the course (no solutions/: `tritonllm-course student-copy` or `student-branch`)
 the tests check the learner's kernels: every kernel they load comes from exercises/, a test whose exercise
 is not filled in yet is skipped saying which, and a test marked `needs_solutions` (it reads solutions/
-itself) is skipped.
+itself) is skipped. So is a test that fails on a course file the student version leaves out
+(`student_version.WITHHELD`, such as tests/test_planted_bugs.py), naming the file.
 """
 import os
+import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -36,6 +38,34 @@ def _load_exercises_instead(load):
 
 if STUDENT:
     kernels.load = _load_exercises_instead(kernels.load)
+
+
+def _withheld_file(error: BaseException) -> str | None:
+    """The first course file that `error` names (a missing module, or a path in its message) and that the
+    student version leaves out; None when it names none."""
+    from tritonllm_course.student_version import withheld
+    named = [f"tests/{error.name.split('.')[0]}.py", error.name.replace(".", "/") + ".py"] \
+        if isinstance(error, ModuleNotFoundError) and error.name else []
+    for word in named + re.findall(r"[\w./-]+\.py\b", str(error)):
+        path = Path(word)
+        if path.is_absolute():
+            if ROOT not in path.parents:
+                continue
+            path = path.relative_to(ROOT)
+        if withheld(path.as_posix()):
+            return path.as_posix()
+    return None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    try:
+        return (yield)
+    except Exception as e:
+        if STUDENT and (path := _withheld_file(e)):
+            raise pytest.skip.Exception(f"needs {path}, which the student version leaves out",
+                                        _use_item_location=True) from None
+        raise
 
 
 def pytest_configure(config):
