@@ -7,7 +7,6 @@ itself) is skipped. So is a test that fails on a course file the student version
 (`student_version.WITHHELD`, such as tests/test_planted_bugs.py), naming the file.
 """
 import os
-import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -41,20 +40,13 @@ if STUDENT:
 
 
 def _withheld_file(error: BaseException) -> str | None:
-    """The first course file that `error` names (a missing module, or a path in its message) and that the
+    """The course file that `error` names (a missing module, or a path in its message) and that the
     student version leaves out; None when it names none."""
-    from tritonllm_course.student_version import withheld
-    named = [f"tests/{error.name.split('.')[0]}.py", error.name.replace(".", "/") + ".py"] \
-        if isinstance(error, ModuleNotFoundError) and error.name else []
-    for word in named + re.findall(r"[\w./-]+\.py\b", str(error)):
-        path = Path(word)
-        if path.is_absolute():
-            if ROOT not in path.parents:
-                continue
-            path = path.relative_to(ROOT)
-        if withheld(path.as_posix()):
-            return path.as_posix()
-    return None
+    from tritonllm_course.student_version import withheld_named
+    module = error.name if isinstance(error, ModuleNotFoundError) and error.name else None
+    top = module.split(".")[0] if module else ""
+    named = f"tests/{top}.py {top}/__init__.py {module.replace('.', '/')}.py " if module else ""
+    return withheld_named(named + str(error), ROOT)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -220,6 +220,17 @@ def test_no_shipped_test_imports_what_is_withheld():
                     f"tests/{path.name}:{node.lineno} imports {name}, which the student version leaves out"
 
 
+def test_a_failure_naming_a_withheld_file_names_it():
+    """What tests/conftest.py skips a failed test of a student version for: the withheld file it names."""
+    named = student_version.withheld_named
+    assert named("planted: tests/test_planted_bugs.py does not exist", ROOT) == "tests/test_planted_bugs.py"
+    assert named(f"cannot open {ROOT}/lab/common.py", ROOT) == "lab/common.py"
+    assert named(f"{ROOT}/solutions/rope.py differs", ROOT) == "solutions/rope.py"
+    assert named("tests/test_rope.py:3: 0.5 != 0.25", ROOT) is None             # shipped: a real failure
+    assert named("/elsewhere/lab/common.py is missing", ROOT) is None          # not this course's
+    assert named("no file named at all", ROOT) is None
+
+
 @pytest.mark.needs_solutions
 def test_the_student_branch_leaves_out_what_the_copy_leaves_out(tmp_path, monkeypatch):
     """Both forms follow `withheld`: the branch's tree, made from a commit of the course, holds none of it."""

@@ -20,6 +20,7 @@ Two forms of it:
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -52,6 +53,21 @@ def withheld(path: str | PurePosixPath) -> bool:
         if len(parts) >= len(want) and all(fnmatchcase(p, w) for p, w in zip(parts, want)):
             return True
     return False
+
+
+def withheld_named(text: str, root: Path) -> str | None:
+    """The first `.py` file that `text` (an error message) names, relative to the course root `root` or
+    absolute under it, that the student version leaves out: what a test of a student version that failed
+    with that message needed. None when it names none."""
+    for word in re.findall(r"[\w./-]+\.py\b", text):
+        path = Path(word)
+        if path.is_absolute():
+            if root not in path.parents:
+                continue
+            path = path.relative_to(root)
+        if withheld(path.as_posix()):
+            return path.as_posix()
+    return None
 
 
 class StudentVersionError(ValueError):
