@@ -150,6 +150,8 @@ BUGS = [
         (("gate_ptr + token * s_gate + (offs - token * row)", "gate_ptr + offs"),)),
     Bug("output_gate", "attention", "sigmoid of o instead of the gate",
         (("(o * sigmoid(gate))", "(gate * sigmoid(o))"),)),
+    Bug("output_gate", "attention", "sigmoid as exp(x) / (1 + exp(x)) (inf / inf past exp's overflow)",
+        (("(o * sigmoid(gate))", "(o * (tl.exp(gate) / (1.0 + tl.exp(gate))))"),)),
     Bug("output_gate", "attention", "no mask on the store",
         (("tl.store(out_ptr + offs, (o * sigmoid(gate)).to(out_ptr.dtype.element_ty), mask=ok)",
           "tl.store(out_ptr + offs, (o * sigmoid(gate)).to(out_ptr.dtype.element_ty))"),), out_of_bounds=True),

@@ -16,7 +16,7 @@ import torch
 from .. import reference as R
 from ..reference.attention import decode_attention_static
 from . import Edge, implement, tensor_bytes
-from .common import scaled
+from .common import past_exp_overflow, scaled
 
 TINY = {"heads": 4, "kv_heads": 2, "head_dim": 32}
 ODD = {"heads": 6, "kv_heads": 2, "head_dim": 24}     # G = 3, head_dim not a power of two
@@ -312,5 +312,6 @@ implement(
     shapes={"tiny": [{"tokens": 11, "width": 200}, {"tokens": 1, "width": 128}],
             "real": [{"tokens": 1, "width": 2048}, {"tokens": 128, "width": 2048}]},
     bytes=lambda inp: 3 * tensor_bytes(inp["o"]),
+    edges=[past_exp_overflow("gate")],
     dims={"out": ("token", "column")},
 )

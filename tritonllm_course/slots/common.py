@@ -31,6 +31,28 @@ def zero_rows(key: str, rows=(0,), name: str = "a zero row") -> Edge:
     return Edge(name, apply)
 
 
+# Inputs past exp's overflow: exp(x) is inf in fp32 past 88.7 (in fp16 past 11.1). softplus written as
+# log(1 + exp(x)) is then inf where it should be x, and sigmoid as exp(x) / (1 + exp(x)) is inf / inf;
+# activations never stray that far at random, an input token can.
+PAST_EXP = (100.0, -100.0, 15.0, -15.0)
+
+
+def past_exp_overflow(*keys: str, offsets: dict | None = None) -> Edge:
+    """The first and last row (token) of each input named cycle through PAST_EXP along the last dim (the
+    last row negated, so that a single row has both signs too). `offsets` {key: other input}: that
+    input is subtracted, so that key + other (softplus(a + dt_bias)) takes the values."""
+    def apply(inputs, shape, dtype, gen):
+        for row, sign in ((0, 1.0), (-1, -1.0)):
+            for key in keys:
+                x = inputs[key]
+                values = sign * torch.tensor(PAST_EXP, device=x.device).repeat(x.shape[-1])[:x.shape[-1]]
+                if offsets and key in offsets:
+                    values = values - inputs[offsets[key]].to(torch.float32)
+                x[row] = values.to(x.dtype)
+        return inputs
+    return Edge("inputs past exp's overflow", apply)
+
+
 def sized(name: str, shape: dict, presets=("real",)) -> Edge:
     """The slot's inputs at `shape` (fields over its first shape), unchanged: a size whose code path the
     mode's shapes never take (on a GPU by default)."""

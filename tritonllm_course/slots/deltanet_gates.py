@@ -4,30 +4,8 @@ import math
 import torch
 
 from ..reference.deltanet import deltanet_gates, l2norm_qk
-from . import Edge, implement, tensor_bytes
-from .common import norm_edges
-
-# Gate inputs past exp's overflow: exp(x) is inf in fp32 past 88.7 (in fp16 past 11.1). softplus written as
-# log(1 + exp(x)) is then inf where it should be x, and sigmoid as exp(x) / (1 + exp(x)) is inf / inf;
-# the model's gates never stray that far at random, an input token can.
-PAST_EXP = (100.0, -100.0, 15.0, -15.0)
-
-
-def past_exp_overflow(pre_activation: str, *inputs: str) -> Edge:
-    """Values of PAST_EXP in the first and last token of each input named: raw inputs (`inputs`), and
-    the softplus argument `pre_activation` + dt_bias (the a input, dt_bias subtracted so that the sum is
-    the value), every value head."""
-    def apply(inp, shape, dtype, gen):
-        for row in (0, -1):
-            for name in inputs + (pre_activation,):
-                x = inp[name]
-                values = torch.tensor(PAST_EXP, dtype=torch.float32, device=x.device).repeat(x.shape[-1])
-                values = values[:x.shape[-1]] * (1 if row == 0 else -1)
-                if name == pre_activation:
-                    values = values - inp["dt_bias"].to(torch.float32)
-                x[row] = values.to(x.dtype)
-        return inp
-    return Edge("gate inputs past exp's overflow", apply)
+from . import implement, tensor_bytes
+from .common import norm_edges, past_exp_overflow
 
 
 def _columns(x, left, right, gen):
@@ -64,7 +42,7 @@ implement(
     shapes={"tiny": [{"T": 7, "HV": 5, "view": 1}, {"T": 1, "HV": 4}, {"T": 300, "HV": 6, "view": 1}],
             "real": [{"T": 1, "HV": 16}, {"T": 128, "HV": 16, "view": 1}]},
     bytes=lambda inp: tensor_bytes(*inp.values(), *_gates_out(inp).values()),
-    edges=[past_exp_overflow("a", "b")],
+    edges=[past_exp_overflow("b", "a", offsets={"a": "dt_bias"})],
     dims={"beta": ("token", "value head"), "g": ("token", "value head")},
 )
 

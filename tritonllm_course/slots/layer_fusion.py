@@ -10,9 +10,8 @@ from ..reference.fusion import (gated_delta_rule_chunked_gates, gated_delta_rule
                                 gated_norm_linear_residual, linear_residual, qk_norm_rope_cache)
 from ..reference.rope import rope_cache
 from . import Edge, implement, tensor_bytes
-from .common import HUGE_SCALE, TINY_SCALE, scaled, sized
+from .common import HUGE_SCALE, TINY_SCALE, past_exp_overflow, scaled, sized
 from .delta_rule import make_inputs as delta_rule_inputs, make_out as delta_rule_out
-from .deltanet_gates import past_exp_overflow
 from .norm_fusion import PROMPT, _at, _in_place, _norm_edges_of, _norm_weight, _randn
 
 CHAPTER = "22_layer_fusion"
@@ -141,7 +140,7 @@ implement(
     # q, k, v, a, b read once, the state read and written once, o written
     bytes=lambda inp: (tensor_bytes(inp["q"], inp["k"], inp["v"], inp["a"], inp["b"], inp["initial_state"])
                        + tensor_bytes(inp["v"]) + inp["v"].shape[1] * inp["k"].shape[-1] * inp["v"].shape[-1] * 4),
-    edges=[past_exp_overflow("a", "b")],   # a decode step: one token's decay e^-1600 (the state erased) or none
+    edges=[past_exp_overflow("b", "a", offsets={"a": "dt_bias"})],   # a decode step: one token's decay e^-1600 (the state erased) or none
     dims=_DELTA_DIMS,
 )
 
