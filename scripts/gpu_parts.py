@@ -154,11 +154,12 @@ def records() -> dict[str, dict]:
 def readme_line() -> str:
     """What the README says of the GPU verification, computed from the records (tests/test_gpu_parts.py)."""
     recs = records()
-    full = [recs[p] for p in FULL if p in recs and recs[p]["passed_all"]]
+    full = [recs[p] for p in FULL if p in recs and recs[p]["passed_all"]]          # the full suite in bf16
     done = ", ".join(f"{r['part']} ({r['passed']} passed, {r['date']})" for r in full) or "none yet"
     missing = [p for p in FULL if p not in recs or not recs[p]["passed_all"]]
-    quick = recs.get("quick")
-    quick_text = f"passed on {quick['gpu']}, {quick['date']}" if quick and quick["passed_all"] else "not run"
+    quick = [r for stem, r in recs.items() if r["part"] == "quick" and r["passed_all"]]
+    quick_text = "; ".join(f"passed on {r['gpu']} in {r['dtype']}, {r['date']} (commit {r['commit']})"
+                           for r in quick) or "not run"
     text = (f"GPU verification, by part of `scripts/gpu_check.sh` (records in results/gpu_check/): "
             f"quick {quick_text}; full suite parts passed: {done}")
     if missing:
