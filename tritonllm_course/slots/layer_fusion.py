@@ -140,7 +140,8 @@ implement(
     # q, k, v, a, b read once, the state read and written once, o written
     bytes=lambda inp: (tensor_bytes(inp["q"], inp["k"], inp["v"], inp["a"], inp["b"], inp["initial_state"])
                        + tensor_bytes(inp["v"]) + inp["v"].shape[1] * inp["k"].shape[-1] * inp["v"].shape[-1] * 4),
-    edges=[past_exp_overflow("b", "a", offsets={"a": "dt_bias"})],   # a decode step: one token's decay e^-1600 (the state erased) or none
+    # a decode step: one token's decay e^-1600 (the state erased) or none
+    edges=[past_exp_overflow("b", "a", offsets={"a": "dt_bias"})],
     dims=_DELTA_DIMS,
 )
 
