@@ -360,8 +360,7 @@ def gated_delta_rule_chunked_gates(q: torch.Tensor, k: torch.Tensor, v: torch.Te
         validate.token_rows(z, "z")
         validate.tensor(norm_weight, "norm_weight", dtype=validate.FLOATS, shape=(DV,))
         validate.same_device(q=q, z=z, norm_weight=norm_weight)
-        if not eps > 0:
-            raise ValueError(f"eps must be positive, got {eps}")
+        validate.positive(eps, "eps")
         norm = (z, norm_weight, eps)
     return _chunked(q, k, v, g, g, (a, b, A_log, dt_bias), initial_state, out, final_state, chunk_size,
                     block_v, norm)

@@ -49,8 +49,7 @@ def gated_rms_norm(x: torch.Tensor, z: torch.Tensor, weight: torch.Tensor, eps: 
     validate.token_rows(z, "z")             # tokens at any stride (z[0], a token's rows, contiguous)
     D = x.shape[-1]
     validate.tensor(weight, "weight", dtype=validate.FLOATS, shape=(D,))
-    if not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
+    validate.positive(eps, "eps")
     device = validate.same_device(x=x, z=z, weight=weight)
     out = validate.output(out, "out", tuple(x.shape), x.dtype, device)
     validate.disjoint({"out": out}, {"x": x, "z": z, "weight": weight}, same=("x",))

@@ -200,8 +200,7 @@ def _max_shared_memory(device_index: int) -> int:
 
 def _check_norm(norm_weight: torch.Tensor, K: int, eps: float, name: str = "norm_weight") -> None:
     validate.tensor(norm_weight, name, dtype=validate.FLOATS, shape=(K,))
-    if not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
+    validate.positive(eps, "eps")
 
 
 def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor,
@@ -314,8 +313,8 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
         q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, max_head_dim=256)
     if block_v not in (4, 8, 16, 32, 64):
         raise ValueError(f"block_v must be 4, 8, 16, 32 or 64, got {block_v}")
-    if qk_norm and not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
+    if qk_norm:
+        validate.positive(eps, "eps")
     if num_warps not in (1, 2, 4, 8):
         raise ValueError(f"num_warps must be 1, 2, 4 or 8, got {num_warps}")
     recurrent_gates_kernel[(HV, triton.cdiv(DV, block_v))](

@@ -302,8 +302,7 @@ def _project(x, weight, up_weight, norm_weight, eps, out, conv=None):
 
 def _check_norm(norm_weight: torch.Tensor, K: int, eps: float, name: str = "norm_weight") -> None:
     validate.tensor(norm_weight, name, dtype=validate.FLOATS, shape=(K,))
-    if not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
+    validate.positive(eps, "eps")
 
 
 def _split_merged(gate_up_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -428,8 +427,7 @@ def residual_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Ten
     if not 0 < dim <= MAX_DIM:
         raise ValueError(f"the hidden dim is {dim}; this kernel keeps a row in registers and supports 1 to "
                          f"{MAX_DIM}")
-    if not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
+    validate.positive(eps, "eps")
     device = validate.same_device(x=x, residual=residual, weight=weight)
     h_out = validate.output(h_out, "h_out", tuple(x.shape), residual.dtype, device)
     out = validate.output(out, "out", tuple(x.shape), x.dtype, device)

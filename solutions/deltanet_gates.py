@@ -123,8 +123,7 @@ def l2norm_qk(q: torch.Tensor, k: torch.Tensor, eps: float = 1e-6,
     """
     _heads_view(q, "q")
     _heads_view(k, "k", shape=tuple(q.shape))
-    if not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
+    validate.positive(eps, "eps")
     device = validate.same_device(q=q, k=k)
     T, H, D = q.shape
     q_out = validate.output(q_out, "q_out", (T, H, D), q.dtype, device)

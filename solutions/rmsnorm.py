@@ -63,8 +63,7 @@ def _launch(x: torch.Tensor, rows3: torch.Tensor, weight: torch.Tensor, eps: flo
     if not 0 < dim <= MAX_DIM:
         raise ValueError(f"the normalised dim is {dim}; this kernel keeps a row in registers and "
                          f"supports 1 to {MAX_DIM}")
-    if not eps > 0:
-        raise ValueError(f"eps must be positive, got {eps}")
+    validate.positive(eps, "eps")
     rows = tokens * heads
     if rows == 0:
         return out

@@ -302,12 +302,14 @@ def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p
     out:         [...] int64
     num_blocks:  programs per row of the final argmax (as in `argmax`)
     """
-    if not temperature >= 0:
-        raise ValueError(f"temperature must be >= 0, got {temperature}")
+    validate.number(temperature, "temperature")
+    if not (temperature == 0 or 1e-6 <= temperature < float("inf")):   # 1 / temperature is an fp32 argument
+        raise ValueError(f"temperature must be >= 0: 0 (greedy) or a finite number >= 1e-6, got {temperature}")
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
         raise ValueError(f"top_k must be an int >= 0, got {top_k!r}")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    validate.number(top_p, "top_p")
+    if not 2.0**-126 <= top_p <= 1.0:     # a smaller top_p reaches the kernels as 0 (fp32), which keeps no token
+        raise ValueError(f"top_p must be in [2**-126, 1], got {top_p}")
     if temperature == 0:
         return argmax(logits, out, num_blocks)
     flat, rows, vocab = _rows(logits)

@@ -542,6 +542,10 @@ def test_outputs_that_overlap_inputs_are_refused():
     x = torch.randn(4, 64)
     expected = rms_norm(x, torch.ones(64))
     assert torch.equal(rms_norm(x, torch.ones(64), out=x), expected)   # in place: the same view
+    with pytest.raises(TypeError, match="eps must be a number, got '1e-6'"):
+        rms_norm(x, torch.ones(64), eps="1e-6")
+    with pytest.raises(ValueError, match="eps must be positive and finite, got inf"):
+        rms_norm(x, torch.ones(64), eps=math.inf)
 
 
 # --- the command line: Ctrl-C, empty and non-UTF-8 arguments, paths, commands that need a GPU --------------------

@@ -166,6 +166,13 @@ def test_sample_bad_input_is_named():
         S.sample(logits, seed=1.5)
     with pytest.raises(TypeError, match="seed has dtype float32"):
         S.sample(logits, seed=torch.zeros(1, device=RT.device))
+    # past float32: 1 / temperature overflows, a top_p below its smallest normal number reaches the kernel as 0
+    with pytest.raises(ValueError, match=r"temperature must be >= 0: 0 \(greedy\) or a finite number >= 1e-6"):
+        S.sample(logits, temperature=1e-40)
+    with pytest.raises(ValueError, match=r"top_p must be in \[2\*\*-126, 1\], got 1e-300"):
+        S.sample(logits, top_p=1e-300)
+    with pytest.raises(TypeError, match="top_p must be a number, got '0.5'"):
+        S.sample(logits, top_p="0.5")
 
 
 def test_reference_argmax_refuses_nan():

@@ -7,6 +7,7 @@ its arguments first.
 from __future__ import annotations
 
 import contextlib
+import math
 
 import torch
 
@@ -40,6 +41,22 @@ def tensor(x, name: str, *, dtype=None, ndim: int | None = None, shape: tuple | 
         raise ValueError(f"{name} must be contiguous (strides {x.stride()} for shape {tuple(x.shape)}); "
                          "call .contiguous() first")
     return x
+
+
+def number(value, name: str) -> float:
+    """A real number argument (int or float, not bool): a kernel takes it as an fp32 or int scalar, and a
+    string or a tensor would fail inside the launch, not naming the argument."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def positive(value, name: str) -> float:
+    """A positive finite number (an epsilon, a scale), else a TypeError / ValueError naming `name`."""
+    number(value, name)
+    if not (value > 0 and math.isfinite(value)):
+        raise ValueError(f"{name} must be positive and finite, got {value!r}")
+    return value
 
 
 def same_device(**tensors: torch.Tensor) -> torch.device:
