@@ -481,3 +481,36 @@ def test_a_prompt_chunk_that_cannot_be_captured_runs_op_by_op(model, monkeypatch
         assert engine.generate(PROMPT, 2, eos_token_id=None) == want
         assert engine.generate(PROMPT, 2, eos_token_id=None) == want
     assert not engine.prefill_graph and engine.generate(PROMPT, 2, eos_token_id=None) == want
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_token_reader_brings_the_logits_flag_with_the_token(device):
+    out = torch.tensor([5, 0], device=device)         # Counters.out: the token, its logits' flag
+    reader = TokenReader(out)
+    reader.push()
+    out.copy_(torch.tensor([6, 2], device=device))
+    reader.push()
+    assert (reader.pop(), reader.flag) == (5, 0)
+    assert (reader.pop(), reader.flag) == (6, 2)
+
+
+@pytest.mark.needs_solutions
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.gpu)])
+def test_logits_that_turn_non_finite_stop_the_stream_at_their_step(device):
+    """The step's flag is computed inside the step (on a GPU, inside the replayed CUDA graph) and read with
+    the token: weights poisoned after token 1 was read make token 3's logits non-finite (token 2's step was
+    queued before), and the stream stops there, after the clean tokens."""
+    if device == "cuda":
+        from tritonllm_course.runtime import setup
+        if not setup(quiet=True).on_gpu:
+            pytest.skip("needs the GPU runtime")
+    dtype = torch.bfloat16 if device == "cuda" else torch.float32
+    engine = Engine.random(TINY, dtype=dtype, device=device, seed=4, max_seq_len=32)
+    clean = engine.generate(PROMPT, 6, eos_token_id=None)
+    stream, seen = engine.stream(PROMPT, 6, eos_token_id=None), []
+    seen += [next(stream), next(stream)]
+    engine.weights.norm.fill_(float("inf"))      # queued after token 2's step: tokens 3 on are poisoned
+    with pytest.raises(ValueError, match=r"logits contain (NaN|inf) at step 3"):
+        for token in stream:
+            seen.append(token)
+    assert seen == clean[:3]
