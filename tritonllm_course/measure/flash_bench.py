@@ -57,7 +57,7 @@ SDPA_BACKENDS = {"SDPA flash": "FLASH_ATTENTION", "SDPA cuDNN": "CUDNN_ATTENTION
                  "SDPA mem-efficient": "EFFICIENT_ATTENTION"}
 
 
-def _sdpa(q, k, v, pos, scale, backend="FLASH_ATTENTION"):
+def sdpa(q, k, v, pos, scale, backend="FLASH_ATTENTION"):
     """Causal attention through `scaled_dot_product_attention` with one fused backend pinned.
     q [T, H, D], k/v [S, Hkv, D] as the course's kernels take them (S = T: a prompt from position 0)."""
     import torch.nn.functional as F
@@ -69,8 +69,9 @@ def _sdpa(q, k, v, pos, scale, backend="FLASH_ATTENTION"):
     return o[0].transpose(0, 1)                                        # [1, H, T, D] -> [T, H, D]
 
 
-def _sdpa_impls():
-    return {name: (lambda backend: lambda **kw: _sdpa(**kw, backend=backend))(b) for name, b in SDPA_BACKENDS.items()}
+def sdpa_baselines(names=tuple(SDPA_BACKENDS)) -> dict:
+    """name -> a function of the flash_attention slot's inputs running SDPA with that backend pinned."""
+    return {name: (lambda backend: lambda **kw: sdpa(**kw, backend=backend))(b) for name, b in SDPA_BACKENDS.items() if name in names}
 
 
 def prefill(fa, attn, dtype):
@@ -85,7 +86,7 @@ def prefill(fa, attn, dtype):
     rows = []
     for T in PREFILL_T:
         sets = _sets(slot, {"tokens": T, "keys": T, **HEADS}, dtype)
-        impls = {"flash (triton)": fa.flash_attention, "two-pass (ch08)": attn.attention, **_sdpa_impls()}
+        impls = {"flash (triton)": fa.flash_attention, "two-pass (ch08)": attn.attention, **sdpa_baselines()}
         if T <= MATERIALISED_MAX_T:
             impls.update({"op-by-op (ch08)": chain, "reference eager": R.attention})
         if T in COMPILED_T:
@@ -152,7 +153,7 @@ def accuracy(fa, fd, attn, dtype):
     ref = R.attention(*(inp[k].double() for k in ("q", "k", "v")), inp["pos"], inp["scale"])
     out["prefill T=4096"] = {"flash": rel(fa.flash_attention(**inp), ref),
                              "two-pass (ch08)": rel(attn.attention(**inp), ref),
-                             **{name: _rel_or_error(fn, inp, ref, rel) for name, fn in _sdpa_impls().items()}}
+                             **{name: _rel_or_error(fn, inp, ref, rel) for name, fn in sdpa_baselines().items()}}
     inp = slots.get("flash_decoding").make_inputs({"length": 16384, "max_len": 16384, **HEADS}, dtype, "cuda", gen)
     ref = R.decode_attention(*(inp[k].double() for k in ("q", "k_cache", "v_cache")), inp["length"], inp["scale"])
     out["decode length=16384"] = {"flash decoding": rel(fd.flash_decoding(**inp), ref),
