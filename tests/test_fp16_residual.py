@@ -20,7 +20,7 @@ from helpers import rel
 
 PROMPT = [5, 17, 301, 42, 7, 99]
 FP16_MAX = torch.finfo(torch.float16).max
-LEVELS = (("operators", 512), ("fused", 4))   # the fused engine reads the prompt in chunks of 4
+LEVELS = (("operators", 512), ("fused", 4), ("fast", 5))   # the fused levels read the prompt in chunks
 
 
 def _fp16(weights: dict) -> dict:
