@@ -480,7 +480,7 @@ class Engine:
         # the host waits for anyway (`TokenReader`).
         low, high = torch.aminmax(ctr.logits)                 # NaN propagates into both ends
         nan = torch.isnan(high)
-        torch.add(nan.long(), (torch.isinf(low) | torch.isinf(high) | nan).long(), out=ctr.flag[0])
+        ctr.flag.copy_(nan.long() + (torch.isinf(low) | torch.isinf(high) | nan).long())
 
     # running -------------------------------------------------------------------------------------------
     def reset(self) -> None:
