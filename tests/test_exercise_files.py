@@ -1,5 +1,7 @@
 """`tritonllm-course make-exercises` never loses a learner's code: stubs are regenerated, a filled-in
 exercise that drifted gets its regions carried over and a dated backup, `--check` names the drift."""
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -137,7 +139,7 @@ def test_a_symlinked_exercise_is_never_written_through(course, capsys, tmp_path_
     assert make_exercises(capsys, "--check")[0] == 2
 
 
-@pytest.mark.parametrize("odd", ["directory", "latin-1"])
+@pytest.mark.parametrize("odd", ["directory", "latin-1", "fifo"])
 def test_an_odd_exercise_file_is_one_line_and_nothing_is_written(course, capsys, odd):
     path = course / "exercises" / "vector_add.py"
     (course / "exercises" / "rmsnorm.py").unlink()
@@ -145,6 +147,10 @@ def test_an_odd_exercise_file_is_one_line_and_nothing_is_written(course, capsys,
         path.unlink()
         path.mkdir()
         said = "exercises/vector_add.py is a directory"
+    elif odd == "fifo":                                # read, it would block the tool forever
+        path.unlink()
+        os.mkfifo(path)
+        said = "exercises/vector_add.py is a fifo, not a regular file"
     else:
         path.write_bytes(fill(course, "vector_add").encode() + "# caf\xe9\n".encode("latin-1"))
         said = "exercises/vector_add.py is not UTF-8 text (byte 0xe9 on line"
@@ -183,3 +189,58 @@ def test_writes_are_atomic_and_keep_the_files_permissions(course, capsys):
     assert path.read_text() == mine[:-len("# my note\n")] and path.stat().st_mode & 0o777 == 0o640
     assert sorted(p.name for p in (course / "exercises").iterdir() if not p.name.endswith(".bak")) == \
         ["rmsnorm.py", "vector_add.py"]                      # no temporary file left behind
+
+
+@pytest.mark.parametrize("saved", ["byte-order mark", "CRLF", "both"])
+def test_an_exercise_saved_with_a_bom_or_crlf_is_the_same_exercise(course, capsys, saved):
+    text = fill(course, "vector_add")
+    data = text.replace("\n", "\r\n").encode() if saved != "byte-order mark" else text.encode()
+    data = b"\xef\xbb\xbf" + data if saved != "CRLF" else data
+    path = course / "exercises" / "vector_add.py"
+    path.write_bytes(data)
+    assert make_exercises(capsys) == (0, "exercises/ already matches solutions/\n")
+    assert make_exercises(capsys, "--check")[0] == 0
+    assert path.read_bytes() == data and not backups(course, "vector_add")
+
+
+@pytest.mark.parametrize("odd", ["latin-1", "fifo", "directory"])
+def test_a_solution_that_cannot_be_read_is_one_line_and_nothing_is_written(course, capsys, odd):
+    bad = course / "solutions" / "zz_odd.py"
+    if odd == "latin-1":
+        bad.write_bytes("x = 'caf\xe9'\n".encode("latin-1"))
+    elif odd == "fifo":
+        os.mkfifo(bad)
+    else:
+        bad.mkdir()
+    (course / "exercises" / "rmsnorm.py").unlink()
+    for argv in ((), ("--check",)):
+        status, out = make_exercises(capsys, *argv)
+        assert status == 2 and len(out.splitlines()) == 1 and "solutions/zz_odd.py" in out, out
+    assert not (course / "exercises" / "rmsnorm.py").exists()
+
+
+def test_a_full_disk_or_ctrl_c_midway_names_the_file_and_what_was_written(course, capsys, monkeypatch):
+    for family in ("rmsnorm", "vector_add"):
+        (course / "exercises" / f"{family}.py").unlink()
+    replace, calls = os.replace, []
+
+    def full_on_the_second(src, dst, *args, **kwargs):
+        calls.append(dst)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return replace(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", full_on_the_second)
+    status, out = make_exercises(capsys)
+    assert status == 2 and len(out.splitlines()) == 1, out
+    assert "vector_add.py cannot be written: No space left on device" in out
+    assert "written before it: wrote exercises/rmsnorm.py (new)" in out
+    assert sorted(p.name for p in (course / "exercises").iterdir()) == ["rmsnorm.py"]     # no temporary file
+    monkeypatch.setattr(os, "replace", replace)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(exercise_files.safe_files, "atomic_write_text", interrupted)
+    status, out = make_exercises(capsys)
+    assert status == 130 and len(out.splitlines()) == 1 and "make-exercises interrupted" in out, out

@@ -150,7 +150,7 @@ def sync(capsys) -> tuple[int, str]:
     return status, out + err
 
 
-@pytest.mark.parametrize("odd", ["not JSON", "no code cell", "a link", "a directory"])
+@pytest.mark.parametrize("odd", ["not JSON", "no code cell", "a link", "a directory", "a fifo"])
 def test_sync_notebooks_checks_every_chapter_before_it_rewrites_any(chapters, capsys, odd, tmp_path_factory):
     bad = chapters[0].parent / "05_broken.ipynb"
     if odd == "not JSON":
@@ -163,6 +163,8 @@ def test_sync_notebooks_checks_every_chapter_before_it_rewrites_any(chapters, ca
         target = tmp_path_factory.mktemp("outside") / "nb.ipynb"
         target.write_text(chapters[1].read_text())
         bad.symlink_to(target)
+    elif odd == "a fifo":                                                # read, it would block forever
+        os.mkfifo(bad)
     else:
         bad.mkdir()
     before = [p.read_bytes() for p in chapters]
@@ -184,3 +186,72 @@ def test_sync_notebooks_rewrites_an_instructors_chapters_and_refuses_a_student_v
     status, out = sync(capsys)
     assert status == 2 and "has no solutions/ (a student version)" in out and len(out.splitlines()) == 1
     assert chapters[0].read_text() == mine
+
+
+def test_odd_names_odd_targets_and_odd_arguments_are_refused_by_name(tmp_path):
+    root = tmp_path / "root"
+    root.mkdir()
+    long_name = root / ("a" * 255)                      # the longest name a file may have: its temporary file fits
+    assert atomic_write_text(long_name, "x", root).read_text() == "x"
+    os.mkfifo(root / "fifo")
+    cases = {root / ("b" * 256): "File name too long", root / "nul\0byte": "NUL byte",
+             root / "fifo": "is a fifo, not a regular file"}
+    for path, said in cases.items():
+        with pytest.raises(UnsafeWrite, match=re.escape(said)):
+            atomic_write_text(path, "x", root)
+    assert (root / "fifo").is_fifo()
+    with pytest.raises(UnsafeWrite, match=r"s\.txt: its text cannot be written as utf-8"):
+        atomic_write_text(root / "s.txt", "\udcff", root)
+    with pytest.raises(TypeError, match="path must be a str or a path, got NoneType"):
+        atomic_write_text(None, "x", root)
+    with pytest.raises(ValueError, match="mode must be permission bits"):
+        atomic_write_bytes(root / "m", b"x", root, mode=0o4755)
+    with pytest.raises(ValueError, match="encoding 'nope'"):
+        atomic_write_text(root / "e.txt", "x", root, encoding="nope")
+    assert sorted(os.listdir(root)) == [long_name.name, "fifo"]      # nothing else written, no temporary file
+
+
+def test_read_regular_refuses_what_is_not_a_regular_file_without_blocking(tmp_path):
+    (tmp_path / "file").write_bytes(b"data")
+    os.mkfifo(tmp_path / "fifo")                      # opened for reading, a fifo with no writer blocks forever
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "file")
+    assert safe_files.read_regular(tmp_path / "file") == b"data" == safe_files.read_regular(tmp_path / "link")
+    for name, said in {"fifo": "is a fifo", "dir": "is a directory", "missing": "No such file",
+                       "link": "is a symbolic link"}.items():
+        with pytest.raises(safe_files.UnreadableFile, match=re.escape(f"{tmp_path / name} ")):
+            safe_files.read_regular(tmp_path / name, follow_links=False)
+        with pytest.raises(safe_files.UnreadableFile, match=said):
+            safe_files.read_regular(tmp_path / name, follow_links=False)
+
+
+def test_ctrl_c_during_a_write_is_held_until_the_file_is_whole(tmp_path, monkeypatch):
+    import signal
+    real_fsync = os.fsync
+
+    def interrupted_fsync(fd):        # Ctrl-C lands between the data and the rename
+        os.kill(os.getpid(), signal.SIGINT)
+        real_fsync(fd)
+
+    (tmp_path / "a.txt").write_text("old\n")
+    monkeypatch.setattr(os, "fsync", interrupted_fsync)
+    with pytest.raises(KeyboardInterrupt):
+        atomic_write_text(tmp_path / "a.txt", "new\n", tmp_path)
+    assert (tmp_path / "a.txt").read_text() == "new\n" and not leftovers(tmp_path)
+
+
+def test_a_chapter_saved_while_the_chapters_are_synced_is_kept_as_saved(chapters, capsys, monkeypatch):
+    from tritonllm_course import notebooks_tools
+    saved = chapters[0].read_text().replace("my own set-up", "saved in Jupyter meanwhile")
+    checked = notebooks_tools.safe_files.check_writable
+
+    def save_then_check(path, root):       # the learner saves chapter 01 after it was read, before it is written
+        if path == chapters[0]:
+            chapters[0].write_text(saved)
+        return checked(path, root)
+
+    monkeypatch.setattr(notebooks_tools.safe_files, "check_writable", save_then_check)
+    status, out = sync(capsys)
+    assert status == 2 and len(out.splitlines()) == 1 and "notebooks/01_chapter.ipynb changed while" in out, out
+    assert chapters[0].read_text() == saved                                   # as the learner saved it
+    assert nbformat.read(chapters[1], as_version=4).cells[0].source == SETUP_CELL   # the other one synced

@@ -168,3 +168,14 @@ def test_a_rev_that_names_no_single_commit_is_one_line_naming_it(untouched, caps
     status, out = student_branch(capsys, f"--rev={rev}")
     assert status == 2 and len(out.splitlines()) == 1 and f"--rev {rev!r} does not name one commit" in out, out
     assert refs(untouched) == before and not (untouched / "PWN").exists()
+
+
+@pytest.mark.parametrize("name", ["v1", "up/main"])
+def test_a_branch_named_like_a_tag_or_a_remote_branch_is_refused(untouched, capsys, name, monkeypatch):
+    monkeypatch.chdir(untouched)
+    git(untouched, "tag", "-f", "v1")
+    git(untouched, "update-ref", "refs/remotes/up/main", "HEAD")
+    before = refs(untouched)
+    status, out = student_branch(capsys, f"--branch={name}")
+    assert status == 2 and len(out.splitlines()) == 1 and f"--branch {name!r} is already the name of" in out, out
+    assert refs(untouched) == before                     # no refs/heads/v1 to make `git show v1` ambiguous

@@ -135,3 +135,54 @@ def test_a_student_copy_is_not_copied_again(student, tmp_path, capsys, monkeypat
     assert cli.main(["student-copy", str(tmp_path / "again")]) == 2
     assert "has no solutions/" in capsys.readouterr().err
     assert cli.main(["make-exercises"]) == 2
+
+
+def test_odd_files_odd_destinations_and_ctrl_c_leave_no_copy(tmp_path, capsys, monkeypatch):
+    course = tmp_path / "course"
+    git(tmp_path, "clone", "-q", "--depth", "1", "--no-tags", ROOT.as_uri(), str(course))
+    monkeypatch.setenv("TRITONLLM_COURSE_ROOT", str(course))
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+
+    def refused(dest, said):
+        status, out = student_copy(capsys, dest)
+        assert status == 2 and len(out.splitlines()) == 1 and said in out, out
+        assert os.listdir(out_dir) == []                                   # no copy, no staging folder
+
+    refused(out_dir / ("a" * 256), "cannot be used: File name too long")
+    (course / "Makefile").unlink()
+    os.mkfifo(course / "Makefile")                       # a tracked file replaced by a fifo: read, it would block
+    refused(out_dir / "a", "Makefile is a fifo, not a regular file: not read; nothing was written")
+    (course / "Makefile").unlink()
+    git(course, "checkout", "-q", "--", "Makefile")
+    (course / "solutions" / "zz_latin.py").write_bytes("x = 'caf\xe9'\n".encode("latin-1"))
+    git(course, "add", "solutions/zz_latin.py")
+    refused(out_dir / "a", "solutions/zz_latin.py is not UTF-8 text")
+    git(course, "rm", "-q", "-f", "solutions/zz_latin.py")
+
+    from tritonllm_course import safe_files
+    written, calls = safe_files.atomic_write_bytes, []
+
+    def interrupted_on_the_tenth(*args, **kwargs):
+        calls.append(args[0])
+        if len(calls) == 10:
+            raise KeyboardInterrupt
+        return written(*args, **kwargs)
+
+    monkeypatch.setattr(safe_files, "atomic_write_bytes", interrupted_on_the_tenth)
+    status, out = student_copy(capsys, out_dir / "a")
+    assert status == 130 and out.strip() == f"student-copy interrupted: nothing was written to {out_dir / 'a'}"
+    assert os.listdir(out_dir) == []
+    monkeypatch.setattr(safe_files, "atomic_write_bytes", written)
+    status, out = student_copy(capsys, out_dir / ("b" * 250))          # a long name: its staging folder fits
+    assert status == 0 and os.listdir(out_dir) == ["b" * 250], out
+
+
+def test_a_course_with_no_committed_solutions_is_refused_not_handed_out_empty(course_copy, tmp_path_factory,
+                                                                              capsys):
+    (course_copy / "solutions" / "vector_add.py").write_text((ROOT / "solutions" / "vector_add.py").read_text())
+    git(course_copy, "init", "-q")                                  # a repository with nothing committed
+    dest = tmp_path_factory.mktemp("elsewhere") / "out"
+    status, out = student_copy(capsys, dest)
+    assert status == 2 and len(out.splitlines()) == 1 and "has no solutions/ committed" in out, out
+    assert not dest.exists()

@@ -90,6 +90,10 @@ def cmd_make_exercises(args) -> int:
     except exercise_files.ExerciseFileError as e:   # an odd exercise file (a directory, a link, ...): nothing written
         print(e, file=sys.stderr)
         return 2
+    except KeyboardInterrupt:   # each file is written whole or not at all
+        print("make-exercises interrupted: every exercise is as it was or fully rewritten (a filled-in one with "
+              "its backup beside it); run it again to finish", file=sys.stderr)
+        return 130
     return 0
 
 
@@ -99,6 +103,9 @@ def cmd_student_copy(args) -> int:
     except (student_version.StudentVersionError, regions.RegionError) as e:
         print(e, file=sys.stderr)
         return 2
+    except KeyboardInterrupt:   # the copy is staged beside the destination, which it replaces only when whole
+        print(f"student-copy interrupted: nothing was written to {args.dest}", file=sys.stderr)
+        return 130
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     print(f"student copy written to {dest} (no solutions/; every exercise unfilled)")
@@ -111,6 +118,10 @@ def cmd_student_branch(args) -> int:
     except (student_version.StudentVersionError, regions.RegionError) as e:
         print(e, file=sys.stderr)
         return 2
+    except KeyboardInterrupt:   # the branch moves in one update-ref, at the very end
+        print(f"student-branch interrupted: the branch {args.branch!r} is where it was, or on the new commit if "
+              "the run had finished; the working tree and index are untouched", file=sys.stderr)
+        return 130
     if done["dirty"]:
         print(f"note: made from the commit {done['source'][:12]}; uncommitted changes are not in it",
               file=sys.stderr)
@@ -132,6 +143,10 @@ def cmd_sync_notebooks(args) -> int:
     except (NotebookError, UnsafeWrite) as e:
         print(e, file=sys.stderr)
         return 2
+    except KeyboardInterrupt:   # each chapter is written whole or not at all
+        print("sync-notebooks interrupted: every chapter is as it was or fully synced; run it again to finish",
+              file=sys.stderr)
+        return 130
     for path in paths:
         print(f"synced {path.relative_to(kernels.course_root())}")
     return 0

@@ -11,10 +11,14 @@ it was is kept beside it first, `exercises/<family>.py.<YYYY-MM-DDTHHMM>.bak` (n
 imported as a kernel module), and the message says where. `drifted()` (`make-exercises --check`) names
 each drifted exercise, the lines that differ (a short diff) and what `update()` would do about it.
 
-Odd files are refused, never guessed at: an exercise that is a directory, a symbolic link (never written
-through: it may point anywhere), not UTF-8 text, read-only or in a read-only folder is an `ExerciseFileError`
-naming it. `update()` decides and checks every file before it writes any, so a refusal leaves every exercise
-as it was; each write is atomic (`safe_files`), the backup first.
+Odd files are refused, never guessed at: an exercise that is a directory, a fifo or another file that is not
+a regular one (never read: it could block forever), a symbolic link (never written through: it may point
+anywhere), not UTF-8 text, read-only or in a read-only folder is an `ExerciseFileError` naming it; so is a
+solution that is not a regular UTF-8 file. A UTF-8 byte-order mark and CRLF line endings are read as the text
+they hold, so a file that differs only in them is left as it is. `update()` decides and checks every file
+before it writes any, so a refusal leaves every exercise as it was; each write is atomic (`safe_files`), the
+backup first, and a write that fails on the way (a full disk, a file gone) names the file and what was
+already written.
 """
 from __future__ import annotations
 
@@ -43,22 +47,37 @@ def read_exercise(path: Path, root: Path | None = None) -> str | None:
         return None
     if path.is_dir():
         raise ExerciseFileError(f"{rel} is a directory, not a file: move it away, then run make-exercises")
+    return _decode(_read(path, rel, follow_links=False), rel)
+
+
+def _read(path: Path, rel: Path, follow_links: bool) -> bytes:
     try:
-        data = path.read_bytes()
-        return data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")   # as read_text reads it
+        return safe_files.read_regular(path, follow_links)
+    except safe_files.UnreadableFile as e:
+        raise ExerciseFileError(str(e).replace(str(path), str(rel), 1)) from None
+
+
+def _decode(data: bytes, rel: Path) -> str:
+    """The text as read_text reads it (universal newlines), less a UTF-8 byte-order mark: an editor's way of
+    saving the same code."""
+    try:
+        return data.decode("utf-8").removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")
     except UnicodeDecodeError as e:
         line = data[:e.start].count(b"\n") + 1
         raise ExerciseFileError(f"{rel} is not UTF-8 text (byte 0x{data[e.start]:02x} on line {line}): save it "
                                 "as UTF-8 and run make-exercises again") from None
-    except OSError as e:
-        raise ExerciseFileError(f"{rel} cannot be read: {e.strerror or e}") from None
 
 
 def fresh_exercises(root: Path | None = None) -> dict[Path, str]:
     """{exercise path: the text generated from its solution} for every solution module."""
     root = root or kernels.course_root()
-    return {root / "exercises" / p.name: regions.make_exercise(p.read_text(encoding="utf-8"), p.stem)
-            for p in sorted((root / "solutions").glob("*.py")) if p.name != "__init__.py"}
+    fresh = {}
+    for path in sorted((root / "solutions").glob("*.py")):
+        if path.name != "__init__.py":
+            rel = path.relative_to(root)
+            fresh[root / "exercises" / path.name] = regions.make_exercise(_decode(_read(path, rel, True), rel),
+                                                                          path.stem)
+    return fresh
 
 
 def _stub_body(body: list[str]) -> bool:
@@ -173,8 +192,9 @@ def drifted(root: Path | None = None) -> list[str]:
 def backup(path: Path, now: datetime.datetime | None = None, root: Path | None = None) -> Path:
     """Keep `path`, byte for byte, as `<path>.<YYYY-MM-DDTHHMM>.bak` beside it (`-2`, `-3`, ... if that
     exists), written as `safe_files` writes inside `root` (default: the course)."""
+    root = root or kernels.course_root()
     target = _backup_name(path, now)
-    safe_files.atomic_write_bytes(target, path.read_bytes(), root or kernels.course_root())
+    safe_files.atomic_write_bytes(target, _read(path, path.relative_to(root), follow_links=False), root)
     return target
 
 
@@ -225,7 +245,12 @@ def update(force: bool = False, root: Path | None = None, now: datetime.datetime
         raise ExerciseFileError(f"{e}; nothing was written") from None
     messages = []
     for path, (text, keep, message) in plans:
-        kept = backup(path, now, root) if keep else None
-        safe_files.atomic_write_text(path, text, root)
+        try:   # each file whole (old or new); one that fails on the way stops the run, saying what was done
+            kept = backup(path, now, root) if keep else None
+            safe_files.atomic_write_text(path, text, root)
+        except (safe_files.UnsafeWrite, ExerciseFileError, OSError) as e:
+            said = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+            raise ExerciseFileError(f"{said}; {path.relative_to(root)} is left as it was; written before it: "
+                                    f"{'; '.join(messages) or 'nothing'}") from None
         messages.append(message.replace("{kept}", str(kept.relative_to(root)) if kept else ""))
     return messages

@@ -4,8 +4,9 @@ open a chapter on a GPU runtime, and no committed outputs.
 `sync_all` (`tritonllm-course sync-notebooks`) is for the course's authors: it replaces each chapter's first
 code cell and clears every output, so it refuses a student version (no solutions/), where those are a
 learner's edits and results. It reads and checks every chapter before it rewrites any (a chapter that is not
-a notebook, or has no code cell, is a `NotebookError` naming it, and nothing is rewritten), and writes each
-one atomically, never through a symbolic link (`safe_files`)."""
+a notebook, or has no code cell, or is not a regular file, a fifo say, is a `NotebookError` naming it, and
+nothing is rewritten), and writes each one atomically, never through a symbolic link (`safe_files`). A chapter
+saved (in Jupyter, say) between that check and its write is left as it was saved, and named."""
 from __future__ import annotations
 
 import re
@@ -77,8 +78,11 @@ def sync_all() -> list[Path]:
     plans = []
     for path in notebooks():
         rel = path.relative_to(root)
-        try:
-            nb = nbformat.read(path, as_version=4)
+        try:   # bytes first: a fifo or a device is refused by its type, never left to block the read
+            before = safe_files.read_regular(path, follow_links=False)
+            nb = nbformat.reads(before.decode("utf-8"), as_version=4)
+        except safe_files.UnreadableFile as e:
+            raise NotebookError(f"{str(e).replace(str(path), str(rel), 1)}; no chapter was rewritten") from None
         except Exception as e:   # not JSON, not a notebook, a directory, unreadable: all the same to a chapter
             said = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
             raise NotebookError(f"{rel} is not a readable notebook ({said}): no chapter was rewritten") from None
@@ -93,8 +97,18 @@ def sync_all() -> list[Path]:
             safe_files.check_writable(path, root)
         except safe_files.UnsafeWrite as e:
             raise NotebookError(f"{e}; no chapter was rewritten") from None
-        plans.append((path, text))
-    for path, text in plans:
-        if path.read_bytes() != text.encode():
+        plans.append((path, before, text))
+    changed = []
+    for path, before, text in plans:
+        try:
+            now = safe_files.read_regular(path, follow_links=False)
+        except safe_files.UnreadableFile:
+            now = None
+        if now != before:   # saved, moved or replaced since it was read: what is there now is kept
+            changed.append(str(path.relative_to(root)))
+        elif before != text.encode():
             safe_files.atomic_write_text(path, text, root)
-    return [path for path, _ in plans]
+    if changed:
+        raise NotebookError(f"{', '.join(changed)} changed while the chapters were synced: left as it is now "
+                            "(the others were synced); run sync-notebooks again")
+    return [path for path, _, _ in plans]

@@ -8,17 +8,106 @@ itself or a folder on the way), that is a directory, or that exists read-only (t
 `os.replace`: a reader sees the old file or the new one, never a mix, and a link planted at `path` after the
 check is replaced, never followed. A new file gets the usual permissions (0666 less the umask), an existing
 one keeps its own. `check_writable` runs the same checks without writing, so a tool can check every file it
-is about to write before it writes any.
+is about to write before it writes any. A name the file system cannot hold (too long, a NUL byte), an
+existing target that is not a regular file (a fifo, a socket, a device) and text that cannot be encoded are
+refused the same way, before anything is written.
+
+`read_regular(path)` reads a file the tools are given (an exercise, a solution, a chapter, a file handed out)
+only when it is a regular file: a fifo or a device would block the tool or never end, so it is opened without
+blocking and refused by its type, with an `UnreadableFile` naming it.
 """
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
+import stat
 import tempfile
+import threading
 from pathlib import Path
 
 
 class UnsafeWrite(ValueError):
     """A file the tool will not write (one line naming it and saying why)."""
+
+
+class UnreadableFile(ValueError):
+    """A file the tool will not read (one line naming it and saying why)."""
+
+
+# What a temporary file's name keeps of the target's: `.{name}.XXXXXXXX.tmp` stays within the 255 bytes a
+# file name may have on common file systems even for a target whose own name is that long.
+_TMP_NAME_KEEP = 200
+
+
+def _kind(mode: int) -> str:
+    for test, name in ((stat.S_ISFIFO, "a fifo"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+def _as_path(path, argument: str = "path") -> Path:
+    """`path` as a Path; a TypeError naming `argument` for another type, an UnsafeWrite for a NUL byte."""
+    if isinstance(path, bool) or not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{argument} must be a str or a path, got {type(path).__name__}")
+    if "\0" in os.fspath(path):
+        raise UnsafeWrite(f"{os.fspath(path)!r}: a file name cannot hold a NUL byte")
+    return Path(path)
+
+
+@contextlib.contextmanager
+def _interrupt_after():
+    """Ctrl-C (SIGINT) held back until the block is done, then raised: a temporary file is never left behind
+    by an interrupt that lands between its creation and its removal or rename. Only the main thread receives
+    signals; elsewhere the block runs as it is."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    try:
+        previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    except (ValueError, OSError):   # signals cannot be handled here (an embedded interpreter)
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if caught and callable(previous):
+            previous(signal.SIGINT, None)
+        elif caught and previous == signal.SIG_DFL:
+            raise KeyboardInterrupt
+
+
+def read_regular(path: str | Path, follow_links: bool = True) -> bytes:
+    """The bytes of the regular file at `path`; an `UnreadableFile` naming it when it is missing, a directory,
+    a fifo, a socket or a device (opened without blocking, so a fifo never hangs the tool), a symbolic link
+    (unless `follow_links`), or cannot be read."""
+    path = _as_path(path)
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow_links else os.O_NOFOLLOW)
+    try:
+        if not follow_links and path.is_symlink():
+            raise UnreadableFile(f"{path} is a symbolic link (to {os.readlink(path)}): not read")
+        fd = os.open(path, flags)
+    except UnreadableFile:
+        raise
+    except OSError as e:
+        raise UnreadableFile(f"{path} cannot be read: {e.strerror or e}") from None
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise UnreadableFile(f"{path} is {_kind(mode)}, not a regular file: not read")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
+            fd = None
+            return f.read()
+    except OSError as e:
+        raise UnreadableFile(f"{path} cannot be read: {e.strerror or e}") from None
+    finally:
+        if fd is not None:
+            os.close(fd)
 
 
 def umask() -> int:
@@ -49,7 +138,14 @@ def _inside(path: Path, root: Path) -> Path:
 def check_writable(path: str | Path, root: str | Path) -> Path:
     """The real location `path` would be written at (inside `root`, with `root`'s own links resolved), or an
     `UnsafeWrite` saying why it is not written. Nothing is written."""
-    rel = _inside(Path(path), Path(root))
+    try:
+        return _check_writable(_as_path(path), _as_path(root, "root"))
+    except OSError as e:   # a name too long, a loop of links, a folder that cannot be searched
+        raise UnsafeWrite(f"{path} cannot be written: {e.strerror or e}") from None
+
+
+def _check_writable(path: Path, root: Path) -> Path:
+    rel = _inside(path, root)
     if not rel.parts:
         raise UnsafeWrite(f"{path} is the folder {root} itself, not a file in it")
     real = Path(root).resolve()
@@ -66,6 +162,8 @@ def check_writable(path: str | Path, root: str | Path) -> Path:
             raise UnsafeWrite(f"{shown} is not a directory, so {path} cannot be written")
     if real.is_dir():
         raise UnsafeWrite(f"{path} is a directory, not a file: move it away first")
+    if real.exists() and not real.is_file():   # replacing a fifo, socket or device is never what was meant
+        raise UnsafeWrite(f"{path} is {_kind(real.stat().st_mode)}, not a regular file: not written")
     if real.exists() and not _writable(real):
         raise UnsafeWrite(f"{path} is read-only: not written (make it writable to let the tool update it)")
     folder = real.parent
@@ -84,15 +182,23 @@ def atomic_write_bytes(path: str | Path, data: bytes, root: str | Path | None = 
     the umask). Returns the real path written."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise TypeError(f"data must be bytes, got {type(data).__name__}")
+    if mode is not None and (isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o777):
+        raise ValueError(f"mode must be permission bits from 0 to 0o777, got {mode!r}")
+    path = _as_path(path)
     if root is None:   # the folder as named (links and '..' in it are the caller's choice), the file no link
         root = Path(path).parent.resolve()
         path = root / Path(path).name
     real = check_writable(path, root)
+    with _interrupt_after():
+        return _write(path, real, root, bytes(data), mode)
+
+
+def _write(path: Path, real: Path, root, data: bytes, mode: int | None) -> Path:
     try:
         old = real.stat().st_mode & 0o7777 if real.exists() else None
         real.parent.mkdir(parents=True, exist_ok=True)
         check_writable(path, root)   # the folders just made are no links either
-        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name[:_TMP_NAME_KEEP]}.", suffix=".tmp", dir=real.parent)
     except OSError as e:
         raise UnsafeWrite(f"{path} cannot be written: {e.strerror or e}") from None
     try:
@@ -118,7 +224,14 @@ def atomic_write_text(path: str | Path, text: str, root: str | Path | None = Non
     """`atomic_write_bytes` of `text` encoded (UTF-8 unless told)."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str, got {type(text).__name__}")
-    return atomic_write_bytes(path, text.encode(encoding), root, mode)
+    try:
+        data = text.encode(encoding)
+    except LookupError:
+        raise ValueError(f"encoding {encoding!r} is not a known text encoding") from None
+    except UnicodeEncodeError as e:
+        raise UnsafeWrite(f"{path}: its text cannot be written as {encoding} ({e.reason} at character "
+                          f"{e.start}): not written") from None
+    return atomic_write_bytes(path, data, root, mode)
 
 
 def save_figure(figure, path: str | Path, root: str | Path | None = None, **savefig_kwargs) -> Path:

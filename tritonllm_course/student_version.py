@@ -19,6 +19,7 @@ Two forms of it:
 """
 from __future__ import annotations
 
+import errno
 import os
 import re
 import shutil
@@ -28,7 +29,7 @@ from fnmatch import fnmatchcase
 from pathlib import Path, PurePosixPath
 
 from . import kernels, regions, safe_files
-from .exercise_files import fresh_exercises
+from .exercise_files import ExerciseFileError, fresh_exercises
 
 # What the student version leaves out: the two lists both forms follow (`withheld`).
 # Names, wherever they are: the solutions, and what a machine or a run leaves behind.
@@ -89,7 +90,13 @@ def _tracked(root: Path) -> list[str]:
 
 
 def _check_destination(dest: str | Path, root: Path) -> Path:
-    given = Path(dest)
+    try:
+        return _check_new_folder(Path(dest), root)
+    except OSError as e:   # a name too long, a loop of links, a folder that cannot be searched
+        raise StudentVersionError(f"{dest} cannot be used: {e.strerror or e}") from None
+
+
+def _check_new_folder(given: Path, root: Path) -> Path:
     if given.is_symlink() and not given.exists():
         raise StudentVersionError(f"{given} is a symbolic link to nothing: choose a new or empty folder")
     dest = given.resolve()
@@ -119,9 +126,15 @@ def copy(dest: str | Path) -> tuple[Path, list[str]]:
     if not (root / "solutions").is_dir():   # a copy of this one would hand out the learner's code
         raise StudentVersionError(f"{root} has no solutions/: a student version is made from the full course")
     tracked = _tracked(root)
+    if not any(p.startswith("solutions/") and p.endswith(".py") for p in tracked):   # else an empty hand-out
+        raise StudentVersionError(f"{root} has no solutions/ committed (git ls-files lists none): student-copy "
+                                  "hands out the course's tracked files, so commit the course first")
     handed = {p for p in tracked if not withheld(p)}
-    exercises = {path: text for path, text in fresh_exercises(root).items()   # read before writing: a broken
-                 if f"solutions/{path.name}" in tracked}                      # solution leaves no copy at all
+    try:   # read before writing: a broken solution leaves no copy at all
+        exercises = {path: text for path, text in fresh_exercises(root).items()
+                     if f"solutions/{path.name}" in tracked}
+    except ExerciseFileError as e:
+        raise StudentVersionError(f"{e}; nothing was written") from None
     notes, files = [], {}
     for rel in sorted(handed):
         real = (root / rel).resolve()
@@ -138,19 +151,29 @@ def copy(dest: str | Path) -> tuple[Path, list[str]]:
             files[rel] = real
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+        stage = Path(tempfile.mkdtemp(prefix=f".{dest.name[:200]}.", dir=dest.parent))   # a name within 255
     except OSError as e:
         raise StudentVersionError(f"{dest} cannot be created: {e.strerror or e}") from None
     try:
         for rel, real in files.items():
-            safe_files.atomic_write_bytes(stage / rel, real.read_bytes(), stage, mode=real.stat().st_mode & 0o777)
+            try:   # a regular file only: a tracked file replaced by a fifo would block the copy forever
+                data = safe_files.read_regular(real, follow_links=False)
+            except safe_files.UnreadableFile as e:
+                raise StudentVersionError(f"{e}; nothing was written") from None
+            safe_files.atomic_write_bytes(stage / rel, data, stage, mode=real.stat().st_mode & 0o777)
         for path, text in exercises.items():
             safe_files.atomic_write_text(stage / "exercises" / path.name, text, stage)
         os.chmod(stage, 0o777 & ~safe_files.umask())   # mkdtemp's folder is private: the copy is not
         os.replace(stage, dest)   # onto a missing or empty folder only
     except (OSError, safe_files.UnsafeWrite) as e:
         shutil.rmtree(stage, ignore_errors=True)
+        if isinstance(e, OSError) and e.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            raise StudentVersionError(f"{dest} was filled while the copy was written (another run?): "
+                                      "it is left as it is; choose a new or empty folder") from None
         raise StudentVersionError(f"{dest} cannot be written: {getattr(e, 'strerror', None) or e}") from None
+    except BaseException:   # Ctrl-C, or a refusal above: no half copy left beside the destination
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
     return dest, notes
 
 
@@ -182,6 +205,11 @@ def check_branch_name(top: Path, branch: str) -> str:
     if run.returncode != 0 or run.stdout.strip() != branch:   # `@{-1}`, `@` name another branch: never taken
         raise StudentVersionError(f"invalid branch name {branch!r}: `git check-ref-format --branch` refuses it "
                                   "(no spaces, '..', '~', '^', ':', '?', '*', '[', '@{' or leading '-')")
+    # a branch named like a tag or a remote makes that name ambiguous to every git command that reads it
+    for other in (f"refs/tags/{branch}", f"refs/remotes/{branch}", f"refs/remotes/{branch}/HEAD", f"refs/{branch}"):
+        if _run(top, "rev-parse", "--verify", "-q", other).returncode == 0:
+            raise StudentVersionError(f"--branch {branch!r} is already the name of {other}: a branch of that name "
+                                      "would make it ambiguous; choose another --branch")
     return branch
 
 
