@@ -7,7 +7,7 @@ under pytest 9.2, whose node ids it can no longer rename.)
 
 Where the chapters run the learner's kernels (a student version, which has no solutions/, or
 TRITONLLM_KERNELS=exercises), a cell that stops on an exercise not filled in yet is skipped, naming it; so
-is a cell of a student version that imports a module it leaves out (`student_version.WITHHELD`), and each
+is a cell of a student version that needs a file it leaves out (`student_version.withheld`), and each
 later cell of that chapter that then fails (it needed what the skipped cell would have made). Any other
 failure fails."""
 import re
@@ -44,14 +44,15 @@ def _skip_reason(item) -> str | None:
 
 
 def _withheld_module(ename: str, evalue: str) -> str | None:
-    """In a student version, the course file that a failed import wanted and `student_version.withheld`
-    left out (an instructors' module such as tests/planted.py); None for any other error."""
-    named = re.fullmatch(r"No module named '([\w.]+)'", evalue) if ename == "ModuleNotFoundError" else None
-    if named is None or kernels.has_solutions():
+    """In a student version, the course file that a failed cell wanted and `student_version.withheld` left
+    out: a module it imported (an instructors' one such as tests/planted.py), or a path the error names
+    (a kernel module under solutions/); None for any other error."""
+    if kernels.has_solutions():
         return None
-    top = named[1].split(".")[0]
-    return next((path for path in (f"tests/{top}.py", f"{named[1].replace('.', '/')}.py", f"{top}/__init__.py")
-                 if student_version.withheld(path)), None)
+    named = re.fullmatch(r"No module named '([\w.]+)'", evalue) if ename == "ModuleNotFoundError" else None
+    top = named[1].split(".")[0] if named else ""
+    modules = f"tests/{top}.py {top}/__init__.py {named[1].replace('.', '/')}.py " if named else ""
+    return student_version.withheld_named(modules + evalue, kernels.course_root().resolve())
 
 
 @pytest.hookimpl(wrapper=True)

@@ -286,9 +286,10 @@ def _notebook(path: Path, *cells: str) -> None:
 
 
 def test_a_chapter_cell_needing_an_unfilled_exercise_is_skipped_naming_it(tmp_path):
-    """nbval in a student version (no solutions/): the cell that loads an unfilled exercise, or imports a
-    module the student version leaves out, and the later cell that fails for want of its result are
-    skipped, naming what they lack; a cell that works passes; a chapter failing for another reason fails."""
+    """nbval in a student version (no solutions/): the cell that loads an unfilled exercise, or needs a file
+    the student version leaves out (a module, a solution), and the later cell that fails for want of its
+    result are skipped, naming what they lack; a cell that works passes; a chapter failing for another
+    reason fails."""
     course = tmp_path / "course"
     (course / "exercises").mkdir(parents=True)
     (course / "notebooks").mkdir()
@@ -299,20 +300,23 @@ def test_a_chapter_cell_needing_an_unfilled_exercise_is_skipped_naming_it(tmp_pa
               'add = kernels.load("vector_add").module.add', "add", "print(6 * 7)")
     _notebook(course / "notebooks" / "b.ipynb", "1 / 0")
     _notebook(course / "notebooks" / "c.ipynb", "import planted", "planted.plant")
+    _notebook(course / "notebooks" / "d.ipynb", "from tritonllm_course import kernels",
+              'kernels.load("vector_add", "solutions")')
     env = {k: v for k, v in os.environ.items() if k not in ("TRITONLLM_KERNELS", "PYTEST_ADDOPTS")}
     env.update(TRITONLLM_COURSE_ROOT=str(course), PYTHONDONTWRITEBYTECODE="1")
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-rfs", "-p", "no:cacheprovider", "--nbval-lax",
                           "notebooks"], cwd=course, env=env, capture_output=True, text=True, timeout=300)
     out = run.stdout + run.stderr
-    assert run.returncode == 1 and "1 failed, 2 passed, 4 skipped" in out, out[-3000:]
+    assert run.returncode == 1 and "1 failed, 3 passed, 5 skipped" in out, out[-3000:]
     assert "FAILED notebooks/b.ipynb::Cell 0" in out, out[-3000:]
     skips = [line for line in out.splitlines() if line.startswith("SKIPPED")]
-    assert len(skips) == 4, skips
+    assert len(skips) == 5, skips
     assert "cell 1 needs an exercise not filled in yet: exercise vector_add.py is not implemented yet" in skips[0]
     assert "cell 2 follows cells that cannot run here: vector_add.py unfilled (cell 1)" in skips[1]
     assert "NameError: name 'add' is not defined" in skips[1], skips
     assert "cell 0 needs tests/planted.py, which the student version leaves out" in skips[2], skips
     assert "cell 1 follows cells that cannot run here: tests/planted.py left out (cell 0)" in skips[3], skips
+    assert "cell 1 needs solutions/vector_add.py, which the student version leaves out" in skips[4], skips
 
 
 def test_only_an_unfilled_exercise_skips_and_only_where_the_exercises_run(monkeypatch, course_copy):
