@@ -155,13 +155,17 @@ def test_a_missing_function_is_a_fail(course_copy, capsys):
     _assert_one_fail(rc, out, err, "exercises/rmsnorm.py has no function rms_norm()")
 
 
-@pytest.mark.parametrize("kind", ["directory", "latin-1"])
+@pytest.mark.parametrize("kind", ["directory", "latin-1", "device"])
 def test_a_file_that_is_not_python_source_is_one_line_and_exit_2(kind, course_copy, capsys):
     path, text = _exercise(course_copy)
     if kind == "directory":
         path.unlink()
         path.mkdir()
         needle = "exercises/rmsnorm.py is a directory"
+    elif kind == "device":   # reading it would never end
+        path.unlink()
+        path.symlink_to("/dev/zero")
+        needle = "exercises/rmsnorm.py is not a regular file"
     else:
         path.write_bytes(text.replace(KERNEL_LINE, "    # r: la ligne " + "\xe9" + "\n" + KERNEL_LINE)
                          .encode("latin-1"))
@@ -232,3 +236,13 @@ def test_progress_names_a_directory_in_place_of_an_exercise(course_copy, capsys)
     rows = {line.split()[0]: line for line in out.splitlines()[2:]}
     assert "exercises/rmsnorm.py is a directory" in rows["ln1"], rows["ln1"]
     assert rows["attn_residual"].rstrip().endswith("pass"), rows["attn_residual"]
+
+
+@interpreter_only
+def test_an_error_in_a_helper_names_the_error_and_the_learners_line(course_copy):
+    line = "        w = tl.load(w_ptr + c * K + j, mask=cmask, other=0.0).to(tl.float32)    # [BLOCK_C]"
+    _, text = _exercise(course_copy, "conv1d", edit=lambda t: t.replace(line, line + "\n        w = w * scale_xyz", 1))
+    report = check("conv1d_prefill", "exercises", dtype="float32", trials=1, fail_fast=True, verbose=False)
+    problem = report.cases[-1].problems[0]
+    assert problem.startswith("the kernel raised NameError: "), problem
+    assert f"(at exercises/conv1d.py:{_line_of(text, line) + 1}: w = w * scale_xyz, called from " in problem, problem

@@ -296,7 +296,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
     while exc is not None and id(exc) not in seen:
         chain.append(exc)
         seen.add(id(exc))
-        exc = exc.__cause__ or exc.__context__
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
     return chain
 
 
@@ -332,10 +332,10 @@ def _gpu_fault(e: BaseException) -> str:
 TIMED_OUT = "timed out after"
 
 
-def _timed_out(seconds: float, on_gpu: bool) -> str:
+def _timed_out(seconds: float, on_gpu: bool, what: str = "the kernel (or its wrapper)") -> str:
     still = (" The GPU may still be running it: restart the Python kernel (Colab: Runtime > Restart session)."
              if on_gpu else "")
-    return (f"{TIMED_OUT} {seconds:g} s: the kernel (or its wrapper) never returned; a loop that never ends? "
+    return (f"{TIMED_OUT} {seconds:g} s: {what} never returned; a loop that never ends? "
             f"(TRITONLLM_CHECK_TIMEOUT sets the limit){still}")
 
 
@@ -378,8 +378,10 @@ def _call(fn, kwargs) -> str | None:
         if isinstance(e, SystemExit):
             return (f"the kernel raised SystemExit ({e.code!r}): a kernel must return, never exit"
                     f"{_kernel_line(e)}")
-        inner = chain[-1]
-        return f"the kernel raised {type(inner).__name__}: {str(inner).strip()[:500]}{_kernel_line(e)}"
+        shown = e   # the learner's error, not the interpreter's wrappers around it
+        while type(shown).__name__ == "InterpreterError" and shown.__cause__ is not None:
+            shown = shown.__cause__
+        return f"the kernel raised {type(shown).__name__}: {str(shown).strip()[:500]}{_kernel_line(e)}"
     return None
 
 
@@ -491,7 +493,11 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
     in (fp32 and fp16 under the interpreter; the GPU's dtype and fp16 on a GPU), `trials` fresh random
     inputs each. `shape=` checks one shape only (and no edges unless `edges=True`); `dtype=` one dtype
     or a list. `fail_fast`: stop at the first failing case (the verdict is the same). An exercise still
-    stubbed is reported "not implemented yet", never a pass.
+    stubbed is reported "not implemented yet", never a pass. The learner's code never ends the check: a
+    module that does not import (or exits) is a FAIL naming its file and line, with no case run; a call
+    that raises, exits or runs past `time_limit_s()` is its case's FAIL (after a time-out the check
+    stops). A file that is not Python source (a directory, not UTF-8) raises KernelFileError, a
+    ValueError naming it.
     """
     slot = slots.get(name)
     if not slot.ready:
@@ -514,7 +520,7 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
         return report
     except (kernels.KernelImportError, TimedOut) as e:   # the learner's module: a FAIL, not a traceback
         problem = str(e) if isinstance(e, kernels.KernelImportError) else (
-            f"importing {slot.family}.py {_timed_out(limit, False)}{_kernel_line(e)}")
+            f"importing {slot.family}.py {_timed_out(limit, False, 'its top level')}{_kernel_line(e)}")
         report = Report(name, "solutions" if source == "solutions" else "exercises", "", problems=[problem])
         if verbose:
             print(report)

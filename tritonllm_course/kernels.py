@@ -47,11 +47,17 @@ def _shown(path: Path) -> str:
 
 def source_text(path: Path) -> str:
     """The text of a kernel module, its UTF-8 byte-order mark dropped (Python accepts one, and so does
-    the course). A directory or a file that is not UTF-8 raises KernelFileError naming it."""
+    the course). A directory, a device, an unreadable file or one that is not UTF-8 raises
+    KernelFileError naming it."""
     if path.is_dir():
         raise KernelFileError(f"{_shown(path)} is a directory, not a Python file: move it away and run "
                               "`tritonllm-course make-exercises` to write the exercise again")
-    data = path.read_bytes()
+    if not path.is_file():   # a device or a pipe (through a link): reading it may never end
+        raise KernelFileError(f"{_shown(path)} is not a regular file: put the exercise's Python file there")
+    try:
+        data = path.read_bytes()
+    except OSError as e:   # no read permission, say
+        raise KernelFileError(f"{_shown(path)} cannot be read: {e.strerror or e}") from None
     try:
         return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as e:
