@@ -87,7 +87,7 @@ def test_a_failed_write_leaves_the_old_file_whole_and_no_temporary_file(tmp_path
     path = tmp_path / "a.txt"
     path.write_text("old\n")
 
-    def full_disk(*args):
+    def full_disk(*args, **kwargs):
         raise OSError(28, "No space left on device")
     monkeypatch.setattr(safe_files.os, "replace", full_disk)
     with pytest.raises(UnsafeWrite, match="a.txt cannot be written: No space left on device"):
@@ -255,3 +255,21 @@ def test_a_chapter_saved_while_the_chapters_are_synced_is_kept_as_saved(chapters
     assert status == 2 and len(out.splitlines()) == 1 and "notebooks/01_chapter.ipynb changed while" in out, out
     assert chapters[0].read_text() == saved                                   # as the learner saved it
     assert nbformat.read(chapters[1], as_version=4).cells[0].source == SETUP_CELL   # the other one synced
+
+
+def test_a_folder_swapped_for_a_link_after_the_check_is_not_written_through(tmp_path, monkeypatch):
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    (root / "sub").mkdir(parents=True)
+    outside.mkdir()
+    checked = safe_files.check_writable
+
+    def check_then_swap(path, folder):      # another program replaces sub/ by a link once the check has passed
+        real = checked(path, folder)
+        (root / "sub").rmdir()
+        (root / "sub").symlink_to(outside)
+        return real
+
+    monkeypatch.setattr(safe_files, "check_writable", check_then_swap)
+    with pytest.raises(UnsafeWrite, match="sub became a symbolic link or a file while"):
+        atomic_write_text(root / "sub" / "a.txt", "x", root)
+    assert os.listdir(outside) == []

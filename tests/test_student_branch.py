@@ -179,3 +179,22 @@ def test_a_branch_named_like_a_tag_or_a_remote_branch_is_refused(untouched, caps
     status, out = student_branch(capsys, f"--branch={name}")
     assert status == 2 and len(out.splitlines()) == 1 and f"--branch {name!r} is already the name of" in out, out
     assert refs(untouched) == before                     # no refs/heads/v1 to make `git show v1` ambiguous
+
+
+def test_a_name_or_a_solution_that_is_not_utf8_is_kept_or_refused_never_a_traceback(course, capsys):
+    odd = os.fsdecode(b"docs/caf\xe9.md")                        # a latin-1 file name: bytes git keeps as they are
+    Path(course / odd).write_text("notes\n")
+    git(course, "add", "docs")
+    git(course, "commit", "-q", "-m", "a latin-1 name")
+    status, out = student_branch(capsys)
+    assert status == 0, out
+    names = subprocess.run(["git", "-C", str(course), "ls-tree", "-r", "-z", "--name-only", "student", "docs"],
+                           capture_output=True).stdout.split(b"\0")
+    assert b"docs/caf\xe9.md" in names
+    (course / "solutions" / "zz_latin.py").write_bytes(b"# BEGIN SOLUTION: x\nx = 'caf\xe9'\n# END SOLUTION\n")
+    git(course, "add", "solutions")
+    git(course, "commit", "-q", "-m", "a latin-1 solution")
+    before = refs(course)
+    status, out = student_branch(capsys)
+    assert status == 2 and len(out.splitlines()) == 1 and "solutions/zz_latin.py in HEAD is not UTF-8" in out, out
+    assert refs(course) == before

@@ -174,8 +174,13 @@ def test_odd_files_odd_destinations_and_ctrl_c_leave_no_copy(tmp_path, capsys, m
     assert status == 130 and out.strip() == f"student-copy interrupted: nothing was written to {out_dir / 'a'}"
     assert os.listdir(out_dir) == []
     monkeypatch.setattr(safe_files, "atomic_write_bytes", written)
+    odd = os.fsdecode(b"docs/caf\xe9.md")                       # a latin-1 file name, handed out as it is
+    (course / odd).write_text("notes\n")
+    git(course, "add", "docs")
+    git(course, "commit", "-q", "-m", "a latin-1 name")
     status, out = student_copy(capsys, out_dir / ("b" * 250))          # a long name: its staging folder fits
     assert status == 0 and os.listdir(out_dir) == ["b" * 250], out
+    assert (out_dir / ("b" * 250) / odd).read_text() == "notes\n"
 
 
 def test_a_course_with_no_committed_solutions_is_refused_not_handed_out_empty(course_copy, tmp_path_factory,

@@ -6,11 +6,14 @@ file, a `path` that is not inside `root`, that goes through a symbolic link anyw
 itself or a folder on the way), that is a directory, or that exists read-only (the learner's way of saying
 "leave it"). Otherwise the data goes to a temporary file in the same folder, which then replaces `path` in one
 `os.replace`: a reader sees the old file or the new one, never a mix, and a link planted at `path` after the
-check is replaced, never followed. A new file gets the usual permissions (0666 less the umask), an existing
-one keeps its own. `check_writable` runs the same checks without writing, so a tool can check every file it
-is about to write before it writes any. A name the file system cannot hold (too long, a NUL byte), an
-existing target that is not a regular file (a fifo, a socket, a device) and text that cannot be encoded are
-refused the same way, before anything is written.
+check is replaced, never followed. The folders on the way are opened one by one without following a link
+(O_NOFOLLOW, then every step relative to the folder so opened: Linux and macOS, where triton runs), so a
+folder swapped for a link after the check is refused too. Ctrl-C during a write is held until the file is
+whole (or removed), then raised: no interrupt leaves a temporary file behind. A new file gets the usual
+permissions (0666 less the umask), an existing one keeps its own. `check_writable` runs the same checks
+without writing, so a tool can check every file it is about to write before it writes any. A name the file
+system cannot hold (too long, a NUL byte), an existing target that is not a regular file (a fifo, a socket,
+a device) and text that cannot be encoded are refused the same way, before anything is written.
 
 `read_regular(path)` reads a file the tools are given (an exercise, a solution, a chapter, a file handed out)
 only when it is a regular file: a fifo or a device would block the tool or never end, so it is opened without
@@ -19,10 +22,11 @@ blocking and refused by its type, with an `UnreadableFile` naming it.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
+import secrets
 import signal
 import stat
-import tempfile
 import threading
 from pathlib import Path
 
@@ -38,6 +42,7 @@ class UnreadableFile(ValueError):
 # What a temporary file's name keeps of the target's: `.{name}.XXXXXXXX.tmp` stays within the 255 bytes a
 # file name may have on common file systems even for a target whose own name is that long.
 _TMP_NAME_KEEP = 200
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 def _kind(mode: int) -> str:
@@ -86,7 +91,7 @@ def read_regular(path: str | Path, follow_links: bool = True) -> bytes:
     a fifo, a socket or a device (opened without blocking, so a fifo never hangs the tool), a symbolic link
     (unless `follow_links`), or cannot be read."""
     path = _as_path(path)
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow_links else os.O_NOFOLLOW)
+    flags = os.O_RDONLY | os.O_NONBLOCK | _CLOEXEC | (0 if follow_links else os.O_NOFOLLOW)
     try:
         if not follow_links and path.is_symlink():
             raise UnreadableFile(f"{path} is a symbolic link (to {os.readlink(path)}): not read")
@@ -194,29 +199,76 @@ def atomic_write_bytes(path: str | Path, data: bytes, root: str | Path | None = 
 
 
 def _write(path: Path, real: Path, root, data: bytes, mode: int | None) -> Path:
+    """The write itself, relative to folder descriptors: every folder below `root` is opened without following
+    a link (and made when missing), and the temporary file is made, renamed or removed in the folder so
+    opened. A folder swapped for a link after `check_writable` looked (a race, or another program at work) is
+    refused, never followed."""
+    base = Path(root).resolve()
+    rel = real.relative_to(base)
     try:
-        old = real.stat().st_mode & 0o7777 if real.exists() else None
-        real.parent.mkdir(parents=True, exist_ok=True)
-        check_writable(path, root)   # the folders just made are no links either
-        fd, tmp = tempfile.mkstemp(prefix=f".{real.name[:_TMP_NAME_KEEP]}.", suffix=".tmp", dir=real.parent)
+        folder = _open_folders(base, rel.parts[:-1], path)
     except OSError as e:
         raise UnsafeWrite(f"{path} cannot be written: {e.strerror or e}") from None
+    name, tmp = rel.parts[-1], None
     try:
+        try:
+            st = os.stat(name, dir_fd=folder, follow_symlinks=False)
+            old = st.st_mode & 0o7777 if stat.S_ISREG(st.st_mode) else None
+        except FileNotFoundError:
+            old = None
+        for _ in range(100):
+            tmp = f".{name[:_TMP_NAME_KEEP]}.{secrets.token_hex(4)}.tmp"
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | _CLOEXEC, 0o600,
+                             dir_fd=folder)
+                break
+            except FileExistsError:
+                tmp = None
+        if tmp is None:
+            raise FileExistsError(errno.EEXIST, "no free temporary file name")
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
+            os.fchmod(f.fileno(), mode if mode is not None else old if old is not None else 0o666 & ~umask())
             os.fsync(f.fileno())
-        os.chmod(tmp, mode if mode is not None else old if old is not None else 0o666 & ~umask())
-        os.replace(tmp, real)
+        os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
     except BaseException as e:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
+        if tmp is not None:
+            try:
+                os.unlink(tmp, dir_fd=folder)
+            except OSError:
+                pass
         if isinstance(e, OSError):
             raise UnsafeWrite(f"{path} cannot be written: {e.strerror or e}") from None
         raise
+    finally:
+        os.close(folder)
     return real
+
+
+def _open_folders(base: Path, parts: tuple[str, ...], path: Path) -> int:
+    """A descriptor of `base`/`parts`: each folder below `base` made when missing and opened with O_NOFOLLOW,
+    so a link there is refused (`UnsafeWrite`), never followed."""
+    fd = os.open(base, os.O_RDONLY | os.O_DIRECTORY | _CLOEXEC)
+    try:
+        for i, part in enumerate(parts):
+            try:
+                os.mkdir(part, 0o777, dir_fd=fd)
+            except FileExistsError:
+                pass
+            try:
+                below = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | _CLOEXEC, dir_fd=fd)
+            except OSError as e:
+                if e.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                raise UnsafeWrite(f"{base / Path(*parts[:i + 1])} became a symbolic link or a file while {path} "
+                                  "was being written: not written through") from None
+            os.close(fd)
+            fd = below
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def atomic_write_text(path: str | Path, text: str, root: str | Path | None = None, encoding: str = "utf-8",

@@ -75,11 +75,16 @@ class StudentVersionError(ValueError):
     """A student version that cannot be written as asked (one line saying why)."""
 
 
+# git's output read as the file system names files: a name that is not UTF-8 keeps its bytes (as surrogates,
+# as os.fsdecode does), so it is handed back to git and to the file system exactly as it came.
+_GIT_TEXT = {"encoding": "utf-8", "errors": "surrogateescape"}
+
+
 def _tracked(root: Path) -> list[str]:
     """The course's tracked files ('/'-separated, from `root`): `git ls-files`, so that nothing a machine or a
     person left in the folder (a `.env`, scratch notes, a download) is handed out."""
     try:
-        run = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, text=True)
+        run = subprocess.run(["git", "-C", str(root), "ls-files", "-z"], capture_output=True, **_GIT_TEXT)
     except OSError as e:
         raise StudentVersionError(f"git cannot be run ({e.strerror or e}): student-copy hands out the course's "
                                   "tracked files only (git ls-files)") from None
@@ -178,7 +183,7 @@ def copy(dest: str | Path) -> tuple[Path, list[str]]:
 
 
 def _run(top: Path, *args: str, env: dict | None = None, stdin: str | None = None):
-    return subprocess.run(["git", "-C", str(top), *args], input=stdin, capture_output=True, text=True, env=env)
+    return subprocess.run(["git", "-C", str(top), *args], input=stdin, capture_output=True, env=env, **_GIT_TEXT)
 
 
 def _git(top: Path, *args: str, env: dict | None = None, stdin: str | None = None, strip: bool = True) -> str:
@@ -283,7 +288,13 @@ def commit_branch(branch: str = "student", rev: str = "HEAD", root: Path | None 
         _git(top, "update-index", "-z", "--force-remove", "--stdin", env=env, stdin=gone)
         for path in solutions:
             name = path.rsplit("/", 1)[1]
-            text = regions.make_exercise(_git(top, "cat-file", "blob", f"{source}:{path}", strip=False), name[:-3])
+            solution = _git(top, "cat-file", "blob", f"{source}:{path}", strip=False)
+            try:   # as make-exercises reads a solution: UTF-8 text or refused by name
+                solution.encode("utf-8")
+            except UnicodeEncodeError:
+                raise StudentVersionError(f"{path} in {rev} is not UTF-8 text: no student version is made from it; "
+                                          "save it as UTF-8 and commit it") from None
+            text = regions.make_exercise(solution, name[:-3])
             blob = _git(top, "hash-object", "-w", "--stdin", stdin=text)
             _git(top, "update-index", "--add", "--cacheinfo", f"100644,{blob},{prefix}exercises/{name}", env=env)
         tree = _git(top, "write-tree", env=env)
