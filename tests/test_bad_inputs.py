@@ -485,6 +485,15 @@ def test_prompt_ids_that_are_not_one_sequence_of_ints(good, bad, error, message)
     assert engine.length == 0
 
 
+def test_the_reference_model_refuses_a_batch_rather_than_flattening_it(good):
+    model = Qwen35Model(TINY, good[1])
+    with pytest.raises(ValueError, match=r"ids must be a 1-D tensor of integer token ids \(one sequence\)"):
+        model(torch.tensor([PROMPT, PROMPT]))
+    with pytest.raises(TypeError, match=r"ids\[0\] must be an int token id"):
+        model([PROMPT, PROMPT])
+    assert torch.equal(model(torch.tensor(PROMPT)), model(PROMPT))
+
+
 @pytest.mark.parametrize("options, error, message", [
     ({"max_new_tokens": 2.0}, TypeError, "max_new_tokens must be an int, got 2.0"),
     ({"max_new_tokens": None}, TypeError, "max_new_tokens must be an int, got None"),

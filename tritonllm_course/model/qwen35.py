@@ -86,7 +86,13 @@ class Qwen35Model:
         returns [T, vocab] with all_logits, else [1, vocab] for the last token, in the model dtype.
         """
         c = self.config
-        ids = torch.as_tensor(ids).reshape(-1)   # left where it is: ids on the CPU are range-checked for free
+        if isinstance(ids, torch.Tensor):        # left where it is: ids on the CPU are range-checked for free
+            if ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dim() != 1:
+                raise ValueError(f"ids must be a 1-D tensor of integer token ids (one sequence), got "
+                                 f"{str(ids.dtype).replace('torch.', '')} of shape {list(ids.shape)}")
+        else:                                    # a batch, floats, bools, a string: refused, never flattened
+            from ..generation import check_ids
+            ids = torch.tensor(check_ids(ids, "ids"), dtype=torch.int64)
         T = ids.numel()
         if T == 0:
             raise ValueError("ids is empty: give at least one token")
