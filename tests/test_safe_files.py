@@ -200,6 +200,10 @@ def test_odd_names_odd_targets_and_odd_arguments_are_refused_by_name(tmp_path):
         with pytest.raises(UnsafeWrite, match=re.escape(said)):
             atomic_write_text(path, "x", root)
     assert (root / "fifo").is_fifo()
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")              # a root, or a results folder, that loops
+    for args in ((tmp_path / "loop" / "a.txt", "x", tmp_path / "loop"), (tmp_path / "loop" / "a.txt", "x")):
+        with pytest.raises(UnsafeWrite, match="a.txt cannot be written: a loop of symbolic links"):
+            atomic_write_text(*args)
     with pytest.raises(UnsafeWrite, match=r"s\.txt: its text cannot be written as utf-8"):
         atomic_write_text(root / "s.txt", "\udcff", root)
     with pytest.raises(TypeError, match="path must be a str or a path, got NoneType"):

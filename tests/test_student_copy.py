@@ -150,6 +150,8 @@ def test_odd_files_odd_destinations_and_ctrl_c_leave_no_copy(tmp_path, capsys, m
         assert os.listdir(out_dir) == []                                   # no copy, no staging folder
 
     refused(out_dir / ("a" * 256), "cannot be used: File name too long")
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")
+    refused(tmp_path / "loop" / "sub", "cannot be used: a loop of symbolic links")
     (course / "Makefile").unlink()
     os.mkfifo(course / "Makefile")                       # a tracked file replaced by a fifo: read, it would block
     refused(out_dir / "a", "Makefile is a fifo, not a regular file: not read; nothing was written")
@@ -176,10 +178,12 @@ def test_odd_files_odd_destinations_and_ctrl_c_leave_no_copy(tmp_path, capsys, m
     monkeypatch.setattr(safe_files, "atomic_write_bytes", written)
     odd = os.fsdecode(b"docs/caf\xe9.md")                       # a latin-1 file name, handed out as it is
     (course / odd).write_text("notes\n")
+    (course / "docs" / "loop").symlink_to("loop")                      # a tracked link to itself: left out
     git(course, "add", "docs")
-    git(course, "commit", "-q", "-m", "a latin-1 name")
+    git(course, "commit", "-q", "-m", "a latin-1 name, a loop")
     status, out = student_copy(capsys, out_dir / ("b" * 250))          # a long name: its staging folder fits
     assert status == 0 and os.listdir(out_dir) == ["b" * 250], out
+    assert "note: left out docs/loop: a loop of symbolic links" in out
     assert (out_dir / ("b" * 250) / odd).read_text() == "notes\n"
 
 

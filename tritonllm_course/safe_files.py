@@ -45,6 +45,15 @@ _TMP_NAME_KEEP = 200
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
+def resolved(path: str | Path) -> Path:
+    """`Path(path).resolve()`, with a loop of symbolic links an OSError (ELOOP) like any other a path can
+    raise (pathlib raises RuntimeError for it before Python 3.13)."""
+    try:
+        return Path(path).resolve()
+    except RuntimeError:
+        raise OSError(errno.ELOOP, "a loop of symbolic links", str(path)) from None
+
+
 def _kind(mode: int) -> str:
     for test, name in ((stat.S_ISFIFO, "a fifo"), (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"),
                        (stat.S_ISBLK, "a block device"), (stat.S_ISDIR, "a directory")):
@@ -132,7 +141,7 @@ def _inside(path: Path, root: Path) -> Path:
     if ".." in path.parts:   # `..` after a link goes up from the link's target: never guessed at
         raise UnsafeWrite(f"{path}: a path with '..' in it is not written")
     path = Path(os.path.abspath(path))
-    for base in (Path(os.path.abspath(root)), Path(root).resolve()):
+    for base in (Path(os.path.abspath(root)), resolved(root)):
         try:
             return path.relative_to(base)
         except ValueError:
@@ -153,7 +162,7 @@ def _check_writable(path: Path, root: Path) -> Path:
     rel = _inside(path, root)
     if not rel.parts:
         raise UnsafeWrite(f"{path} is the folder {root} itself, not a file in it")
-    real = Path(root).resolve()
+    real = resolved(root)
     if not real.is_dir():
         raise UnsafeWrite(f"{path}: its folder {root} is not a directory")
     for i, part in enumerate(rel.parts):
@@ -191,7 +200,10 @@ def atomic_write_bytes(path: str | Path, data: bytes, root: str | Path | None = 
         raise ValueError(f"mode must be permission bits from 0 to 0o777, got {mode!r}")
     path = _as_path(path)
     if root is None:   # the folder as named (links and '..' in it are the caller's choice), the file no link
-        root = Path(path).parent.resolve()
+        try:
+            root = resolved(Path(path).parent)
+        except OSError as e:
+            raise UnsafeWrite(f"{path} cannot be written: {e.strerror or e}") from None
         path = root / Path(path).name
     real = check_writable(path, root)
     with _interrupt_after():
@@ -203,7 +215,7 @@ def _write(path: Path, real: Path, root, data: bytes, mode: int | None) -> Path:
     a link (and made when missing), and the temporary file is made, renamed or removed in the folder so
     opened. A folder swapped for a link after `check_writable` looked (a race, or another program at work) is
     refused, never followed."""
-    base = Path(root).resolve()
+    base = resolved(root)
     rel = real.relative_to(base)
     try:
         folder = _open_folders(base, rel.parts[:-1], path)

@@ -104,7 +104,7 @@ def _check_destination(dest: str | Path, root: Path) -> Path:
 def _check_new_folder(given: Path, root: Path) -> Path:
     if given.is_symlink() and not given.exists():
         raise StudentVersionError(f"{given} is a symbolic link to nothing: choose a new or empty folder")
-    dest = given.resolve()
+    dest = safe_files.resolved(given)
     if dest == root or root in dest.parents:
         raise StudentVersionError(f"{dest} is inside the course ({root}): choose a folder outside it")
     if dest.exists() and not dest.is_dir():
@@ -142,7 +142,11 @@ def copy(dest: str | Path) -> tuple[Path, list[str]]:
         raise StudentVersionError(f"{e}; nothing was written") from None
     notes, files = [], {}
     for rel in sorted(handed):
-        real = (root / rel).resolve()
+        try:
+            real = safe_files.resolved(root / rel)
+        except OSError as e:
+            notes.append(f"left out {rel}: {e.strerror or e}")
+            continue
         if real != root / rel and root not in real.parents:
             notes.append(f"left out {rel}: a symbolic link out of the course (to {real})")
         elif not real.exists():
