@@ -198,3 +198,23 @@ def test_a_name_or_a_solution_that_is_not_utf8_is_kept_or_refused_never_a_traceb
     status, out = student_branch(capsys)
     assert status == 2 and len(out.splitlines()) == 1 and "solutions/zz_latin.py in HEAD is not UTF-8" in out, out
     assert refs(course) == before
+
+
+def test_no_git_a_locked_ref_or_an_argument_too_long_is_one_line(untouched, capsys, monkeypatch):
+    monkeypatch.chdir(untouched)
+    before, path = refs(untouched), os.environ["PATH"]
+    lock = untouched / ".git" / "refs" / "heads" / "locked.lock"        # another git at work on that branch
+    lock.write_text("")
+    try:
+        status, out = student_branch(capsys, "--branch=locked")
+    finally:
+        lock.unlink()
+    assert status == 2 and len(out.splitlines()) == 1 and "Unable to create" in out and "locked.lock" in out, out
+    for argv, said in ((["--rev", "a" * 140_000], "Argument list too long"),     # past what one argument may be
+                       (["--branch", "s"], "git cannot be run: it is not installed or not on the PATH")):
+        if argv[0] == "--branch":
+            monkeypatch.setenv("PATH", str(untouched / "no-such-folder"))
+        status, out = student_branch(capsys, *argv)
+        assert status == 2 and len(out.splitlines()) == 1 and said in out, out
+    monkeypatch.setenv("PATH", path)
+    assert refs(untouched) == before

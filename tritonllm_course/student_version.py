@@ -187,15 +187,23 @@ def copy(dest: str | Path) -> tuple[Path, list[str]]:
 
 
 def _run(top: Path, *args: str, env: dict | None = None, stdin: str | None = None):
-    return subprocess.run(["git", "-C", str(top), *args], input=stdin, capture_output=True, env=env, **_GIT_TEXT)
+    try:
+        return subprocess.run(["git", "-C", str(top), *args], input=stdin, capture_output=True, env=env,
+                              **_GIT_TEXT)
+    except FileNotFoundError:
+        raise StudentVersionError("git cannot be run: it is not installed or not on the PATH") from None
+    except OSError as e:   # an argument longer than the system passes to a program, say
+        raise StudentVersionError(f"git {args[0]} cannot be run: {e.strerror or e}") from None
 
 
 def _git(top: Path, *args: str, env: dict | None = None, stdin: str | None = None, strip: bool = True) -> str:
-    """git's output; a failure is a StudentVersionError with git's last line of complaint."""
+    """git's output; a failure is a StudentVersionError with git's complaint: its first `fatal:` or `error:`
+    line (what went wrong; the lines after it are advice), else its last line."""
     run = _run(top, *args, env=env, stdin=stdin)
     if run.returncode != 0:
-        said = (run.stderr or run.stdout).strip().splitlines()
-        raise StudentVersionError(f"git {args[0]} failed: {said[-1] if said else f'exit {run.returncode}'}")
+        said = [line for line in (run.stderr or run.stdout).strip().splitlines() if line.strip()]
+        first = next((line for line in said if line.startswith(("fatal:", "error:"))), said[-1] if said else None)
+        raise StudentVersionError(f"git {args[0]} failed: {first or f'exit {run.returncode}'}")
     return run.stdout.strip() if strip else run.stdout
 
 
