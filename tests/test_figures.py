@@ -1,5 +1,6 @@
 """The figures registry: every entry resolves in its record, every figure marked in prose (the chapters' markdown,
-docs/*.md, README.md, results/README.md) is the number its record gives, and a changed record fails the stale
+docs/*.md, README.md, results/README.md, lab/README.md) is the number its record gives, every number with a
+measurement's unit there is marked (or declared not measured, or unsaved), and a changed record fails the stale
 quote. The prose check reads the files as they are, so a rerun that moves a figure fails here until the prose
 that quotes it is updated (or rendered from the record)."""
 import copy
@@ -13,14 +14,22 @@ from tritonllm_course import figures
 ROOT = figures.ROOT
 
 
-def prose_files():
-    """Every file whose prose may carry figure markers, with its text (notebooks: markdown cells only)."""
+PROSE_DOCS = ["README.md", "results/README.md", "lab/README.md"]
+
+
+def prose_files(by_cell=False):
+    """Every file whose prose may carry figure markers, with its text (notebooks: markdown cells only, one
+    entry per cell named by its index and id when `by_cell`, so that a line number points into the cell)."""
     out = []
     for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
         cells = json.loads(path.read_text())["cells"]
-        text = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "markdown")
-        out.append((path.relative_to(ROOT).as_posix(), text))
-    for path in [ROOT / "README.md", ROOT / "results" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]:
+        name = path.relative_to(ROOT).as_posix()
+        markdown = [(i, c) for i, c in enumerate(cells) if c["cell_type"] == "markdown"]
+        if by_cell:
+            out += [(f"{name} cell {i} (id {c.get('id')})", "".join(c["source"])) for i, c in markdown]
+        else:
+            out.append((name, "\n".join("".join(c["source"]) for _, c in markdown)))
+    for path in [*(ROOT / doc for doc in PROSE_DOCS), *sorted((ROOT / "docs").glob("*.md"))]:
         if path.is_file():
             out.append((path.relative_to(ROOT).as_posix(), path.read_text()))
     return out
@@ -52,6 +61,35 @@ def test_every_marked_figure_in_prose_is_its_records_number():
         problems += figures.check_markers(text, name)
     assert marked, "no figure markers found in the prose"
     assert not problems, f"{len(problems)} figures quoted differently from their records:\n" + "\n".join(problems)
+
+
+def test_every_measured_figure_in_prose_has_a_record_or_a_declaration():
+    """A number with a measurement's unit in prose carries fig:KEY, not-measured: REASON or unsaved: DATE."""
+    problems = []
+    for name, text in prose_files(by_cell=True):
+        problems += figures.unmarked_figures(text, name)
+    assert not problems, f"{len(problems)} figures without a marker:\n" + "\n".join(problems)
+
+
+@pytest.mark.parametrize("prose, flagged", [
+    ("took 0.648 ms, then", ["'0.648 ms'"]),
+    ("a 6.1x lead and 56% of the floor", ["'6.1x'", "'56%'"]),
+    ("the lab measured 8-20 us there", ["'8-20 us'"]),
+    ("9.7 vs 10.7 us<!-- fig:t.a.ms -->", ["'9.7 vs 10.7 us"]),
+    ("took 0.43 s and 4,260 GB/s", ["'0.43 s'", "'4,260 GB/s'"]),
+    ("the article's 16x<!-- not-measured -->", ["malformed", "'16x'"]),
+    ("seen 3 us<!-- unsaved: yesterday -->", ["malformed", "'3 us'"]),
+    ("took 0.648 ms<!-- fig:t.a.ms --> and 8-20 us<!-- unsaved: 2026-12-01 -->", []),
+    ("8<!-- fig:t.a.ms -->-20 us<!-- fig:t.a.ms -->, 2026-12-02", []),
+    ("the article's 16x<!-- not-measured: source article -->", []),
+    ("tiles of 128 x 64 and 128x64, 3 sizes, an H200, T = 128, 2.1 us<!-- fig:t.a.ms -->", []),
+    ("`1.5 ms` in code\n```\n3 ms\n```\n<!-- 4 ms in a comment -->", []),
+])
+def test_the_guard_flags_bare_figures_and_names_the_line(prose, flagged):
+    problems = figures.unmarked_figures("first line\n" + prose, "f.md")
+    assert len(problems) == len(flagged), problems
+    for problem, want in zip(problems, flagged):
+        assert problem.startswith("f.md:2: ") and want in problem, (problem, want)
 
 
 def _changed(key, monkeypatch):

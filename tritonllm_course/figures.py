@@ -296,6 +296,89 @@ def check_markers(source: str, name: str = "<text>") -> list[str]:
     return problems
 
 
+# The units of a measurement: a time, a bandwidth, a throughput, a speed ratio written flush ("6.1x", never the
+# "128 x 64" of a shape) or a percentage. "s" alone is a time ("0.43 s"); "tokens/s" is tried before it.
+_MEASURE_UNIT = (r"(?:\s?(?:TFLOP/s|GFLOP/s|TFLOPS|GFLOPS|GB/s|TB/s|MB/s|tokens/s|tok/s|ns|us|µs|μs|ms|s|%)"
+                 r"(?![\w/])|[x×](?!\w)(?!\s*\d))")
+# A number as prose writes it: thousands separated by commas ("4,262") or not, not part of a word ("H200",
+# "fp8"), a version, a path or a name ("gelu-tanh-3x").
+_PROSE_NUMBER = r"(?<![\w.,/])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)|(?<![\w.,/])(?<![A-Za-z]-)\d+(?:\.\d+)?"
+# What may follow a figure: its record (fig:KEY), or a declaration that it is no measurement of the course
+# (not-measured: REASON, e.g. a source article's figure, a data sheet's, an estimate), or that it is one whose
+# data was not saved (unsaved: YYYY-MM-DD, the day it was measured).
+_ANY_MARK = (r"<!--\s*(?:fig:[a-z0-9_.\-]+|not-measured:\s*[^\s>][^>]*?|unsaved:\s*\d{4}-\d{2}-\d{2})\s*-->")
+_DECLARATION_START = re.compile(r"<!--\s*(?:not-measured|unsaved)\b[^>]*-->")
+_DECLARATION = re.compile(r"<!--\s*(?:not-measured:\s*[^\s>][^>]*?|unsaved:\s*\d{4}-\d{2}-\d{2})\s*-->")
+_ITEM = rf"(?:{_PROSE_NUMBER})(?:{_MEASURE_UNIT})?(?:\s*{_ANY_MARK})?"
+# A range or a comparison shares the last number's unit ("8-20 us", "9.7 vs 10.7 us"): each number of it is a
+# figure. "and", "or" and commas join only figures that carry their own unit ("T = 128, 2.1 us" is a shape, then
+# a time).
+_JOINED = re.compile(rf"{_ITEM}(?:\s*(?:-|–|—|to|vs\.?)\s*{_ITEM}"
+                     rf"|\s*(?:,|and|or)\s*(?=(?:{_PROSE_NUMBER})(?:{_MEASURE_UNIT})){_ITEM})*")
+_LISTING = {",", "and", "or"}
+_ITEM_RE = re.compile(rf"(?P<num>{_PROSE_NUMBER})(?P<unit>{_MEASURE_UNIT})?(?:\s*(?P<mark>{_ANY_MARK}))?")
+_CODE_BLOCK = re.compile(r"```.*?```|~~~.*?~~~", re.S)
+_CODE_SPAN = re.compile(r"(`+)[^`\n].*?\1", re.S)
+# Where a link points and an anchor's name are addresses, not prose ("(#gpt2-1381x)", '<a id="gelu-3x">').
+_ADDRESS = re.compile(r"\]\([^)\s]*\)|<a\s[^>]*>")
+_OTHER_COMMENT = re.compile(r"<!--(?!\s*(?:fig:|not-measured|unsaved)).*?-->", re.S)
+
+
+def _blanked(match: re.Match) -> str:
+    """The match as spaces, its newlines kept, so that line numbers and offsets survive."""
+    return re.sub(r"[^\n]", " ", match.group(0))
+
+
+def unmarked_figures(source: str, name: str = "<text>") -> list[str]:
+    """Every figure of a measurement in ``source`` (prose: markdown) that nothing vouches for.
+
+    A number followed by a measurement's unit (us, ms, s, GB/s, TFLOP/s, a flush "x", "%") must be followed
+    by ``<!-- fig:KEY -->`` (its record; ``check_markers`` checks the number), or by a declaration:
+    ``<!-- not-measured: REASON -->`` (a source article's figure, a data sheet's, an estimate) or
+    ``<!-- unsaved: YYYY-MM-DD -->`` (measured that day, its data not kept). A declaration after a range
+    ("8-20 us") covers each number of it; a ``fig:`` marker covers only the number it follows. Code spans
+    and code blocks are code, not prose, and are skipped; so are other HTML comments, link targets and
+    anchors. Each problem names
+    ``name``, the line and what is written.
+    """
+    problems = []
+    for bad in _DECLARATION_START.finditer(source):
+        if not _DECLARATION.fullmatch(bad.group(0)):
+            line = source.count("\n", 0, bad.start()) + 1
+            problems.append(f"{name}:{line}: malformed declaration {bad.group(0)!r} (want "
+                            "'<!-- not-measured: REASON -->' or '<!-- unsaved: YYYY-MM-DD -->')")
+    prose = _CODE_BLOCK.sub(_blanked, source)
+    prose = _CODE_SPAN.sub(_blanked, prose)
+    prose = _OTHER_COMMENT.sub(_blanked, prose)
+    prose = _ADDRESS.sub(_blanked, prose)
+    for joined in _JOINED.finditer(prose):
+        text_of = joined.group(0)
+        items = list(_ITEM_RE.finditer(text_of))
+        for i in range(len(items) - 1, 0, -1):
+            # "and", "or" or a comma after a number without a unit: that number is not of this figure
+            if not items[i - 1].group("unit") and text_of[items[i - 1].end():items[i].start()].strip() in _LISTING:
+                items = items[i:]
+                break
+        group: list[re.Match] = []
+        for item in items:
+            group.append(item)
+            if not item.group("unit"):
+                continue
+            # one figure: the numbers sharing this unit, then the unit; numbers after the last unit are not
+            # figures ("2.1 us<!-- fig:x -->, 2026")
+            figure, group = group, []
+            closing = figure[-1].group("mark") or ""
+            if closing and not re.match(r"<!--\s*fig:", closing):
+                continue  # a declaration closing a range covers each number of it
+            if all(number.group("mark") for number in figure):
+                continue
+            line = prose.count("\n", 0, joined.start() + figure[0].start()) + 1
+            written = " ".join(text_of[figure[0].start():figure[-1].end()].split())
+            problems.append(f"{name}:{line}: '{written}' is a measured figure with no marker (add "
+                            "<!-- fig:KEY -->, <!-- not-measured: REASON --> or <!-- unsaved: YYYY-MM-DD -->)")
+    return problems
+
+
 def _glued(text: str, start: int) -> bool:
     """Whether the number starting at `start` continues one before it (a digit or a point) or carries a minus
     sign (a hyphen where a word could start; "618-622" is a range)."""
