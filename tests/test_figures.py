@@ -77,6 +77,7 @@ def test_every_measured_figure_in_prose_has_a_record_or_a_declaration():
     ("the lab measured 8-20 us there", ["'8-20 us'"]),
     ("9.7 vs 10.7 us<!-- fig:t.a.ms -->", ["'9.7 vs 10.7 us"]),
     ("took 0.43 s and 4,260 GB/s", ["'0.43 s'", "'4,260 GB/s'"]),
+    ("decodes at 0.648 ms/token", ["'0.648 ms'"]),
     ("the article's 16x<!-- not-measured -->", ["malformed", "'16x'"]),
     ("seen 3 us<!-- unsaved: yesterday -->", ["malformed", "'3 us'"]),
     ("took 0.648 ms<!-- fig:t.a.ms --> and 8-20 us<!-- unsaved: 2026-12-01 -->", []),

@@ -297,9 +297,10 @@ def check_markers(source: str, name: str = "<text>") -> list[str]:
 
 
 # The units of a measurement: a time, a bandwidth, a throughput, a speed ratio written flush ("6.1x", never the
-# "128 x 64" of a shape) or a percentage. "s" alone is a time ("0.43 s"); "tokens/s" is tried before it.
+# "128 x 64" of a shape) or a percentage. "s" alone is a time ("0.43 s"); "tokens/s" is tried before it; a
+# time per something counts ("0.648 ms/token").
 _MEASURE_UNIT = (r"(?:\s?(?:TFLOP/s|GFLOP/s|TFLOPS|GFLOPS|GB/s|TB/s|MB/s|tokens/s|tok/s|ns|us|µs|μs|ms|s|%)"
-                 r"(?![\w/])|[x×](?!\w)(?!\s*\d))")
+                 r"(?!\w)|[x×](?!\w)(?!\s*\d))")
 # A number as prose writes it: thousands separated by commas ("4,262") or not, not part of a word ("H200",
 # "fp8"), a version, a path or a name ("gelu-tanh-3x").
 _PROSE_NUMBER = r"(?<![\w.,/])\d{1,3}(?:,\d{3})+(?:\.\d+)?(?!\d)|(?<![\w.,/])(?<![A-Za-z]-)\d+(?:\.\d+)?"
