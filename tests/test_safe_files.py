@@ -277,3 +277,17 @@ def test_a_folder_swapped_for_a_link_after_the_check_is_not_written_through(tmp_
     with pytest.raises(UnsafeWrite, match="sub became a symbolic link or a file while"):
         atomic_write_text(root / "sub" / "a.txt", "x", root)
     assert os.listdir(outside) == []
+
+
+def test_a_root_spelled_with_dot_dot_is_the_callers_choice_below_it_is_refused(tmp_path, monkeypatch):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "course").mkdir()
+    root = tmp_path / "a" / ".." / "course"                   # TRITONLLM_COURSE_ROOT=/x/a/../course, say
+    assert atomic_write_text(root / "exercises" / "e.py", "x", root) == tmp_path / "course" / "exercises" / "e.py"
+    with pytest.raises(UnsafeWrite, match="'..'"):
+        atomic_write_text(root / "exercises" / ".." / ".." / "out.py", "x", root)
+    monkeypatch.chdir(tmp_path / "course")                    # a relative root, a relative path
+    assert atomic_write_text(Path("exercises") / "f.py", "y", ".") == tmp_path / "course" / "exercises" / "f.py"
+    with pytest.raises(UnsafeWrite, match="is outside"):
+        atomic_write_text(tmp_path / "elsewhere.txt", "x", ".")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "course"]

@@ -137,8 +137,17 @@ def _writable(path: Path) -> bool:
 
 
 def _inside(path: Path, root: Path) -> Path:
-    """`path` relative to `root` (both taken as given, then with `root`'s links resolved); refuses `..`."""
-    if ".." in path.parts:   # `..` after a link goes up from the link's target: never guessed at
+    """`path` relative to `root`: the part of `path` below `root` as `root` is spelled (a `..` in `root` itself,
+    a course folder given as /a/b/../course, is the caller's choice), else `path` against `root` both taken
+    as given, then against `root` with its links resolved. A `..` below `root` is refused."""
+    if not (path.is_absolute() and root.is_absolute()):
+        path, root = Path.cwd() / path, Path.cwd() / root
+    if path.parts[:len(root.parts)] == root.parts:
+        below = path.parts[len(root.parts):]
+        if ".." in below:   # `..` after a link goes up from the link's target: never guessed at
+            raise UnsafeWrite(f"{path}: a path with '..' in it is not written")
+        return Path(*below)
+    if ".." in path.parts:
         raise UnsafeWrite(f"{path}: a path with '..' in it is not written")
     path = Path(os.path.abspath(path))
     for base in (Path(os.path.abspath(root)), resolved(root)):
