@@ -77,6 +77,7 @@ def kv_cache_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_ca
     validate.token_rows(v, "v")
     validate.tensor(pos, "pos", dtype=validate.INTS, shape=(T,))
     validate.same_device(k=k, v=v, k_cache=k_cache, v_cache=v_cache, pos=pos)
+    validate.disjoint({"k_cache": k_cache, "v_cache": v_cache}, {"k": k, "v": v, "pos": pos})
     validate.device_range(pos, 0, max_len - 1, "position",
                 f"the KV cache holds {max_len} rows; the sequence is longer than it was allocated for")
     if T == 0:

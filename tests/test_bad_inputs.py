@@ -551,6 +551,10 @@ def test_outputs_that_overlap_inputs_are_refused():
     x = torch.randn(4, 64)
     expected = rms_norm(x, torch.ones(64))
     assert torch.equal(rms_norm(x, torch.ones(64), out=x), expected)   # in place: the same view
+    kv_cache_write = kernels.get("kv_cache", "kv_cache_write", "solutions")
+    cache = torch.zeros(8, 2, 16)
+    with pytest.raises(ValueError, match="k_cache overlaps k in memory"):   # the new keys read from the cache
+        kv_cache_write(cache[1:3], torch.randn(2, 2, 16), cache, torch.zeros(8, 2, 16), torch.tensor([2, 3]))
     with pytest.raises(TypeError, match="eps must be a number, got '1e-6'"):
         rms_norm(x, torch.ones(64), eps="1e-6")
     with pytest.raises(ValueError, match="eps must be positive and finite, got inf"):
