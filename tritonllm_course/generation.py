@@ -139,7 +139,7 @@ def check_sampling(temperature, top_k, top_p) -> None:
         raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
     if 0 < temperature < MIN_TEMPERATURE:
         raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}: below, logits / "
-                         f"temperature overflows float32, got {temperature!r}")
+                         f"temperature can overflow float32, got {temperature!r}")
     if not (isinstance(top_p, (int, float)) and not isinstance(top_p, bool) and 0 < top_p <= 1):
         raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
     if top_p < MIN_TOP_P:
