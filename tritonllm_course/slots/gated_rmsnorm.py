@@ -3,7 +3,7 @@ import torch
 
 from ..reference.norms import gated_rms_norm
 from . import implement, tensor_bytes
-from .common import norm_edges
+from .common import norm_edges, past_exp_overflow
 
 
 def _inputs(shape, dtype, device, gen):
@@ -26,7 +26,8 @@ implement(
                      {"T": 1, "HV": 4, "D": 32}],
             "real": [{"T": 1, "HV": 16, "D": 128}, {"T": 128, "HV": 16, "D": 128, "view": 1}]},
     # zero rows need eps (0 / rms(0) is NaN), tiny ones feel it, huge ones overflow fp16 squares
-    edges=norm_edges("x"),
+    # and gates past exp's overflow: silu(z) = z sigmoid(z) must stay finite
+    edges=norm_edges("x") + [past_exp_overflow("z")],
     dims={"out": ("token", "value head", "column")},
     bytes=lambda inp: 3 * tensor_bytes(inp["x"]) + tensor_bytes(inp["weight"]),
 )
