@@ -244,3 +244,23 @@ def test_a_full_disk_or_ctrl_c_midway_names_the_file_and_what_was_written(course
     monkeypatch.setattr(exercise_files.safe_files, "atomic_write_text", interrupted)
     status, out = make_exercises(capsys)
     assert status == 130 and len(out.splitlines()) == 1 and "make-exercises interrupted" in out, out
+
+
+def test_an_exercise_saved_while_make_exercises_runs_is_kept_as_saved(course, capsys, monkeypatch):
+    path = course / "exercises" / "vector_add.py"
+    stub = path.read_text()
+    mine = fill(course, "vector_add")
+    path.write_text(stub + "\n")                             # a stub: make-exercises would regenerate it
+    (course / "exercises" / "rmsnorm.py").unlink()
+    checked = exercise_files.safe_files.check_writable
+
+    def save_then_check(target, root):     # the learner saves a filled-in exercise after it was read
+        if target == path:
+            path.write_text(mine)
+        return checked(target, root)
+
+    monkeypatch.setattr(exercise_files.safe_files, "check_writable", save_then_check)
+    status, out = make_exercises(capsys)
+    assert status == 2 and len(out.splitlines()) == 1, out
+    assert "exercises/vector_add.py changed while make-exercises ran" in out and "wrote exercises/rmsnorm.py" in out
+    assert path.read_text() == mine and (course / "exercises" / "rmsnorm.py").exists()

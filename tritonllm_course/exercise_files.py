@@ -18,7 +18,7 @@ solution that is not a regular UTF-8 file. A UTF-8 byte-order mark and CRLF line
 they hold, so a file that differs only in them is left as it is. `update()` decides and checks every file
 before it writes any, so a refusal leaves every exercise as it was; each write is atomic (`safe_files`), the
 backup first, and a write that fails on the way (a full disk, a file gone) names the file and what was
-already written.
+already written. An exercise saved while it runs (the learner's editor, say) is left as saved, and named.
 """
 from __future__ import annotations
 
@@ -234,17 +234,23 @@ def update(force: bool = False, root: Path | None = None, now: datetime.datetime
     """Bring exercises/ in step with solutions/ as the module doc says; one message per file written.
     Every exercise is read, decided and checked writable (with its backup) before any is written."""
     root = root or kernels.course_root()
-    plans = [(path, plan) for path, fresh in fresh_exercises(root).items()
-             if (plan := _plan(path, fresh, force, root))]
+    plans = []
+    for path, fresh in fresh_exercises(root).items():
+        before = _snapshot(path)   # what the plan is made from: a file saved after it is never overwritten
+        if plan := _plan(path, fresh, force, root):
+            plans.append((path, plan, before))
     try:
-        for path, (_, keep, _) in plans:
+        for path, (_, keep, _), _ in plans:
             safe_files.check_writable(path, root)
             if keep:
                 safe_files.check_writable(_backup_name(path, now), root)
     except safe_files.UnsafeWrite as e:
         raise ExerciseFileError(f"{e}; nothing was written") from None
-    messages = []
-    for path, (text, keep, message) in plans:
+    messages, changed = [], []
+    for path, (text, keep, message), before in plans:
+        if _snapshot(path) != before:   # saved (by the learner's editor, say) since it was read: kept as saved
+            changed.append(str(path.relative_to(root)))
+            continue
         try:   # each file whole (old or new); one that fails on the way stops the run, saying what was done
             kept = backup(path, now, root) if keep else None
             safe_files.atomic_write_text(path, text, root)
@@ -253,4 +259,15 @@ def update(force: bool = False, root: Path | None = None, now: datetime.datetime
             raise ExerciseFileError(f"{said}; {path.relative_to(root)} is left as it was; written before it: "
                                     f"{'; '.join(messages) or 'nothing'}") from None
         messages.append(message.replace("{kept}", str(kept.relative_to(root)) if kept else ""))
+    if changed:
+        raise ExerciseFileError(f"{', '.join(changed)} changed while make-exercises ran: left as it is now; run "
+                                f"make-exercises again (written meanwhile: {'; '.join(messages) or 'nothing'})")
     return messages
+
+
+def _snapshot(path: Path) -> bytes | None:
+    """The exercise's bytes as they are now (None: missing or not a regular file, which `_plan` refuses)."""
+    try:
+        return safe_files.read_regular(path, follow_links=False)
+    except safe_files.UnreadableFile:
+        return None
