@@ -89,6 +89,15 @@ def test_a_kernel_that_never_returns_times_out(course_copy, capsys, monkeypatch)
     assert time.monotonic() - start < 30
 
 
+@pytest.mark.parametrize("value", ["soon", "-1", "inf", "nan"])
+def test_a_bad_time_limit_is_one_line_and_exit_2(value, course_copy, capsys, monkeypatch):
+    monkeypatch.setenv("TRITONLLM_CHECK_TIMEOUT", value)
+    _exercise(course_copy)
+    rc, out, err = _run(CHECK, capsys)
+    assert rc == 2 and not out and err.strip() == (f"TRITONLLM_CHECK_TIMEOUT must be a number of seconds >= 0, "
+                                                   f"got {value!r}"), (rc, out, err)
+
+
 def test_a_module_level_loop_times_out(course_copy, capsys, monkeypatch):
     monkeypatch.setenv("TRITONLLM_CHECK_TIMEOUT", "1")
     _exercise(course_copy, edit=lambda t: t + "\nwhile True:\n    pass\n")

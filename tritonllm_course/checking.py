@@ -14,8 +14,9 @@ Why each part:
 - under the interpreter every load and store is bounds-checked (`memcheck`), so an access that would
   be an illegal address on a GPU is named instead of reading whatever lies there;
 - the learner's code never ends or hangs the check: a module that does not import, a kernel that raises
-  (SystemExit too) or runs past the time limit (TRITONLLM_CHECK_TIMEOUT seconds per call, default
-  120) is that case's FAIL with the learner's file and line, never a traceback, an exit or a pass.
+  (SystemExit too) or runs past the time limit (TRITONLLM_CHECK_TIMEOUT seconds per call; by default
+  30 under the interpreter, 120 on a GPU) is that case's FAIL with the learner's file and line, never a
+  traceback, an exit or a pass.
 """
 from __future__ import annotations
 
@@ -33,15 +34,17 @@ from . import kernels, slots
 from .runtime import runtime
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
-DEFAULT_TIME_LIMIT = 120.0   # seconds per kernel call: the slowest correct case under the interpreter
-                             # (or the first call's compilation on a GPU) takes well under a tenth of it
+# Seconds per kernel call, by default. Under the interpreter the slowest correct call of the check takes
+# about 2 s (a whole slot's check under 10 s); on a GPU the first call compiles, and an autotuned one
+# benchmarks its configs: well under a minute.
+DEFAULT_TIME_LIMIT = {"interpreter": 30.0, "gpu": 120.0}
 
 
 def time_limit_s() -> float:
     """The time limit of one kernel call: TRITONLLM_CHECK_TIMEOUT seconds (0: none), else the default."""
     raw = os.environ.get("TRITONLLM_CHECK_TIMEOUT", "").strip()
     if not raw:
-        return DEFAULT_TIME_LIMIT
+        return DEFAULT_TIME_LIMIT["interpreter" if runtime().interpreted else "gpu"]
     try:
         value = float(raw)
     except ValueError:
