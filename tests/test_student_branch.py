@@ -218,3 +218,23 @@ def test_no_git_a_locked_ref_or_an_argument_too_long_is_one_line(untouched, caps
         assert status == 2 and len(out.splitlines()) == 1 and said in out, out
     monkeypatch.setenv("PATH", path)
     assert refs(untouched) == before
+
+
+def test_a_symbolic_ref_is_never_moved_and_an_unborn_head_is_no_obstacle(untouched, capsys, monkeypatch):
+    monkeypatch.chdir(untouched)
+    git(untouched, "symbolic-ref", "refs/heads/alias", "refs/tags/not-yet")     # moving it would make a tag
+    try:
+        before = refs(untouched)
+        status, out = student_branch(capsys, "--branch=alias")
+        assert status == 2 and len(out.splitlines()) == 1 and "is a symbolic ref to refs/tags/not-yet" in out, out
+        assert refs(untouched) == before
+    finally:
+        git(untouched, "symbolic-ref", "--delete", "refs/heads/alias")
+    git(untouched, "checkout", "-q", "--orphan", "unborn")                   # HEAD names a branch with no commit
+    try:
+        status, out = student_branch(capsys, "--branch=from-main", "--rev=main")
+        assert status == 0 and "note:" not in out, out
+        assert git(untouched, "ls-tree", "--name-only", "from-main", "solutions") == ""
+    finally:
+        git(untouched, "checkout", "-q", "-f", "main")
+        git(untouched, "branch", "-q", "-D", "from-main")

@@ -287,6 +287,10 @@ def commit_branch(branch: str = "student", rev: str = "HEAD", root: Path | None 
                  .splitlines() if p.endswith(".py") and not p.endswith("/__init__.py")]
     if not solutions:
         raise StudentVersionError(f"{rev} has no {prefix}solutions/: run this from the instructors' branch")
+    linked = _run(top, "symbolic-ref", "-q", ref)
+    if linked.returncode == 0:   # moving it would move (or make) the ref it names, a tag or another branch
+        raise StudentVersionError(f"the branch {branch!r} is a symbolic ref to {linked.stdout.strip()}: it is "
+                                  "never moved; choose another --branch")
     found = _run(top, "rev-parse", "--verify", "-q", ref)
     parent = found.stdout.strip() if found.returncode == 0 else None
     if parent:
@@ -313,7 +317,8 @@ def commit_branch(branch: str = "student", rev: str = "HEAD", root: Path | None 
         files = len(_git(top, "ls-files", env=env).splitlines())
     # uncommitted changes are not in the student version, which is made from a commit (diff-index, unlike
     # status, never rewrites the index)
-    dirty = bool(_git(top, "diff-index", "--name-only", "HEAD", "--"))
+    head = _run(top, "rev-parse", "--verify", "-q", "HEAD^{commit}").stdout.strip()   # none on an unborn branch
+    dirty = head == source and bool(_git(top, "diff-index", "--name-only", "HEAD", "--"))
     result = {"commit": None, "parent": parent, "files": files, "exercises": len(solutions), "dirty": dirty,
               "source": source}
     if parent and _git(top, "rev-parse", f"{parent}^{{tree}}") == tree:
@@ -322,7 +327,7 @@ def commit_branch(branch: str = "student", rev: str = "HEAD", root: Path | None 
                "Merge it into your clone (git pull): your filled-in regions are kept.\n\n"
                f"{TRAILER}: {source}\n")
     commit = _git(top, "commit-tree", tree, *(["-p", parent] if parent else []), stdin=message)
-    _git(top, "update-ref", "-m", "student-branch", ref, commit, parent or "0" * len(commit))
+    _git(top, "update-ref", "--no-deref", "-m", "student-branch", ref, commit, parent or "0" * len(commit))
     result["commit"] = commit
     return result
 
