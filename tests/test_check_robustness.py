@@ -81,10 +81,12 @@ def test_an_exit_at_module_level_is_a_fail(course_copy, capsys):
 @interpreter_only
 def test_a_kernel_that_never_returns_times_out(course_copy, capsys, monkeypatch):
     monkeypatch.setenv("TRITONLLM_CHECK_TIMEOUT", "1")
-    _exercise(course_copy, edit=_in_region("    while True:\n        pass"))
+    _, text = _exercise(course_copy, edit=_in_region("    while True:\n        pass"))
     start = time.monotonic()
     rc, out, err = _run(CHECK, capsys)
-    _assert_one_fail(rc, out, err, "timed out after 1 s", "the check stopped")
+    loop = _line_of(text, KERNEL_LINE)
+    _assert_one_fail(rc, out, err, "timed out after 1 s", "the check stopped", "(at exercises/rmsnorm.py:")
+    assert f"rmsnorm.py:{loop}: while True:" in out or f"rmsnorm.py:{loop + 1}: pass" in out, out
     assert out.count("timed out after 1 s:") == 1, out   # the check stops at the first case that hangs
     assert time.monotonic() - start < 30
 

@@ -367,8 +367,8 @@ def _call(fn, kwargs) -> str | None:
                     torch.cuda.synchronize()
     except kernels.NotImplementedYet:
         raise
-    except TimedOut:
-        return _timed_out(limit, not rt.interpreted)
+    except TimedOut as e:   # where it was running when the limit came: the loop's line, under the interpreter
+        return _timed_out(limit, not rt.interpreted) + _kernel_line(e)
     except KeyboardInterrupt:
         raise
     except BaseException as e:   # noqa: BLE001  (any failure of the learner's code is a verdict, not a crash)
