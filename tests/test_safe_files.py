@@ -291,3 +291,19 @@ def test_a_root_spelled_with_dot_dot_is_the_callers_choice_below_it_is_refused(t
     with pytest.raises(UnsafeWrite, match="is outside"):
         atomic_write_text(tmp_path / "elsewhere.txt", "x", ".")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a", "course"]
+
+
+def test_ctrl_c_during_sync_notebooks_is_one_line_and_each_chapter_whole(chapters, capsys, monkeypatch):
+    from tritonllm_course import notebooks_tools
+    written = notebooks_tools.safe_files.atomic_write_text
+
+    def interrupted_on_the_second(path, *args, **kwargs):
+        if path == chapters[1]:
+            raise KeyboardInterrupt
+        return written(path, *args, **kwargs)
+
+    second = chapters[1].read_bytes()
+    monkeypatch.setattr(notebooks_tools.safe_files, "atomic_write_text", interrupted_on_the_second)
+    status, out = sync(capsys)
+    assert status == 130 and len(out.splitlines()) == 1 and "sync-notebooks interrupted" in out, out
+    assert nbformat.read(chapters[0], as_version=4).cells[0].source == SETUP_CELL and chapters[1].read_bytes() == second

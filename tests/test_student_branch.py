@@ -238,3 +238,19 @@ def test_a_symbolic_ref_is_never_moved_and_an_unborn_head_is_no_obstacle(untouch
     finally:
         git(untouched, "checkout", "-q", "-f", "main")
         git(untouched, "branch", "-q", "-D", "from-main")
+
+
+def test_ctrl_c_is_one_line_and_moves_no_branch(untouched, capsys, monkeypatch):
+    from tritonllm_course import student_version
+    monkeypatch.chdir(untouched)
+    before, real_git = refs(untouched), student_version._git
+
+    def interrupted(top, *args, **kwargs):       # Ctrl-C while the commit is being made
+        if args[0] == "commit-tree":
+            raise KeyboardInterrupt
+        return real_git(top, *args, **kwargs)
+
+    monkeypatch.setattr(student_version, "_git", interrupted)
+    status, out = student_branch(capsys, "--branch=interrupted")
+    assert status == 130 and len(out.splitlines()) == 1 and "student-branch interrupted" in out, out
+    assert refs(untouched) == before
