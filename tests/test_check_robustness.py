@@ -257,3 +257,19 @@ def test_an_error_in_a_helper_names_the_error_and_the_learners_line(course_copy)
     problem = report.cases[-1].problems[0]
     assert problem.startswith("the kernel raised NameError: "), problem
     assert f"(at exercises/conv1d.py:{_line_of(text, line) + 1}: w = w * scale_xyz, called from " in problem, problem
+
+
+def test_after_a_lost_gpu_every_later_check_says_so_and_runs_nothing(rt, monkeypatch):
+    """After a fault or a time-out on a GPU the CUDA context is lost (or still busy): a later check that
+    touched it would fail with a traceback or wait forever."""
+    import dataclasses
+
+    from tritonllm_course import checking
+
+    on_a_gpu = dataclasses.replace(rt, mode="gpu", device="cuda")
+    assert not on_a_gpu.interpreted
+    monkeypatch.setattr(checking, "runtime", lambda: on_a_gpu)
+    monkeypatch.setattr(checking, "_gpu_lost", "ln1's kernel may still be running on the GPU")
+    report = check("ln2", "solutions", verbose=False)
+    assert not report.passed and not report.cases, report
+    assert "not run: ln1's kernel may still be running on the GPU" in str(report), report

@@ -323,6 +323,9 @@ def _kernel_line(exc: BaseException) -> str:
 
 
 GPU_FAULT = "the kernel faulted on the GPU"
+# Set when a kernel faulted on the GPU or ran past its time limit there: the CUDA context is then lost, or
+# still busy with it, and any later GPU work would fail or wait forever. Every later check says so instead.
+_gpu_lost: str | None = None
 
 
 def _gpu_fault(e: BaseException) -> str:
@@ -467,6 +470,12 @@ def _dtypes(dtype) -> list[torch.dtype]:
 SMALL_ODD = "small odd sizes"
 
 
+def _lose_gpu(rt, why: str) -> None:
+    global _gpu_lost
+    if not rt.interpreted:
+        _gpu_lost = why
+
+
 def plan_cases(slot, preset: str, shape: dict | None = None, edges: bool | None = None):
     """The cases `check` runs, as (shape, edge or None, label): the slot's shapes for the preset, then its
     edges. On a GPU the small shapes and edges of the interpreter's plan follow the real ones: the real
@@ -510,6 +519,12 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
     rt = runtime()
     dtypes = _dtypes(dtype) or slot.dtypes(rt)
     limit = time_limit_s()
+    if _gpu_lost and not rt.interpreted:
+        report = Report(name, source or kernels.selected(), "", problems=[
+            f"not run: {_gpu_lost}; nothing more can run on this GPU until the Python kernel restarts"])
+        if verbose:
+            print(report)
+        return report
     try:
         with time_limit(limit):   # a module-level loop that never ends
             loaded = kernels.load(slot.family, source, slot.function, fallback=False)
@@ -540,9 +555,11 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
             report.cases.append(case)
             if any(p.startswith(GPU_FAULT) for p in case.problems):
                 report.problems.append("the check stopped: nothing more can run on this GPU until a restart")
+                _lose_gpu(rt, f"{name}'s kernel faulted on the GPU")
                 break
             if any(p.startswith(TIMED_OUT) for p in case.problems):   # every case would wait as long
                 report.problems.append(f"the check stopped: a kernel call {TIMED_OUT} {limit:g} s")
+                _lose_gpu(rt, f"{name}'s kernel may still be running on the GPU")
                 break
             if fail_fast and not case.passed:
                 break
