@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.tritonllm-installed
 LAB_ARGS ?=
 
-.PHONY: install lab test exercises student-copy student-branch gpu-check clean
+.PHONY: install lab test test-window release-check exercises student-copy student-branch gpu-check clean
 
 $(STAMP): requirements.txt pyproject.toml scripts/install.py
 	python3 scripts/install.py --venv $(VENV)
@@ -28,6 +28,28 @@ TEST_KERNELS = TRITONLLM_KERNELS=$(if $(wildcard solutions),solutions,exercises)
 test: $(STAMP)
 	$(TEST_KERNELS) $(PY) -m pytest -q -n $(JOBS) --dist load -m "not timing"
 	$(TEST_KERNELS) $(PY) -m pytest -q -m timing
+
+# The supported window (pyproject.toml): the kernels and the engine under the interpreter with its oldest and
+# newest triton, each in a venv of .venv's packages but triton ($(VENV)/window/triton-X; only triton is
+# downloaded, no pip cache). CI runs it after `make test`; without the network it fails, saying so.
+WINDOW ?= 3.5.0 3.9.0
+WINDOW_TESTS ?= tests/test_rmsnorm.py tests/test_rope.py tests/test_attention.py tests/test_delta_rule.py \
+	tests/test_engine.py
+test-window: $(STAMP)
+	@set -e; for v in $(WINDOW); do \
+		$(PY) scripts/install.py --venv $(VENV) --window $$v; \
+		echo "== triton $$v: $(WINDOW_TESTS)"; \
+		$(TEST_KERNELS) $(VENV)/window/triton-$$v/bin/python -m pytest -q -p no:cacheprovider -o addopts= \
+			-n $(JOBS) $(WINDOW_TESTS); \
+	done
+
+# before committing chapters (instructors): the notebooks as they are on disk carry no outputs, every line is
+# within 120 characters, exercises/ matches solutions/. (`make test` reads the chapters as committed instead:
+# the outputs a learner's JupyterLab saves are the learner's.)
+release-check: $(STAMP)
+	TRITONLLM_RELEASE_CHECK=1 $(PY) -m pytest -q -p no:cacheprovider -o addopts= tests/test_notebook_metadata.py \
+		tests/test_style.py
+	$(VENV)/bin/tritonllm-course make-exercises --check
 
 exercises: $(STAMP)   ## regenerate exercises/ from solutions/
 	$(VENV)/bin/tritonllm-course make-exercises

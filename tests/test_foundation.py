@@ -352,3 +352,43 @@ def test_help_and_version_do_not_import_torch():
             "    try: cli.main(argv)\n    except SystemExit: pass\nprint('torch' in sys.modules)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode == 0 and r.stdout.strip().splitlines()[-1] == "False", r.stderr
+
+
+# --- scripts/install.py ----------------------------------------------------------------------------------
+def _installer():
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("course_install", ROOT / "scripts" / "install.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_colab_keeps_what_the_runtime_has_and_takes_the_rest_from_the_supported_ranges(monkeypatch):
+    inst = _installer()
+    held, reqs = inst.plan(sys.executable, None, colab=True)
+    assert {"torch", "triton", "numpy", "pytest"} <= set(held)          # this Python has them: all kept
+    assert not {inst.name(r) for r in reqs} & set(inst.COLAB_SKIP)
+    assert set(reqs) <= set(inst.dependencies(()))                      # ranges, never the exact pins
+    monkeypatch.setattr(inst, "installed", lambda python, names: {})    # a runtime without torch
+    held, reqs = inst.plan(sys.executable, None, colab=True)
+    assert held == {} and reqs == inst.dependencies(())
+    assert "jupyterlab" not in {inst.name(r) for r in reqs}             # the skip list's stack is never added
+    held, reqs = inst.plan(sys.executable, {"torch": "2.9.1", "triton": "3.5.1"}, colab=False)
+    assert held == {"torch": "2.9.1", "triton": "3.5.1"} and reqs == inst.requirements(inst.KEPT)
+    assert inst.plan(sys.executable, None, colab=False) == ({}, inst.requirements(()))
+
+
+def test_the_supported_window_is_one_statement():
+    """pyproject.toml's floors are the README's, and the exact pins sit inside them."""
+    inst = _installer()
+    ranges = {inst.name(r): r for r in inst.dependencies(())}
+    pins = {inst.name(r): r for r in inst.requirements(())}
+    readme = (ROOT / "README.md").read_text()
+    for dist, floor in (("triton", "3.5"), ("torch", "2.9"), ("numpy", "1.26"), ("transformers", "5.23")):
+        assert f"{dist}>={floor}" in ranges[dist] and f"{dist} {floor}" in readme
+    from packaging.specifiers import SpecifierSet
+    for dist in ("triton", "torch", "transformers"):
+        version = pins[dist].split("==")[1]
+        assert version in SpecifierSet(ranges[dist].removeprefix(dist)), (dist, version, ranges[dist])
+    make = (ROOT / "Makefile").read_text()
+    assert "WINDOW ?= 3.5.0 3.9.0" in make and "make test-window" in (ROOT / ".ci" / "run").read_text()
