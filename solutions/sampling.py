@@ -106,8 +106,13 @@ def argmax_partial_kernel(logits_ptr, part_key_ptr, part_idx_ptr, bounds_ptr, se
 
 
 @triton.jit
-def argmax_merge_kernel(part_key_ptr, part_idx_ptr, out_ptr, n_blocks, BLOCKS: tl.constexpr, PDL: tl.constexpr = False):
-    """Stage 2: one program per row reduces the row's n_blocks pairs and writes the index as int64."""
+def argmax_merge_kernel(part_key_ptr, part_idx_ptr, out_ptr, n_blocks, logits_ptr, flag_ptr, vocab,
+                        BLOCKS: tl.constexpr, FLAG: tl.constexpr = False, PDL: tl.constexpr = False):
+    """Stage 2: one program per row reduces the row's n_blocks pairs and writes the index as int64.
+
+    FLAG: also flag[row] = 2 if the picked token's logit is NaN, 1 if it is +-inf, else 0. That one logit
+    tells whether the row held a NaN or a +inf, since those always win (`order_key`; the Gumbel draw adds
+    finite noise): the decode step learns that its logits overflowed at no extra launch."""
     pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     row = tl.program_id(0).to(tl.int64)
     # BEGIN SOLUTION: load the row's pairs (masked past n_blocks), reduce them with first_max, store the index
@@ -118,6 +123,10 @@ def argmax_merge_kernel(part_key_ptr, part_idx_ptr, out_ptr, n_blocks, BLOCKS: t
     _, first = first_max(keys, idx)
     tl.store(out_ptr + row, first.to(tl.int64))
     # END SOLUTION
+    if FLAG:
+        tl.debug_barrier()                       # the index stored above, visible to every thread
+        x = tl.load(logits_ptr + row * vocab + tl.load(out_ptr + row)).to(tl.float32)
+        tl.store(flag_ptr + row, tl.where(x != x, 2, tl.where(tl.abs(x) == float("inf"), 1, 0)).to(tl.int64))
 
 
 @triton.jit
@@ -233,8 +242,9 @@ def _seed_tensor(seed, device) -> torch.Tensor:
     return torch.full((1,), seed, dtype=torch.int64, device=device)     # a fill on the device, no copy
 
 
-def _reduce(flat, out_flat, tile, chunk, n_blocks, *, bounds=None, seed=None, inv_temp=1.0):
-    """The two launches of the argmax: greedy, or (with bounds and seed) the Gumbel-max draw."""
+def _reduce(flat, out_flat, tile, chunk, n_blocks, *, bounds=None, seed=None, inv_temp=1.0, flag=None):
+    """The two launches of the argmax: greedy, or (with bounds and seed) the Gumbel-max draw; with `flag`
+    ([rows] int64) the merge also says whether each row's picked logit was finite."""
     rows, vocab = flat.shape
     part_key = torch.empty(rows, n_blocks, dtype=torch.int32, device=flat.device)   # stage 1's pairs
     part_idx = torch.empty(rows, n_blocks, dtype=torch.int32, device=flat.device)
@@ -242,26 +252,37 @@ def _reduce(flat, out_flat, tile, chunk, n_blocks, *, bounds=None, seed=None, in
     argmax_partial_kernel[(rows, n_blocks)](       # greedy never reads bounds_ptr / seed_ptr: any pointer
         flat, part_key, part_idx, bounds if sample else part_key, seed if sample else part_key, inv_temp,
         vocab, chunk, n_blocks, TILE=tile, SAMPLE=sample, num_warps=4, **pdl_args())
-    argmax_merge_kernel[(rows,)](part_key, part_idx, out_flat, n_blocks,
-                                 BLOCKS=triton.next_power_of_2(n_blocks), num_warps=4, **pdl_args())
+    argmax_merge_kernel[(rows,)](part_key, part_idx, out_flat, n_blocks, flat, out_flat if flag is None else flag,
+                                 vocab, BLOCKS=triton.next_power_of_2(n_blocks), FLAG=flag is not None,
+                                 num_warps=4, **pdl_args())
 
 
 def argmax(logits: torch.Tensor, out: torch.Tensor | None = None,
-           num_blocks: int | None = None) -> torch.Tensor:
+           num_blocks: int | None = None, flag: torch.Tensor | None = None) -> torch.Tensor:
     """Index of the largest logit over the last dim, ties to the lowest index (as torch.argmax).
 
     logits:     [..., vocab] float, contiguous
     out:        [...] int64
     num_blocks: programs per row in stage 1 (default: one per 2048 logits, 122 for 248,320)
+    flag:       [...] int64, or None: also write 2 where the picked logit is NaN, 1 where +-inf, else 0
     NaN: a NaN logit wins, at its first index, as in torch.argmax (the reference raises instead).
     """
     flat, rows, vocab = _rows(logits)
     device = validate.same_device(logits=logits)
     out = validate.output(out, "out", tuple(logits.shape[:-1]), torch.int64, device)
-    validate.disjoint({"out": out}, {"logits": logits})
+    flag = _flag(flag, out, logits)
     tile, chunk, n_blocks = _split(vocab, num_blocks)
-    _reduce(flat, out.view(rows), tile, chunk, n_blocks)
+    _reduce(flat, out.view(rows), tile, chunk, n_blocks, flag=None if flag is None else flag.view(rows))
     return out
+
+
+def _flag(flag, out, logits):
+    """The optional flag buffer, checked like `out` (its shape and device), none of them overlapping."""
+    if flag is not None:
+        validate.tensor(flag, "flag", dtype=(torch.int64,), shape=tuple(out.shape), device=out.device.type)
+        validate.disjoint({"flag": flag}, {"out": out, "logits": logits})
+    validate.disjoint({"out": out}, {"logits": logits})
+    return flag
 
 
 def search_threshold(flat: torch.Tensor, bounds: torch.Tensor, inv_temp: float, top_k: int = 0,
@@ -289,7 +310,8 @@ def search_threshold(flat: torch.Tensor, bounds: torch.Tensor, inv_temp: float, 
 
 
 def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0,
-           seed=0, out: torch.Tensor | None = None, num_blocks: int | None = None) -> torch.Tensor:
+           seed=0, out: torch.Tensor | None = None, num_blocks: int | None = None,
+           flag: torch.Tensor | None = None) -> torch.Tensor:
     """Draw one token per row from softmax(filter(logits / temperature)), by Gumbel-max.
 
     logits:      [..., vocab] float, contiguous, finite (-inf allowed)
@@ -301,6 +323,7 @@ def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p
                  kernel reads it at run time); the noise of token i of row r is gumbel(seed, r*vocab + i)
     out:         [...] int64
     num_blocks:  programs per row of the final argmax (as in `argmax`)
+    flag:        as in `argmax`: whether each row's drawn token has a NaN or +-inf logit (they always win)
     """
     validate.number(temperature, "temperature")
     if not (temperature == 0 or 1e-6 <= temperature < float("inf")):   # 1 / temperature is an fp32 argument
@@ -311,14 +334,15 @@ def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p
     if not 2.0**-126 <= top_p <= 1.0:     # a smaller top_p reaches the kernels as 0 (fp32), which keeps no token
         raise ValueError(f"top_p must be in [2**-126, 1], got {top_p}")
     if temperature == 0:
-        return argmax(logits, out, num_blocks)
+        return argmax(logits, out, num_blocks, flag)
     flat, rows, vocab = _rows(logits)
     if rows * vocab >= 2**31:
         raise ValueError(f"{rows} rows x {vocab} logits: the noise offsets must fit int32")
     device = validate.same_device(logits=logits)
     seed = _seed_tensor(seed, device)
     out = validate.output(out, "out", tuple(logits.shape[:-1]), torch.int64, device)
-    validate.disjoint({"out": out}, {"logits": logits, "seed": seed})
+    flag = _flag(flag, out, logits)
+    validate.disjoint({"out": out}, {"seed": seed})
     inv_temp = 1.0 / temperature
     bounds = torch.empty(rows, 2, dtype=torch.int64, device=device)      # [lo, hi] key interval per row
     bounds[:, 0].fill_(INT32_MIN)
@@ -329,7 +353,8 @@ def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p
         bounds[:, 1].fill_(INT32_MAX)
         search_threshold(flat, bounds, inv_temp, top_p=top_p)
     tile, chunk, n_blocks = _split(vocab, num_blocks)
-    _reduce(flat, out.view(rows), tile, chunk, n_blocks, bounds=bounds, seed=seed, inv_temp=inv_temp)
+    _reduce(flat, out.view(rows), tile, chunk, n_blocks, bounds=bounds, seed=seed, inv_temp=inv_temp,
+            flag=None if flag is None else flag.view(rows))
     return out
 
 

@@ -514,3 +514,24 @@ def test_logits_that_turn_non_finite_stop_the_stream_at_their_step(device):
         for token in stream:
             seen.append(token)
     assert seen == clean[:3]
+
+
+@pytest.mark.needs_solutions
+@pytest.mark.parametrize("bad, flag", [(float("nan"), 2), (float("inf"), 1), (float("-inf"), 0), (0.5, 0)])
+@pytest.mark.parametrize("greedy", [True, False])
+def test_the_argmax_and_the_sampler_flag_a_row_holding_nan_or_inf(rt, bad, flag, greedy):
+    """The step's flag comes from the picked token's logit alone (`flag=` of the course's argmax and sampler):
+    that holds because a NaN or a +inf is picked wherever it sits among finite logits; a -inf never is, and
+    changes no token."""
+    from tritonllm_course import kernels
+    sampling = kernels.load("sampling", "solutions").module
+    logits = torch.randn(1, 3001, device=rt.device)
+    logits[0, 1234] = bad
+    out, flag_out = torch.full((1,), -1, device=rt.device), torch.full((1,), -1, device=rt.device)
+    if greedy:
+        sampling.argmax(logits, out=out, flag=flag_out)
+    else:
+        sampling.sample(logits, temperature=0.7, top_k=50, top_p=0.9, seed=3, out=out, flag=flag_out)
+    assert int(flag_out) == flag and (int(out) == 1234) == (flag > 0), (out, flag_out)
+    with pytest.raises(ValueError, match="flag"):
+        sampling.argmax(logits, out=out, flag=out)

@@ -41,6 +41,8 @@ ln2 read; the fast level's output projections add a zero residual there.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import warnings
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -105,6 +107,15 @@ class TokenReader:
             event.synchronize()
         self.flag = int(buf[1]) if buf.numel() > 1 else 0
         return int(buf[0])
+
+
+@functools.cache
+def _takes_flag(fn) -> bool:
+    """Whether an argmax / sample kernel writes the logits' flag itself (`flag=`: the course's do)."""
+    try:
+        return "flag" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):                      # a builtin or C function: no signature to read
+        return False
 
 
 def _sizes(max_seq_len, prefill_chunk) -> tuple[int, int]:
@@ -468,19 +479,22 @@ class Engine:
 
     def _next_token(self, op, sampling: Sampling | None) -> None:
         ctr = self.counters
+        # The logits' flag, beside the token in device memory (0 finite, 1 inf, 2 NaN): the token picked from
+        # NaN or inf logits must not be handed out. The course's argmax and sampler write it in their last
+        # kernel from the picked token's logit (NaN and +inf always win the pick): no launch of its own, no
+        # reduction over the vocabulary, no sync (it rides on the token's copy to the host: `TokenReader`).
+        # A kernel without the `flag` argument (the PyTorch reference, a custom one) gets the same test in
+        # PyTorch ops after it.
+        fn = (op.argmax if sampling is None else op.sample).fn
+        args = {"flag": ctr.flag} if not torch.compiler.is_compiling() and _takes_flag(fn) else {}
         if sampling is None:
-            op.argmax(logits=ctr.logits, out=ctr.ids)
+            op.argmax(logits=ctr.logits, out=ctr.ids, **args)
         else:
             op.sample(logits=ctr.logits, temperature=sampling.temperature, top_k=sampling.top_k,
-                      top_p=sampling.top_p, seed=ctr.seed, out=ctr.ids)
-        # The logits' flag, beside the token in device memory (0 finite, 1 inf, 2 NaN): the argmax takes a
-        # NaN's index and the sampler a garbage one, so the host must know. Cost: one reduction over the
-        # vocabulary (aminmax, ~0.5 MB read at 248,320 bf16 logits) and a few one-element kernels, inside the
-        # step (captured in its CUDA graph); no sync: the flag rides on the token's copy to the host, which
-        # the host waits for anyway (`TokenReader`).
-        low, high = torch.aminmax(ctr.logits)                 # NaN propagates into both ends
-        nan = torch.isnan(high)
-        ctr.flag.copy_(nan.long() + (torch.isinf(low) | torch.isinf(high) | nan).long())
+                      top_p=sampling.top_p, seed=ctr.seed, out=ctr.ids, **args)
+        if not args:
+            x = ctr.logits.view(-1).gather(0, ctr.ids)                     # [1]: the picked token's logit
+            ctr.flag.copy_(2 * torch.isnan(x).long() + torch.isinf(x).long())
 
     # running -------------------------------------------------------------------------------------------
     def reset(self) -> None:

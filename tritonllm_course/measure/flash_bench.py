@@ -71,7 +71,9 @@ def sdpa(q, k, v, pos, scale, backend="FLASH_ATTENTION"):
 
 def sdpa_baselines(names=tuple(SDPA_BACKENDS)) -> dict:
     """name -> a function of the flash_attention slot's inputs running SDPA with that backend pinned."""
-    return {name: (lambda backend: lambda **kw: sdpa(**kw, backend=backend))(b) for name, b in SDPA_BACKENDS.items() if name in names}
+    def pinned(backend):
+        return lambda **kw: sdpa(**kw, backend=backend)
+    return {name: pinned(b) for name, b in SDPA_BACKENDS.items() if name in names}
 
 
 def prefill(fa, attn, dtype):
