@@ -307,3 +307,21 @@ def test_ctrl_c_during_sync_notebooks_is_one_line_and_each_chapter_whole(chapter
     status, out = sync(capsys)
     assert status == 130 and len(out.splitlines()) == 1 and "sync-notebooks interrupted" in out, out
     assert nbformat.read(chapters[0], as_version=4).cells[0].source == SETUP_CELL and chapters[1].read_bytes() == second
+
+
+def test_a_results_folder_in_the_way_of_a_benchmark_is_one_line_before_any_work(tmp_path):
+    """A benchmark's --out that is a file, lies under one, or is a link to nothing: exit 2, one line naming it,
+    before the GPU is looked for (so on a CPU too); nothing is made."""
+    import subprocess
+    import sys
+    (tmp_path / "afile").write_text("x")
+    (tmp_path / "dangling").symlink_to(tmp_path / "nothing")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "sub", tmp_path / "dangling"):
+        r = subprocess.run([sys.executable, "-m", "tritonllm_course.measure.flash_bench", "--out", str(out)],
+                           capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--out" in r.stderr, (out, r.stderr)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile", "dangling"]
+    from tritonllm_course.safe_files import UnsafeWrite, results_folder
+    assert results_folder(tmp_path / "new" / "deep").is_dir()
+    with pytest.raises(UnsafeWrite, match="not a directory"):
+        results_folder(tmp_path / "afile")

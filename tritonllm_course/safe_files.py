@@ -313,3 +313,23 @@ def save_figure(figure, path: str | Path, root: str | Path | None = None, **save
     buf = io.BytesIO()
     figure.savefig(buf, format=Path(path).suffix.lstrip(".") or "png", **savefig_kwargs)
     return atomic_write_bytes(path, buf.getvalue(), root)
+
+
+def results_folder(path: str | Path, make: bool = True) -> Path:
+    """The folder a benchmark writes its results into, made with its parents where missing (`make`), or an
+    `UnsafeWrite` naming what is in the way: a file, a link to nothing or a loop, a folder that cannot be
+    made. With make=False only checked, so a refusal comes before any work."""
+    path = _as_path(path, "out")
+    try:
+        for folder in (path, *path.parents):
+            if folder.is_symlink() and not folder.exists():
+                raise UnsafeWrite(f"{folder} is a symbolic link to nothing: results need a folder")
+            if folder.exists():
+                if not folder.is_dir():
+                    raise UnsafeWrite(f"{folder} is not a directory: results are written into a folder")
+                break
+        if make:
+            path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:   # a loop of links, a read-only parent, a name too long
+        raise UnsafeWrite(f"{path}: the results folder cannot be made: {e.strerror or e}") from None
+    return path

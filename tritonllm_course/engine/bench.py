@@ -57,7 +57,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..config import FAMILY
-from ..safe_files import atomic_write_text, save_figure
+from ..safe_files import atomic_write_text, results_folder, save_figure
 from .ops import levels_markdown
 
 
@@ -313,7 +313,7 @@ def plot(result: dict, path: Path | None = None):
 
 
 def write(result: dict, folder: Path) -> None:
-    folder.mkdir(parents=True, exist_ok=True)
+    results_folder(folder)
     atomic_write_text(folder / "bench.json", json.dumps(result, indent=1))
     atomic_write_text(folder / "bench.md", markdown(result))
     if any(r["decode_ms"] for r in result["rows"]):

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 
 from ..config import Qwen35Config
+from ..safe_files import atomic_write_text, results_folder, save_figure
 
 NAME = "ladder"
 
@@ -150,12 +151,12 @@ def plot(res: dict, path: str | Path | None = None):
 def write(res: dict, stem: str | Path) -> list[Path]:
     """stem.json, stem.md and stem.png (once a step is measured)."""
     stem = Path(stem)
-    stem.parent.mkdir(parents=True, exist_ok=True)
+    results_folder(stem.parent)
     paths = [stem.with_suffix(".json"), stem.with_suffix(".md")]
-    paths[0].write_text(json.dumps(res, indent=1))
-    paths[1].write_text(markdown(res))
+    atomic_write_text(paths[0], json.dumps(res, indent=1))
+    atomic_write_text(paths[1], markdown(res))
     if any(r["decode_ms"] for r in res["steps"]):
-        plot(res, stem.with_suffix(".png"))
+        save_figure(plot(res), stem.with_suffix(".png"), dpi=120)
         paths.append(stem.with_suffix(".png"))
     return paths
 

@@ -14,6 +14,7 @@ import argparse
 import datetime
 import json
 import math
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -22,7 +23,7 @@ import torch
 
 from .. import kernels, slots
 from ..runtime import runtime
-from ..safe_files import atomic_write_text
+from ..safe_files import UnsafeWrite, atomic_write_text, results_folder
 
 CACHE_DIR = Path.home() / ".cache" / "tritonllm_course"
 L2_FLUSH_BYTES = 256 * 2**20
@@ -264,8 +265,7 @@ def gpu_tag() -> str:
 def results_stem(out: str | Path, name: str) -> tuple[Path, str]:
     """(out/<name>_<gpu>_<date>, date): where a GPU script writes its .json, .md and .png."""
     date = datetime.date.today().isoformat()
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    out = results_folder(out)
     return out / f"{name}_{gpu_tag()}_{date}", date
 
 
@@ -278,6 +278,11 @@ def gpu_script(doc: str, argv=None, add_args=None):
     if add_args:
         add_args(ap)
     args = ap.parse_args(argv)
+    try:
+        results_folder(args.out, make=False)     # a file or a dangling link in the way: said before any work
+    except UnsafeWrite as e:
+        print(f"error: --out: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
     rt = setup()
     if not rt.on_gpu:
         print(f"{doc.strip().splitlines()[0]}\nneeds a GPU: nothing measured")

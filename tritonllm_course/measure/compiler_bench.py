@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from .. import reference as R
-from ..safe_files import atomic_write_text, save_figure
+from ..safe_files import atomic_write_text, results_folder, save_figure
 from .benchmark import L2_FLUSH_BYTES, gpu_script, gpu_tag, results_stem
 
 # (label, M, N, K): the article's GEMV 1 x 8192 -> 4096 and its "extreme" 1 x 128 -> 32768; Qwen's MLP width
@@ -190,7 +190,7 @@ def inductor(out_dir: Path, deadline: float, dtype=torch.bfloat16) -> dict:
     """Inductor's code for `layer_tail` at 1 and 128 tokens, and for the GELU pair (default, and
     max-autotune if `time.perf_counter()` is still before `deadline`), written to out_dir; what each holds
     and its time against eager."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    results_folder(out_dir)
     files = {}
     for T in (1, 128):
         args = layer_tail_inputs(T, dtype=dtype)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..config import FAMILY
 from ..engine import bench
-from ..safe_files import atomic_write_text, save_figure
+from ..safe_files import atomic_write_text, results_folder, save_figure
 
 CONTEXTS = (128, 2048, 4096)
 PREFILLS = (128, 2048)
@@ -163,7 +163,7 @@ def write(family: dict, out: str | Path) -> Path:
         raise ValueError(f"no bench of a family size under {out}: run `tritonllm-course bench --config ...`")
     gpu = sizes[0]["gpu"].lower().replace(" ", "-")
     stem = Path(out) / f"family_{gpu}_{max(s['date'] for s in sizes)}"
-    stem.parent.mkdir(parents=True, exist_ok=True)
+    results_folder(stem.parent)
     atomic_write_text(Path(f"{stem}.json"), json.dumps(family, indent=1))
     atomic_write_text(Path(f"{stem}.md"), markdown(family))
     plot(family, Path(f"{stem}.png"))
