@@ -12,7 +12,7 @@
 # GPU, versions, counts. Copy a record that passed to results/gpu_check/ (the README's line reads them).
 # Environment: COMMIT=<sha> names the commit in the record (a device copy has no .git); TRITONLLM_DTYPE=float16
 # runs the part in a T4's dtype (its record gets the suffix _float16); JOBS=N overrides the part's workers;
-# PYTHON=... chooses the interpreter (default python3).
+# LIMIT_S=seconds its time limit (to fit what is left of a lent GPU's time); PYTHON=... the interpreter.
 # Works from a plain checkout: the course is put on PYTHONPATH, nothing is installed into the system.
 # Wheels in .whl/ (scripts/fetch_gpu_wheels.sh) are installed into /tmp/site first when nbval is missing.
 set -uo pipefail
@@ -64,7 +64,7 @@ part() {  # part NAME: its pytest run under its time limit, then its record
   [ "${TRITONLLM_DTYPE:-bfloat16}" != bfloat16 ] && tag="${name}_${TRITONLLM_DTYPE}"
   mapfile -t args < <($PY scripts/gpu_parts.py args "$name")
   workers=${JOBS:-$($PY scripts/gpu_parts.py workers "$name")}
-  limit=$($PY scripts/gpu_parts.py limit "$name")
+  limit=${LIMIT_S:-$($PY scripts/gpu_parts.py limit "$name")}
   local par=()   # tests spread one by one over the workers; a chapter's cells together, in order (notebooks/conftest.py)
   $PY -c "import xdist" 2>/dev/null && [ "$workers" -gt 1 ] && par=(-n "$workers" --dist load)
   local tmo=()   # a hung test fails itself where pytest-timeout is installed; the part's limit bounds the rest

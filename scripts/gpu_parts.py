@@ -13,7 +13,7 @@ worker, the chapters 8x); tests/test_gpu_parts.py checks that every test file an
     python3 scripts/gpu_parts.py --list                      the parts, their workers and limits
     python3 scripts/gpu_parts.py args PART                   the pytest arguments of a part, one a line
     python3 scripts/gpu_parts.py record PART DURATIONS RC SECONDS OUT.json   a part's record (gpu_check.sh)
-    python3 scripts/gpu_parts.py readme                      the README's line, from results/gpu_check/
+    python3 scripts/gpu_parts.py readme [--write]            the README's line, from results/gpu_check/
 """
 from __future__ import annotations
 
@@ -154,17 +154,33 @@ def records() -> dict[str, dict]:
 def readme_line() -> str:
     """What the README says of the GPU verification, computed from the records (tests/test_gpu_parts.py)."""
     recs = records()
+    quick = {}                                  # (gpu, date, commit) -> the dtypes quick passed in
+    for r in recs.values():
+        if r["part"] == "quick" and r["passed_all"]:
+            quick.setdefault((r["gpu"], r["date"], r["commit"]), []).append(r["dtype"])
+    quick_text = "; ".join(f"passed on {gpu} in {' and '.join(sorted(dtypes))}, {date} (commit {commit})"
+                           for (gpu, date, commit), dtypes in sorted(quick.items())) or "not run"
     full = [recs[p] for p in FULL if p in recs and recs[p]["passed_all"]]          # the full suite in bf16
     done = ", ".join(f"{r['part']} ({r['passed']} passed, {r['date']})" for r in full) or "none yet"
     missing = [p for p in FULL if p not in recs or not recs[p]["passed_all"]]
-    quick = [r for stem, r in recs.items() if r["part"] == "quick" and r["passed_all"]]
-    quick_text = "; ".join(f"passed on {r['gpu']} in {r['dtype']}, {r['date']} (commit {r['commit']})"
-                           for r in quick) or "not run"
-    text = (f"GPU verification, by part of `scripts/gpu_check.sh` (records in results/gpu_check/): "
-            f"quick {quick_text}; full suite parts passed: {done}")
+    text = f"GPU checks (`scripts/gpu_check.sh`, records in results/gpu_check/): quick {quick_text}; full suite: {done}"
     if missing:
-        text += f"; not yet recorded: {', '.join(missing)}"
+        text += f" (to run: {', '.join(missing)})"
     return text + "."
+
+
+def write_readme() -> None:
+    """Put `readme_line()` in the README in place of the sentence it replaces (from "GPU checks (" to the end
+    of its paragraph), the paragraph re-wrapped at 115 characters."""
+    import textwrap
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    start = text.index("GPU checks (`scripts/gpu_check.sh`")
+    end = text.index("\n\n", start)
+    para = text.rindex("\n\n", 0, start) + 2
+    body = text[para:start].replace("\n", " ") + readme_line()
+    readme.write_text(text[:para] + textwrap.fill(body, 115, break_on_hyphens=False, break_long_words=False)
+                      + text[end:])
 
 
 def main(argv: list[str]) -> int:
@@ -189,7 +205,9 @@ def main(argv: list[str]) -> int:
         rec = record(rest[0], Path(rest[1]), int(rest[2]), float(rest[3]))
         Path(rest[4]).write_text(json.dumps(rec, indent=1) + "\n")
         print(json.dumps(rec))
-    elif cmd == "readme":
+    elif cmd == "readme" and rest in ([], ["--write"]):
+        if rest:
+            write_readme()
         print(readme_line())
     else:
         print(f"gpu_parts.py: unknown command {' '.join(argv)!r} (--help lists them)", file=sys.stderr)
