@@ -1,6 +1,12 @@
 """`bench`: how fast is a kernel, against PyTorch eager and torch.compile on the same inputs, and
 against the memory-bandwidth ceiling of this GPU.
 
+Baselines. A ratio is only as honest as the baseline it divides by, so every result names its strongest
+baseline: the fastest of the implementations timed that are not the course's kernel (eager, which for a
+matmul is cuBLAS through `torch.matmul`; torch.compile's default mode; with `max_autotune=True`, torch.compile
+in max-autotune mode, which also tries Triton templates for the matmuls). A baseline that fails to compile or
+to run is recorded with its error in `BenchResult.failed` and left out, rather than ending the whole table.
+
 Timing method. Decode kernels run for microseconds, so a plain loop of launches from Python would time
 the launch overhead, and re-using one input would time the L2 cache (50 MB on an H200) instead of HBM. Each
 implementation is therefore captured in a CUDA graph that calls it on `copies` independent sets of
@@ -25,6 +31,7 @@ from .. import kernels, slots
 from ..runtime import runtime
 from ..safe_files import UnsafeWrite, atomic_write_text, results_folder
 
+MAX_AUTOTUNE_LABEL = "torch.compile max-autotune"
 CACHE_DIR = Path.home() / ".cache" / "tritonllm_course"
 L2_FLUSH_BYTES = 256 * 2**20
 
@@ -132,12 +139,19 @@ class BenchResult:
     ceiling_gbps: float
     gpu: str
     times_us: dict[str, float] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)   # baseline -> "ErrorType: message"
+
+    def strongest_baseline(self) -> str | None:
+        """The fastest implementation timed that is not the course's kernel (None if only the kernel ran)."""
+        others = {impl: us for impl, us in self.times_us.items() if not impl.startswith("triton")}
+        return min(others, key=others.get) if others else None
 
     def gbps(self, impl: str) -> float:
         return self.bytes / (self.times_us[impl] * 1e-6) / 1e9
 
     def rows(self) -> list[dict]:
         base = self.times_us.get("torch eager")
+        strongest = self.strongest_baseline()
         out = []
         for impl, us in self.times_us.items():
             row = {"impl": impl, "time_us": us, "GB/s": self.gbps(impl),
@@ -146,6 +160,8 @@ class BenchResult:
                 row["TFLOP/s"] = self.flops / (us * 1e-6) / 1e12
             if base:
                 row["speed-up vs eager"] = base / us
+            if strongest:
+                row["speed-up vs strongest"] = self.times_us[strongest] / us
             out.append(row)
         return out
 
@@ -157,6 +173,11 @@ class BenchResult:
             extra = f"  {r['speed-up vs eager']:5.2f}x eager" if "speed-up vs eager" in r else ""
             lines.append(f"  {r['impl']:<16} {r['time_us']:9.2f} us  {r['GB/s']:7.0f} GB/s  "
                          f"{r['% of ceiling']:5.1f}% of ceiling{extra}")
+        strongest = self.strongest_baseline()
+        if strongest:
+            lines.append(f"  strongest baseline: {strongest}")
+        for impl, why in self.failed.items():
+            lines.append(f"  {impl}: failed, not timed ({why})")
         return "\n".join(lines)
 
     _repr_pretty_ = lambda self, p, cycle: p.text(str(self))  # noqa: E731
@@ -164,6 +185,7 @@ class BenchResult:
     def as_dict(self) -> dict:
         return {"name": self.name, "shape": self.shape, "dtype": self.dtype, "bytes": self.bytes,
                 "flops": self.flops, "gpu": self.gpu, "ceiling_gbps": self.ceiling_gbps,
+                "strongest_baseline": self.strongest_baseline(), "failed": dict(self.failed),
                 "rows": self.rows()}
 
     def plot(self, ax=None):
@@ -183,12 +205,21 @@ class BenchResult:
 
 
 def bench(name: str, source: str | None = None, *, shape: dict | None = None, dtype=None,
-          compile: bool = True, extra: dict | None = None, verbose: bool = True) -> BenchResult | None:
+          compile: bool = True, max_autotune: bool = False, extra: dict | None = None,
+          verbose: bool = True) -> BenchResult | None:
     """Time a slot's kernel against PyTorch eager (and torch.compile) on the same inputs.
 
+    max_autotune: also time torch.compile in max-autotune mode (`MAX_AUTOTUNE_LABEL`). Off by default because
+    its autotuning takes tens of seconds a shape; the kernel table turns it on. It is compiled with
+    "max-autotune-no-cudagraphs": the same autotuning, without Inductor's own CUDA graphs, which cannot be
+    captured inside the graph every implementation here is timed in (the launch cost is removed for all
+    implementations alike by that graph).
     extra: more implementations to time, {label: callable taking the slot's input kwargs}.
-    Returns None (after saying why) on a machine without a GPU.
+    A baseline that raises while compiling or timing is recorded in `failed` and printed; the course's
+    kernel raising is an error. Returns None (after saying why) on a machine without a GPU.
     """
+    if not isinstance(max_autotune, bool):
+        raise TypeError(f"max_autotune must be True or False, got {max_autotune!r}")
     if skipped(f"bench {name}"):
         return None
     slot = slots.get(name)
@@ -212,13 +243,23 @@ def bench(name: str, source: str | None = None, *, shape: dict | None = None, dt
     impls = {label: (kernel, kernel_sets), "torch eager": (torch_fn, sets)}
     if compile:
         impls["torch.compile"] = (torch.compile(torch_fn, dynamic=False), sets)
+        if max_autotune:
+            impls[MAX_AUTOTUNE_LABEL] = (torch.compile(torch_fn, dynamic=False,
+                                                       mode="max-autotune-no-cudagraphs"), sets)
     for key, fn in (extra or {}).items():
         impls[key] = (fn, sets)
     result = BenchResult(name, dict(shape), str(dtype).replace("torch.", ""), moved,
                          slot.flops(probe) if slot.flops else None, ceiling_gbps(),
                          torch.cuda.get_device_name())
     for impl, (fn, input_sets) in impls.items():
-        result.times_us[impl] = time_calls(fn, input_sets)
+        if impl == label:
+            result.times_us[impl] = time_calls(fn, input_sets)
+            continue
+        try:
+            result.times_us[impl] = time_calls(fn, input_sets)
+        except Exception as e:  # a baseline that does not compile or run here: recorded, the table goes on
+            result.failed[impl] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+            torch.cuda.synchronize()
     if verbose:
         print(result)
     return result

@@ -4,7 +4,8 @@
   must move (the fp32 state read and written: 2 MiB) in GB/s and % of the measured copy ceiling;
 - prefill: the chunked kernels at T = 128 ... 8192 against transformers' PyTorch path
   (`torch_chunk_gated_delta_rule`) and flash-linear-attention's `chunk_gated_delta_rule` (when `fla`
-  imports), with the ratios;
+  imports), with the ratios; transformers' path under torch.compile too, up to `COMPILE_MAX_T`; every row names
+  its strongest baseline (the fastest peer) and the ratio against it;
 - accuracy: relative error of o and of the final state against the fp64 recurrence, in bf16, for
   chunk sizes 16 / 32 / 64 and growing T.
 Every timing is a CUDA-graph replay over input sets larger than L2 (`benchmark.time_calls`).
@@ -25,6 +26,10 @@ DECODE_SPLITS = [(bv, nw) for bv in (4, 8, 16, 32) for nw in (1, 2, 4)]
 ERROR_T = (128, 1024, 4096)
 SPLIT_T = (1024, 4096)          # where the scan's other value-column splits are timed too
 SHAPE = {"H": 16, "HV": 16, "DK": 128, "DV": 128}
+# transformers' chunked path loops over chunks in Python, so torch.compile unrolls T / 64 chunks into one
+# graph: at 2,048 tokens that is 32, past it the compile takes minutes a length for a baseline that fla beats
+COMPILE_MAX_T = 2048
+COMPILED = " + torch.compile"
 
 
 def _input_sets(T, dtype, n_bytes_min=256 * 2**20):
@@ -72,6 +77,20 @@ def _peers():
     return peers, note
 
 
+def _compiled_peers(peers):
+    """transformers' PyTorch path under torch.compile (default mode): the strongest plain-PyTorch baseline.
+    fla is left as it is: its kernels are Triton already, and Inductor has nothing to fuse around them."""
+    import torch
+    return {name + COMPILED: (torch.compile(chunk, dynamic=False), torch.compile(rec, dynamic=False), unscale)
+            for name, (chunk, rec, unscale) in peers.items() if name.startswith("transformers")}
+
+
+def _strongest(time_us: dict, peers) -> str | None:
+    """The fastest peer timed (None if none ran)."""
+    timed = {name: us for name, us in time_us.items() if name in peers}
+    return min(timed, key=timed.get) if timed else None
+
+
 def _time(fn, sets):
     """Microseconds per call from a CUDA-graph replay; falls back to do_bench if capture fails."""
     import torch
@@ -102,9 +121,14 @@ def decode(kernels_mod, ceiling, peers, dtype):
             lambda bv=bv, nw=nw, **kw: rec(**kw, block_v=bv, num_warps=nw), sets,
             f"{16 * 128 // bv} programs")
     add("triton default, state in place", lambda **kw: rec(**kw, final_state=kw["initial_state"]), sets)
+    failed = {}
     for name, (_, peer_rec, unscale) in peers.items():
-        add(name, peer_rec, [_batched(s, unscale) for s in sets])
-    return {"bytes": nbytes, "rows": rows}
+        try:
+            add(name, peer_rec, [_batched(s, unscale) for s in sets])
+        except Exception as e:  # a baseline that does not compile or run here: recorded, the run goes on
+            failed[name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+    timed = {r["impl"]: r["time_us"] for r in rows}
+    return {"bytes": nbytes, "rows": rows, "strongest": _strongest(timed, peers), "failed": failed}
 
 
 def prefill(kernels_mod, peers, dtype):
@@ -120,11 +144,22 @@ def prefill(kernels_mod, peers, dtype):
                 impls[f"triton block_v={bv}"] = (
                     lambda bv=bv, **kw: kernels_mod.gated_delta_rule_chunked(**kw, block_v=bv), sets)
         for name, (peer_chunk, _, unscale) in peers.items():
+            if name.endswith(COMPILED) and T > COMPILE_MAX_T:
+                continue
             impls[name] = (peer_chunk, [_batched(s, unscale) for s in sets])
+        row["failed"] = {}
         for name, (fn, s) in impls.items():
-            row["time_us"][name], row["timing"][name] = _time(fn, s)
+            if name.startswith("triton"):
+                row["time_us"][name], row["timing"][name] = _time(fn, s)
+                continue
+            try:
+                row["time_us"][name], row["timing"][name] = _time(fn, s)
+            except Exception as e:  # recorded, the other baselines still timed
+                row["failed"][name] = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
         t = row["time_us"]["triton"]
         row["speed-up"] = {name: us / t for name, us in row["time_us"].items() if name in peers}
+        row["strongest"] = _strongest(row["time_us"], peers)
+        row["vs strongest"] = row["speed-up"][row["strongest"]] if row["strongest"] else None
         row["GB/s"] = row["bytes"] / (t * 1e-6) / 1e9
         row["TFLOP/s"] = row["flops"] / (t * 1e-6) / 1e12
         out.append(row)
@@ -189,14 +224,30 @@ def markdown(res) -> str:
     for r in res["decode"]["rows"]:
         lines.append(f"| {r['impl']} | {r['time_us']:.2f} | {r['GB/s']:.0f} | {r['% of ceiling']:.1f}% | "
                      f"{r['timing']} | {r['note']} |")
-    peers = list(res["prefill"][0]["speed-up"])
+    if res["decode"].get("strongest"):
+        lines += ["", f"Strongest baseline at decode: {res['decode']['strongest']}."]
+    lines += [f"- {name}: failed, not timed ({why})" for name, why in res["decode"].get("failed", {}).items()]
+    peers = list(dict.fromkeys(n for r in res["prefill"] for n in (*r["speed-up"], *r.get("failed", {}))))
     names = ["triton"] + peers
+
+    def cell(r, n, fmt):
+        if n in r["time_us"]:
+            return fmt(n)
+        return "failed" if n in r.get("failed", {}) else "-"
+
     lines += ["", "## Chunked prefill (chunk 64): us per call, and the Triton kernels' speed-up",
-              "", "| T | " + " | ".join(names) + " | " + " | ".join(f"vs {n}" for n in peers) + " |",
-              "|---" * (1 + len(names) + len(peers)) + "|"]
+              "", "| T | " + " | ".join(names) + " | " + " | ".join(f"vs {n}" for n in peers)
+              + " | strongest baseline | vs strongest |",
+              "|---" * (3 + len(names) + len(peers)) + "|"]
     for r in res["prefill"]:
-        lines.append(f"| {r['T']} | " + " | ".join(f"{r['time_us'][n]:.1f}" for n in names) + " | "
-                     + " | ".join(f"{r['speed-up'][n]:.2f}x" for n in peers) + " |")
+        strongest = r.get("strongest") or _strongest(r["time_us"], r["speed-up"])   # older records: computed
+        lines.append(f"| {r['T']} | " + " | ".join(cell(r, n, lambda n: f"{r['time_us'][n]:.1f}") for n in names)
+                     + " | " + " | ".join(cell(r, n, lambda n: f"{r['speed-up'][n]:.2f}x") for n in peers)
+                     + f" | {strongest or '-'} | "
+                     + (f"{r['speed-up'][strongest]:.2f}x |" if strongest else "- |"))
+    failures = [f"- T = {r['T']}, {name}: failed, not timed ({why})"
+                for r in res["prefill"] for name, why in r.get("failed", {}).items()]
+    lines += [""] + failures if failures else []
     lines += ["", "Other splits of the state scan (default block_v = 16):", "",
               "| T | variant | us |", "|---|---|---|"]
     for r in res["prefill"]:
@@ -228,9 +279,9 @@ def plot(res, path: Path) -> None:
     ax.set_xlabel(f"% of copy ceiling ({res['ceiling_gbps'] / 1000:.2f} TB/s)")
     ax.set_title(f"decode step: {res['decode']['bytes'] / 1e6:.1f} MB moved")
     ax = axes[1]
-    Ts = [r["T"] for r in res["prefill"]]
-    for name in ["triton"] + list(res["prefill"][0]["speed-up"]):
-        ax.loglog(Ts, [r["time_us"][name] for r in res["prefill"]], marker="o", label=name)
+    for name in ["triton"] + list(dict.fromkeys(n for r in res["prefill"] for n in r["speed-up"])):
+        pts = [(r["T"], r["time_us"][name]) for r in res["prefill"] if name in r["time_us"]]
+        ax.loglog([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name)
     ax.set_xscale("log", base=2)
     ax.set_xlabel("prompt tokens T")
     ax.set_ylabel("us per layer call")
@@ -263,14 +314,15 @@ def main(argv=None) -> int:
     mod = kernels.load("delta_rule", "solutions").module
     peers, fla_note = _peers()
     print(fla_note)
+    timed_peers = {**peers, **_compiled_peers(peers)}   # accuracy: the compiled path is the same arithmetic
     ceiling = ceiling_gbps()
     stem, date = results_stem(args.out, "delta_rule")
     out, tag = stem.parent, stem.name
     with torch.no_grad():
         res = {"gpu": rt.gpu_name, "date": date, "summary": rt.summary(), "dtype": rt.dtype_name,
                "ceiling_gbps": ceiling, "fla": fla_note,
-               "decode": decode(mod, ceiling, peers, rt.dtype),
-               "prefill": prefill(mod, peers, rt.dtype),
+               "decode": decode(mod, ceiling, timed_peers, rt.dtype),
+               "prefill": prefill(mod, timed_peers, rt.dtype),
                "stages": stages(mod, rt.dtype),
                "accuracy": accuracy(mod, peers, rt.dtype)}
     atomic_write_text(out / f"{tag}.json", json.dumps(res, indent=1))

@@ -1,7 +1,10 @@
 """The measured table of every ready kernel at its real shapes: time, GB/s, % of the measured ceiling,
-and the ratio to PyTorch eager and torch.compile. Writes JSON, a markdown table and a plot.
+and the ratio to PyTorch eager (cuBLAS for the matmuls), torch.compile and torch.compile in max-autotune
+mode. Each row names its strongest baseline, the fastest of those, and the ratio against it; a baseline that
+fails at a shape is written as failed with its error. Writes JSON, a markdown table and a plot.
 
     python -m tritonllm_course.measure.kernel_table --out results/   # on a GPU machine
+    python -m tritonllm_course.measure.kernel_table --out results/ --no-max-autotune   # minutes, not an hour
 """
 from __future__ import annotations
 
@@ -9,22 +12,36 @@ import json
 from pathlib import Path
 
 from ..safe_files import atomic_write_text, save_figure
-from .benchmark import gpu_script, results_stem
+from .benchmark import MAX_AUTOTUNE_LABEL, gpu_script, results_stem
+
+
+def _ratio(r, impl: str, t: float) -> str:
+    """"1.23x" against `impl`, "failed" where it failed at this shape, "-" where it was not timed."""
+    if impl in r.times_us:
+        return f"{r.times_us[impl] / t:.2f}x"
+    return "failed" if impl in r.failed else "-"
 
 
 def markdown(results, gpu: str, date: str) -> str:
     lines = [f"Measured on {gpu}, {date}, {results[0].dtype if results else ''}; ceiling = measured "
              f"device-to-device copy ({results[0].ceiling_gbps:.0f} GB/s)." if results else "",
              "",
-             "| kernel | shape | triton us | GB/s | % of ceiling | vs eager | vs torch.compile |",
-             "|---|---|---|---|---|---|---|"]
+             "| kernel | shape | triton us | GB/s | % of ceiling | vs eager | vs torch.compile | "
+             "vs max-autotune | strongest baseline | vs strongest |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         t = r.times_us["triton"]
         shape = ", ".join(f"{k}={v}" for k, v in r.shape.items())
-        comp = r.times_us.get("torch.compile")
+        strongest = r.strongest_baseline()
         lines.append(f"| {r.name} | {shape} | {t:.1f} | {r.gbps('triton'):.0f} | "
-                     f"{100 * r.gbps('triton') / r.ceiling_gbps:.0f}% | {r.times_us['torch eager'] / t:.2f}x | "
-                     + (f"{comp / t:.2f}x |" if comp else "- |"))
+                     f"{100 * r.gbps('triton') / r.ceiling_gbps:.0f}% | {_ratio(r, 'torch eager', t)} | "
+                     f"{_ratio(r, 'torch.compile', t)} | {_ratio(r, MAX_AUTOTUNE_LABEL, t)} | "
+                     f"{strongest or '-'} | {_ratio(r, strongest, t) if strongest else '-'} |")
+    failures = [(r, impl, why) for r in results for impl, why in r.failed.items()]
+    if failures:
+        lines += ["", "Baselines that failed (not timed):", ""]
+        lines += [f"- {r.name} {', '.join(f'{k}={v}' for k, v in r.shape.items())}: {impl}: {why}"
+                  for r, impl, why in failures]
     return "\n".join(lines) + "\n"
 
 
@@ -33,7 +50,7 @@ def plot(results, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     labels = [f"{r.name} {','.join(str(v) for v in r.shape.values())}" for r in results]
-    impls = ["triton", "torch eager", "torch.compile"]
+    impls = ["triton", "torch eager", "torch.compile", MAX_AUTOTUNE_LABEL]
     fig, ax = plt.subplots(figsize=(9, 0.45 * len(results) + 1.5))
     h = 0.8 / len(impls)
     for j, impl in enumerate(impls):
@@ -51,8 +68,12 @@ def plot(results, path: Path, title: str) -> None:
 
 
 def main(argv=None) -> int:
-    started = gpu_script(__doc__, argv,
-                         add_args=lambda ap: ap.add_argument("--slots", nargs="*", help="only these slots"))
+    def add_args(ap):
+        ap.add_argument("--slots", nargs="*", help="only these slots")
+        ap.add_argument("--no-max-autotune", dest="max_autotune", action="store_false",
+                        help="skip torch.compile in max-autotune mode (its autotuning takes most of the run)")
+
+    started = gpu_script(__doc__, argv, add_args=add_args)
     if started is None:
         return 1
     args, rt = started
@@ -63,11 +84,12 @@ def main(argv=None) -> int:
         if not slot.ready or (args.slots and slot.name not in args.slots):
             continue
         for index in slot.extra.get("bench", range(len(slot.shapes.get("real", [])))):
-            results.append(bench(slot.name, "solutions", shape=slot.shape(rt.preset, index)))
+            results.append(bench(slot.name, "solutions", shape=slot.shape(rt.preset, index),
+                                 max_autotune=args.max_autotune))
     stem, date = results_stem(args.out, "kernels")
     out, tag = stem.parent, stem.name
     atomic_write_text(out / f"{tag}.json", json.dumps(
-        {"gpu": rt.gpu_name, "date": date, "summary": rt.summary(),
+        {"gpu": rt.gpu_name, "date": date, "summary": rt.summary(), "max_autotune": args.max_autotune,
          "results": [r.as_dict() for r in results]}, indent=1))
     atomic_write_text(out / f"{tag}.md", markdown(results, rt.gpu_name, date))
     plot(results, out / f"{tag}.png", f"Decode-shape kernels on {rt.gpu_name}, {date}")
