@@ -4,13 +4,16 @@ few values between), each button clicked. A widget that reads a name a later cel
 though it passed while its own cell ran."""
 import json
 import os
+import sys
 import time
+from datetime import datetime
 from pathlib import Path
+from queue import Empty
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
-from nbclient.exceptions import CellExecutionError
+from nbclient.exceptions import CellExecutionError, CellTimeoutError
 
 from tritonllm_course.notebook import runs_exercises_only, unfilled_exercise
 from tritonllm_course.notebooks_tools import widget_chapters
@@ -130,21 +133,94 @@ _widget_probe()
 '''
 
 
+# The longest one cell may take, the probe's included. The slowest cell of a widget chapter takes about 25 s on
+# a loaded 2-core CPU (27_finale's probe); four times slower is 100 s. A cell past this fails the test, named.
+CELL_LIMIT_S = 240
+# The longest the kernel may take to send what a cell printed after its reply (nbclient's default is 4 s, and
+# what arrives later is dropped without a word: here the probe's report would be lost). Past it: a failure.
+IOPUB_LIMIT_S = 60
+# How long one wait on a kernel socket lasts before the socket is looked at again (`_sliced`).
+POLL_SLICE_S = 1.0
+
+
+def _sliced(get_msg):
+    """`get_msg` of a kernel client's channel, its wait cut into slices of POLL_SLICE_S, each ending in a
+    look at the socket itself; same timeout, same Empty at its end.
+
+    Why: nbclient waits for a cell's reply in one `get_msg(timeout=cell limit)`, a zmq.asyncio poll woken by
+    the socket's edge-triggered file descriptor. Under load a wake-up can be lost: the reply then sits in the
+    socket, the kernel idle, until the poll's timer fires and its final zmq_poll(0) finds it, and the cell
+    passes after the whole limit (a widget chapter sat 15 minutes that way under the former 900 s). A lost
+    wake-up now costs at most one slice."""
+    async def get(timeout: float | None = None):
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                return await get_msg(timeout=POLL_SLICE_S if left is None else min(POLL_SLICE_S, left))
+            except Empty:
+                if left is not None and left <= POLL_SLICE_S:
+                    raise
+    return get
+
+
+class BoundedClient(NotebookClient):
+    """nbclient with every wait bounded and short: a cell past CELL_LIMIT_S, or its output later than
+    IOPUB_LIMIT_S after its reply, fails (CellTimeoutError); the sockets are polled in slices (`_sliced`).
+    `running` is the cell last sent to the kernel, (index in the notebook, cell), for the failure."""
+
+    def __init__(self, nb, **kwargs):
+        super().__init__(nb, timeout=CELL_LIMIT_S, iopub_timeout=IOPUB_LIMIT_S, raise_on_iopub_timeout=True,
+                         kernel_name="python3", on_cell_execute=self._started, **kwargs)
+        self.running = None
+
+    def _started(self, cell, cell_index):
+        self.running = (cell_index, cell)
+
+    async def async_start_new_kernel_client(self):
+        kc = await super().async_start_new_kernel_client()
+        for channel in (kc.shell_channel, kc.iopub_channel):
+            channel.get_msg = _sliced(channel.get_msg)
+        return kc
+
+    def timed_out(self, error: CellTimeoutError) -> str:
+        """One line for a cell that ran past its limit: which cell, and which wait ended."""
+        index, cell = self.running or (None, None)
+        lines = cell.source.strip().splitlines() if cell is not None else []
+        what = ("the widget probe" if index == len(self.nb.cells) - 1 else
+                f"cell {index} ({lines[0][:80]!r})" if lines else f"cell {index}")
+        said = " ".join(str(error).strip().splitlines()[:2])
+        return f"{what} ran past its limit: {said} (CELL_LIMIT_S={CELL_LIMIT_S}, IOPUB_LIMIT_S={IOPUB_LIMIT_S})"
+
+
 def probe_chapter(path: Path) -> tuple[list[dict], dict]:
     """Run the chapter, then the probe in the same kernel: the probe's report per widget, and the seconds it
-    took (`seconds`: all of it; `probe_s`: the widget calls; `kernel_cpu_s`: the kernel's CPU time)."""
+    took (`seconds`: all of it; `probe_s`: the widget calls; `kernel_cpu_s`: the kernel's CPU time;
+    `slowest_cell_s`: the longest cell). A cell past CELL_LIMIT_S fails, naming the cell."""
     nb = nbformat.read(path, as_version=4)
     nb.cells.append(nbformat.v4.new_code_cell(PROBE))
     t0 = time.perf_counter()
-    client = NotebookClient(nb, timeout=900, kernel_name="python3",
-                            resources={"metadata": {"path": str(path.parent)}})
-    client.execute()
+    client = BoundedClient(nb, resources={"metadata": {"path": str(path.parent)}})
+    try:
+        client.execute()
+    except CellTimeoutError as e:
+        pytest.fail(f"{path.name}: {client.timed_out(e)}", pytrace=False)
     seconds = time.perf_counter() - t0
     text = "".join(o.get("text", "") for o in nb.cells[-1].outputs if o.output_type == "stream")
     line = next((ln for ln in text.splitlines() if ln.startswith(MARK)), None)
     assert line is not None, f"{path.name}: the widget probe printed no report:\n{text}"
     probe = json.loads(line[len(MARK):])
-    return probe["widgets"], {"seconds": seconds, **probe["timing"]}
+    return probe["widgets"], {"seconds": seconds, "slowest_cell_s": max(map(_cell_seconds, nb.cells)),
+                              **probe["timing"]}
+
+
+def _cell_seconds(cell) -> float:
+    """A run cell's seconds in the kernel, from its input's arrival to its reply (nbclient's record_timing)."""
+    times = cell.get("metadata", {}).get("execution", {})
+    if "iopub.execute_input" not in times or "shell.execute_reply" not in times:
+        return 0.0
+    start, end = (datetime.fromisoformat(times[k]) for k in ("iopub.execute_input", "shell.execute_reply"))
+    return (end - start).total_seconds()
 
 
 def test_the_chapters_with_widgets_are_found():
@@ -167,4 +243,49 @@ def test_every_widget_works_after_run_all(path, monkeypatch):
     calls = sum(e["calls"] for e in report)
     print(f"{path.name}: {calls} widget calls after Run All; {timing['seconds']:.0f} s in all, of which "
           f"{timing['probe_s']:.0f} s the widget calls (kernel CPU {timing['kernel_cpu_s']:.0f} s, "
-          f"{timing['probe_cpu_s']:.0f} s of it in the calls)")
+          f"{timing['probe_cpu_s']:.0f} s of it in the calls); slowest cell {timing['slowest_cell_s']:.0f} s "
+          f"(limit {CELL_LIMIT_S} s)")
+
+
+def test_a_lost_wake_up_costs_one_slice(monkeypatch):
+    """A reply that is in the socket while its poll sleeps on (a lost wake-up: the poll returns it only when its
+    timer fires) is found within one slice; a wait with nothing to find still lasts its timeout, then Empty."""
+    import asyncio
+    monkeypatch.setattr(sys.modules[__name__], "POLL_SLICE_S", 0.05)
+    arrived = []
+
+    async def lost_wake_up(timeout=None):          # zmq.asyncio's poll after a lost wake-up: blind until its timer
+        await asyncio.sleep(3600 if timeout is None else timeout)
+        if arrived:
+            return arrived[0]
+        raise Empty
+
+    async def reply_later(get, timeout):
+        asyncio.get_running_loop().call_later(0.1, arrived.append, {"msg_type": "execute_reply"})
+        t0 = time.monotonic()
+        msg = await get(timeout=timeout)
+        return msg, time.monotonic() - t0
+
+    get = _sliced(lost_wake_up)
+    msg, waited = asyncio.run(reply_later(get, 900))
+    assert msg["msg_type"] == "execute_reply" and waited < 1.0, waited
+    msg, waited = asyncio.run(reply_later(get, None))
+    assert msg["msg_type"] == "execute_reply" and waited < 1.0, waited
+    arrived.clear()
+    t0 = time.monotonic()
+    with pytest.raises(Empty):
+        asyncio.run(get(timeout=0.3))
+    assert 0.3 <= time.monotonic() - t0 < 1.0
+
+
+def test_a_cell_past_its_limit_fails_naming_it(tmp_path, monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "CELL_LIMIT_S", 3)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# A chapter"),
+                                         nbformat.v4.new_code_cell("x = 1"),
+                                         nbformat.v4.new_code_cell("import time\ntime.sleep(60)")])
+    path = tmp_path / "slow.ipynb"
+    nbformat.write(nb, path)
+    t0 = time.monotonic()
+    with pytest.raises(pytest.fail.Exception, match=r"slow\.ipynb: cell 2 \('import time'\) ran past its limit"):
+        probe_chapter(path)
+    assert time.monotonic() - t0 < 60
