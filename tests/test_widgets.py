@@ -151,9 +151,11 @@ def _sliced(get_msg, late: list | None = None):
     Why: nbclient waits for a cell's reply in one `get_msg(timeout=cell limit)`, a zmq.asyncio poll woken by
     the socket's edge-triggered file descriptor. Under load a wake-up can be lost: the reply then sits in the
     socket, the kernel idle, until the poll's timer fires and its final zmq_poll(0) finds it, and the cell
-    passes after the whole limit (a widget chapter sat 15 minutes that way under the former 900 s). A lost
-    wake-up now costs at most one slice. `late` (where given) gets the seconds between the kernel sending and
-    this receiving each message that came a second or more after it was sent: lost wake-ups, or a loaded host."""
+    passes after the whole limit (a widget chapter sat 15 minutes that way under the former 900 s; on a loaded
+    2-core CPU two chapters at once got replies 296 and 299 s after the kernel sent them, as 300 s polls ran
+    out, their iopub messages as late). A lost wake-up now costs at most one slice.
+    `late` (where given) gets the seconds between the kernel sending and this receiving each message that came
+    a second or more after it was sent: lost wake-ups, or a loaded host."""
     async def get(timeout: float | None = None):
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
