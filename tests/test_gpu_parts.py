@@ -35,6 +35,7 @@ def test_every_test_file_is_in_one_part_or_host_only():
     missing = sorted(files - set(placed))
     twice = {s: parts for s, parts in placed.items() if len(parts) > 1}
     assert not missing, f"test files in no GPU part and not HOST_ONLY (scripts/gpu_parts.py): {missing}"
+    assert not set(placed) - files, f"parts name test files that do not exist: {sorted(set(placed) - files)}"
     assert not twice, f"test files in two places: {twice}"
 
 
