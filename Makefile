@@ -27,7 +27,9 @@ JOBS ?= auto
 TEST_KERNELS = TRITONLLM_KERNELS=$(if $(wildcard solutions),solutions,exercises)
 test: $(STAMP)
 	$(TEST_KERNELS) $(PY) -m pytest -q -n $(JOBS) --dist load -m "not timing"
-	$(TEST_KERNELS) $(PY) -m pytest -q -m timing
+	@# exit 5 is pytest's "nothing collected": a student version whose unfilled exercises skip the timing tests'
+	@# modules at import has none to run, which is no failure
+	$(TEST_KERNELS) $(PY) -m pytest -q -m timing || [ $$? -eq 5 ]
 
 # The supported window (pyproject.toml): the kernels and the engine under the interpreter with its oldest and
 # newest triton, each in a venv of .venv's packages but triton ($(VENV)/window/triton-X; only triton is
