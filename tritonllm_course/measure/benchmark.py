@@ -143,8 +143,7 @@ class BenchResult:
 
     def strongest_baseline(self) -> str | None:
         """The fastest implementation timed that is not the course's kernel (None if only the kernel ran)."""
-        others = {impl: us for impl, us in self.times_us.items() if not impl.startswith("triton")}
-        return min(others, key=others.get) if others else None
+        return fastest(self.times_us, lambda impl: not impl.startswith("triton"))
 
     def gbps(self, impl: str) -> float:
         return self.bytes / (self.times_us[impl] * 1e-6) / 1e9
@@ -301,6 +300,14 @@ def plot_sweep(results: list[BenchResult], x_key: str, ax=None):
 def gpu_tag() -> str:
     """The GPU's name for file names: 'NVIDIA H200' -> 'nvidia-h200'."""
     return torch.cuda.get_device_name().lower().replace(" ", "-")
+
+
+def fastest(times: dict, admits=lambda name: True) -> str | None:
+    """The name of the fastest timing that `admits(name)` lets in: the strongest baseline of a table, the
+    course's own kernels left out by the caller. A failed implementation (its error as a string) never wins;
+    None when nothing admitted ran."""
+    timed = {name: t for name, t in times.items() if admits(name) and not isinstance(t, str)}
+    return min(timed, key=timed.get) if timed else None
 
 
 def results_stem(out: str | Path, name: str) -> tuple[Path, str]:

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from .. import reference as R
 from ..safe_files import atomic_write_text, results_folder, save_figure
-from .benchmark import L2_FLUSH_BYTES, gpu_script, gpu_tag, results_stem
+from .benchmark import L2_FLUSH_BYTES, fastest, gpu_script, gpu_tag, results_stem
 
 # (label, M, N, K): the article's GEMV 1 x 8192 -> 4096 and its "extreme" 1 x 128 -> 32768; Qwen's MLP width
 EPILOGUE_SHAPES = [("Qwen3.5 decode", 1, 3584, 1024), ("Qwen3.5 prefill", 128, 3584, 1024),
@@ -95,8 +95,7 @@ MAX_AUTOTUNE_LABELS = ("Qwen3.5 decode", "Qwen3.5 prefill")   # the shapes the c
 
 def _strongest(us: dict) -> str | None:
     """The fastest baseline of one form's timings: every implementation but the course's Triton kernels."""
-    others = {k: v for k, v in us.items() if not k.startswith("Triton")}
-    return min(others, key=others.get) if others else None
+    return fastest(us, lambda k: not k.startswith("Triton"))
 
 
 def epilogue(ge, label, M, N, K, dtype=torch.bfloat16, max_autotune: bool = True) -> dict:

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 
 from ..safe_files import atomic_write_text, save_figure
-from .benchmark import gpu_script, results_stem
+from .benchmark import fastest, gpu_script, results_stem
 
 PREFILL_T = (128, 512, 1024, 2048, 4096, 8192)
 DECODE_SPLITS = [(bv, nw) for bv in (4, 8, 16, 32) for nw in (1, 2, 4)]
@@ -87,8 +87,7 @@ def _compiled_peers(peers):
 
 def _strongest(time_us: dict, peers) -> str | None:
     """The fastest peer timed (None if none ran)."""
-    timed = {name: us for name, us in time_us.items() if name in peers}
-    return min(timed, key=timed.get) if timed else None
+    return fastest(time_us, lambda name: name in peers)
 
 
 def _time(fn, sets):

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 
 from ..safe_files import atomic_write_text, save_figure
-from .benchmark import gpu_script, results_stem
+from .benchmark import fastest, gpu_script, results_stem
 
 PREFILL_T = (128, 512, 1024, 2048, 4096, 8192)
 MATERIALISED_MAX_T = 4096          # the [8, T, T] scores of the chain and the reference: 1 GB at 8192
@@ -172,8 +172,7 @@ def _rel_or_error(fn, inp, ref, rel):
 
 def strongest(times: dict) -> str | None:
     """The fastest baseline of a prefill row (every implementation that is not the course's FlashAttention)."""
-    rivals = {k: t for k, t in times.items() if k != "flash (triton)" and not isinstance(t, str)}
-    return min(rivals, key=rivals.get) if rivals else None
+    return fastest(times, lambda k: k != "flash (triton)")
 
 
 def _fmt(t):
