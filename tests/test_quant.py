@@ -212,3 +212,38 @@ def test_fp8_is_refused_on_a_gpu_before_sm_89():
     with helpers.compiling_for(helpers.GPUS[75]):
         with pytest.raises(ValueError, match=r"fp8 e4m3 weights need an sm_89\+ GPU; this one \(T4\) is sm_75"):
             QL.quant_gemv(_x(1, 64), q, scale)
+
+
+# --- the accuracy measurement -----------------------------------------------------------------------------------
+def test_accuracy_quantizes_every_linear_weight_and_only_those():
+    from tritonllm_course.config import PRESETS
+    from tritonllm_course.measure import quant_accuracy as A
+    from tritonllm_course.weights import random_weights
+    config = PRESETS["tiny"]
+    weights = random_weights(config, dtype=torch.bfloat16)
+    quantized, count, stored = A.fake_quantized(weights, "int8")
+    linear = [n for n in weights if A.is_linear(n)]
+    assert count == len(linear) and stored > 0
+    assert {n for n in weights if not torch.equal(weights[n], quantized[n])} <= set(linear)
+    assert all(n.endswith(("proj.weight", "in_proj_qkv.weight", "in_proj_z.weight", "in_proj_b.weight",
+                           "in_proj_a.weight")) for n in linear)
+    assert not any(A.is_linear(n) for n in ("embed_tokens.weight", "norm.weight", "layers.0.linear_attn.conv1d.weight"))
+
+
+def test_accuracy_metrics_of_equal_and_of_different_logits():
+    from tritonllm_course.measure.quant_accuracy import compare
+    logits = torch.randn(5, 50, generator=torch.Generator().manual_seed(0))
+    same = compare(logits, logits.clone())
+    assert same["kl_mean"] == 0 and same["top1_agreement_pct"] == 100 and same["positions"] == 5
+    other = compare(logits, -logits)
+    assert other["kl_max"] >= other["kl_mean"] > 0 and other["top1_agreement_pct"] == 0
+
+
+def test_accuracy_run_on_the_small_checkpoint():
+    """The transformers-written checkpoint, 8 positions: every format close to bf16, int8 closer than fp8."""
+    from tritonllm_course.measure.quant_accuracy import run
+    record = run(length=8, full=False)
+    rows = record["models"]["tiny_checkpoint"]["formats"]
+    assert set(rows) == set(Q.FORMATS) and record["device"] == "cpu"
+    assert all(0 <= r["kl_mean"] <= r["kl_max"] < 0.5 for r in rows.values())
+    assert rows["int8"]["kl_mean"] < rows["fp8"]["kl_mean"]

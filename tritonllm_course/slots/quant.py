@@ -9,8 +9,9 @@ The weights are quantized from N(0, 0.02) draws by the reference quantizer, so e
 +-448): the whole grid is used.
 """
 import torch
+import torch.nn.functional as F
 
-from ..reference.quant import quant_linear, quantize
+from ..reference.quant import dequantize, quant_linear, quantize
 from . import Edge, implement, tensor_bytes
 from .common import projection_flops, projection_out, scaled, zero_rows
 
@@ -23,6 +24,12 @@ def _make_inputs(fmt):
         return {"x": torch.randn(M, K, dtype=dtype, device=device, generator=gen),
                 "weight": q, "scale": scale, "group_size": group_size}
     return make
+
+
+def eager(x, weight, scale, group_size=None):
+    """PyTorch eager as one would write it: the whole weight dequantized to x's dtype, then `F.linear`. The
+    dequantized copy is written and read again, so it moves more bytes than the bf16 projection itself."""
+    return F.linear(x, dequantize(weight, scale, group_size, x.dtype))
 
 
 def quant_bytes(inp):
@@ -86,14 +93,14 @@ for suffix, (fmt, edges, title) in FORMATS.items():
     real_group = 128 if fmt == "int8_group" else None
     implement(f"quant_gemv{suffix}", family="quant", function="quant_gemv", title=f"dequantizing GEMV, {title}",
               chapter="31_weight_quant", qwen="every projection and the LM head at decode, from 8-bit weights",
-              reference=quant_linear, make_inputs=_make_inputs(fmt), make_out=projection_out, bytes=quant_bytes,
-              flops=projection_flops, edges=edges, dims={"out": ("token", "feature")},
+              reference=quant_linear, torch_impl=eager, make_inputs=_make_inputs(fmt), make_out=projection_out,
+              bytes=quant_bytes, flops=projection_flops, edges=edges, dims={"out": ("token", "feature")},
               shapes={"tiny": [_shape(1, 131, 509, group), _shape(1, 509, 131, group), _shape(1, 67, 2085, group)],
                       "real": [_shape(1, N, K, real_group) for N, K in REAL]})
     implement(f"quant_gemm{suffix}", family="quant", function="quant_gemm", title=f"dequantizing GEMM, {title}",
               chapter="31_weight_quant", qwen="the projections over a whole prompt, from 8-bit weights",
-              reference=quant_linear, make_inputs=_make_inputs(fmt), make_out=projection_out, bytes=quant_bytes,
-              flops=projection_flops, edges=edges, dims={"out": ("token", "feature")},
+              reference=quant_linear, torch_impl=eager, make_inputs=_make_inputs(fmt), make_out=projection_out,
+              bytes=quant_bytes, flops=projection_flops, edges=edges, dims={"out": ("token", "feature")},
               shapes={"tiny": [_shape(67, 131, 200, group), _shape(37, 509, 131, group),
                                _shape(16, 40, 509, group)],
                       "real": [_shape(PROMPT, N, K, real_group) for N, K in REAL[:5]]})
