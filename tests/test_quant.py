@@ -247,3 +247,51 @@ def test_accuracy_run_on_the_small_checkpoint():
     assert set(rows) == set(Q.FORMATS) and record["device"] == "cpu"
     assert all(0 <= r["kl_mean"] <= r["kl_max"] < 0.5 for r in rows.values())
     assert rows["int8"]["kl_mean"] < rows["fp8"]["kl_mean"]
+
+
+_COMPILE = r'''
+import sys, torch
+from triton.backends.compiler import GPUTarget
+from triton.compiler import make_backend
+from tritonllm_course import kernels
+from tritonllm_course.targets import Kernel, _compile, _expand, _problems, _recording
+from tritonllm_course.triton_helpers import GPUS
+QL = kernels.load("quant", "solutions").module
+found = []
+for arch, dtype_name in ((75, "float16"), (89, "bfloat16"), (90, "bfloat16")):
+    gpu, target = GPUS[arch], GPUTarget("cuda", arch, 32)
+    dtype = getattr(torch, dtype_name)
+    formats = [(torch.int8, None), (torch.int8, 128)] + ([(torch.float8_e4m3fn, None)] if arch >= 89 else [])
+    with _recording(gpu, dtype_name) as launches:
+        for wdt, group in formats:
+            for N, K in ((248320, 1024), (1024, 3584)):
+                w = torch.empty(N, K, dtype=wdt, device="meta")
+                s = torch.empty((N,) if group is None else (N, -(-K // group)), device="meta")
+                QL.quant_gemv(torch.empty(1, K, dtype=dtype, device="meta"), w, s, group)
+                for M in (128, 512):
+                    QL.quant_gemm(torch.empty(M, K, dtype=dtype, device="meta"), w, s, group)
+        typed = _expand(launches, make_backend(target), "quant")
+    for launch in typed:
+        res, o = _compile(launch, target), launch["options"]
+        k = Kernel(launch["fn"].__name__, arch, dtype_name, [], {}, o.num_warps, o.num_stages, launch["pdl"],
+                   res["shared_bytes"], res["registers"], res["local_bytes"])
+        found += [f"sm_{arch} {k.name}: {p}" for p in _problems(k, gpu, res["error"])]
+print("\n".join(found) or "all fit")
+sys.exit(1 if found else 0)
+'''
+
+
+def test_kernels_compile_within_every_gpus_limits():
+    """The GEMV and GEMM at the LM head's and the down projection's shapes, int8 (both scales) on a T4 in fp16,
+    and fp8 too on sm_89 and sm_90 in bf16, compiled without a GPU (`tritonllm_course.targets`' machinery):
+    each compiles, and its shared memory and registers fit."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    root = Path(__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", _COMPILE], env=env, cwd=root, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout + done.stderr[-2000:]
