@@ -12,9 +12,12 @@ BUGS = [
         ((_W_LOAD, 'eviction_policy="evict_first").to(tl.uint8, bitcast=True).to(tl.float32)'),)),
     Bug("quant_gemv", "quant", "a zero point of 128 subtracted from symmetric weights",
         ((_ACC, "        acc += (q - 128.0) * x[None, :]\n"),)),
-    # the edge "large activations": the raw int8 sums pass 65504 before the scale brings them back
+    # each product rounded to fp16 as it joins the lane's sum: the fp32 runs see the rounding
     Bug("quant_gemv", "quant", "accumulation in fp16",
         ((_ACC, "        acc = (acc + q * x[None, :]).to(tl.float16).to(tl.float32)\n"),)),
+    # the edge "large activations": the raw int8 sums pass 65504 before the scale brings them back
+    Bug("quant_gemv", "quant", "the row's sum reduced in fp16, before the scale",
+        (("    y = tl.sum(acc, axis=1)  ", "    y = tl.sum(acc.to(tl.float16), axis=1).to(tl.float32)  "),)),
     Bug("quant_gemv", "quant", "the per-channel scale never applied",
         (("        y = y * tl.load(s_ptr + rows, mask=row_ok, other=0.0)\n", "        y = y\n"),)),
     Bug("quant_gemv.group", "quant", "the scales read as [groups, N] (the wrong axis)",
