@@ -42,7 +42,7 @@ KERNEL_TESTS = (
     "test_slots", "test_attention", "test_autotune", "test_conv1d", "test_delta_rule", "test_deltanet_gates",
     "test_embedding", "test_flash_attention", "test_flash_decoding", "test_gated_rmsnorm", "test_gemm_epilogue",
     "test_hf_rounding", "test_kv_cache", "test_layer_fusion", "test_linear", "test_lowering", "test_norm_fusion",
-    "test_reference_ops", "test_residual", "test_rmsnorm", "test_rope", "test_sampling", "test_splitk",
+    "test_quant", "test_reference_ops", "test_residual", "test_rmsnorm", "test_rope", "test_sampling", "test_splitk",
     "test_swiglu", "test_fp16_residual",
 )
 MODEL_TESTS = (

@@ -75,6 +75,11 @@ _CATALOG = [
     # beyond the model: the source article's fused matmul + GELU (Qwen3.5's MLP is SwiGLU)
     ("gemm_gelu", None, None, "GEMM + GELU epilogue", "not in Qwen3.5 (SwiGLU): gelu(x @ W.T) in one kernel",
      "28_compilers"),
+    # beyond the bf16 floor: 8-bit weights (the variants `.group` and `.fp8` are added by slots/quant.py)
+    ("quant_gemv", None, None, "dequantizing GEMV", "decode projections and the LM head from int8 / fp8 weights",
+     "31_weight_quant"),
+    ("quant_gemm", None, None, "dequantizing GEMM", "prompt projections from int8 / fp8 weights, tl.dot",
+     "31_weight_quant"),
 ]
 
 for _name, _op, _article, _title, _qwen, _chapter in _CATALOG:
