@@ -28,13 +28,12 @@ import triton.language as tl
 
 from tritonllm_course import triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args, runtime
-from tritonllm_course.triton_helpers import pdl_enter
+from tritonllm_course.triton_helpers import FP8_CAPABILITY, pdl_enter
 
 SMS = 132  # streaming multiprocessors of an H200: the GEMV's grid is sized against them
 WEIGHT_DTYPES = (torch.int8, torch.float8_e4m3fn)
 # a GEMV of more programs than this launches without PDL, as the bf16 GEMV does (solutions/linear.py)
 PDL_MAX_PROGRAMS = 64 * SMS
-FP8_CAPABILITY = 89   # fp8 e4m3 conversions in hardware: Ada (sm_89) and Hopper (sm_90) on; a T4 is sm_75
 
 
 @triton.jit
@@ -174,7 +173,7 @@ def _check(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, group_siz
         validate.tensor(scale, "scale", dtype=torch.float32, shape=(N, groups))
     device = validate.same_device(x=x, weight=weight, scale=scale)
     gpu = helpers.gpu_of(device)
-    if weight.dtype == torch.float8_e4m3fn and gpu is not None and gpu.capability < FP8_CAPABILITY:
+    if weight.dtype == torch.float8_e4m3fn and gpu is not None and not gpu.fp8:
         raise ValueError(f"fp8 e4m3 weights need an sm_{FP8_CAPABILITY}+ GPU; this one ({gpu.name}) is "
                          f"sm_{gpu.capability}: quantize to int8 instead")
     return N, K, groups

@@ -214,6 +214,26 @@ def test_fp8_is_refused_on_a_gpu_before_sm_89():
             QL.quant_gemv(_x(1, 64), q, scale)
 
 
+
+def test_fp8_slots_are_not_run_on_a_gpu_before_sm_89():
+    """On a T4 the fp8 slots are reported "not run", naming the capability, rather than failed: the check a
+    learner runs there, and tests/test_slots.py, skip them; the interpreter runs them anywhere."""
+    from types import SimpleNamespace
+
+    from tritonllm_course import slots
+    from tritonllm_course.checking import check
+
+    t4 = SimpleNamespace(interpreted=False, capability=(7, 5))
+    h200 = SimpleNamespace(interpreted=False, capability=(9, 0))
+    for name in ("quant_gemv.fp8", "quant_gemm.fp8"):
+        slot = slots.get(name)
+        assert slot.not_here(t4) == f"{name} needs sm_89 or newer ({slot.title}); this GPU is sm_75"
+        assert slot.not_here(h200) is None
+    assert slots.get("quant_gemv").not_here(t4) is None
+    assert slots.get("quant_gemv.fp8").not_here(SimpleNamespace(interpreted=True, capability=None)) is None
+    if not helpers.gpu_launch(torch.empty(0).device):   # under the interpreter the check runs fp8 in full
+        assert check("quant_gemv.fp8", "solutions", verbose=False).passed
+
 # --- the accuracy measurement -----------------------------------------------------------------------------------
 def test_accuracy_quantizes_every_linear_weight_and_only_those():
     from tritonllm_course.config import PRESETS

@@ -519,6 +519,11 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
     rt = runtime()
     dtypes = _dtypes(dtype) or slot.dtypes(rt)
     limit = time_limit_s()
+    if (why := slot.not_here(rt)) is not None:
+        report = Report(name, source or kernels.selected(), "", problems=[f"not run: {why}"])
+        if verbose:
+            print(report)
+        return report
     if _gpu_lost and not rt.interpreted:
         report = Report(name, source or kernels.selected(), "", problems=[
             f"not run: {_gpu_lost}; nothing more can run on this GPU until the Python kernel restarts"])

@@ -188,6 +188,9 @@ def pdl_enter(PDL: tl.constexpr):
 
 
 # --- the GPU a launch is for --------------------------------------------------------------------------------
+FP8_CAPABILITY = 89   # the first compute capability with fp8 (e4m3, e5m2) conversions in hardware
+
+
 @dataclass(frozen=True)
 class GPU:
     """What a kernel may use on one kind of GPU. Shared memory is the most a block may ask for (the opt-in
@@ -207,6 +210,10 @@ class GPU:
     @property
     def pdl(self) -> bool:           # programmatic dependent launch (griddepcontrol): sm_90 on
         return self.capability >= 90
+
+    @property
+    def fp8(self) -> bool:           # fp8 e4m3 conversions in hardware: Ada (sm_89) and Hopper (sm_90) on
+        return self.capability >= FP8_CAPABILITY
 
     @property
     def dtypes(self) -> tuple[str, ...]:

@@ -41,6 +41,7 @@ class Slot:
     edges: list["Edge"] = field(default_factory=list)   # edge inputs `check` runs beside the shapes
     dims: dict[str, tuple[str, ...]] = field(default_factory=dict)  # {output: dim names} for reports
     extra: dict[str, Any] = field(default_factory=dict)
+    min_capability: int | None = None     # e.g. 89: fp8 conversions in hardware (Ada, Hopper); None: every GPU
 
     @property
     def ready(self) -> bool:
@@ -66,6 +67,17 @@ class Slot:
         wanted = [torch.float32, torch.float16] if rt.interpreted else list(dict.fromkeys([rt.dtype, torch.float16]))
         allowed = self.extra.get("dtypes")
         return [d for d in wanted if allowed is None or d in allowed]
+
+    def not_here(self, rt) -> str | None:
+        """Why the slot cannot run on this GPU (its capability below `min_capability`), or None. The
+        interpreter runs every slot: it emulates the conversions the hardware lacks."""
+        if self.min_capability is None or rt.interpreted or rt.capability is None:
+            return None
+        major, minor = rt.capability
+        if 10 * major + minor >= self.min_capability:
+            return None
+        return (f"{self.name} needs sm_{self.min_capability} or newer ({self.title}); "
+                f"this GPU is sm_{major}{minor}")
 
 
 @dataclass

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..reference.quant import dequantize, quant_linear, quantize
+from ..triton_helpers import FP8_CAPABILITY
 from . import Edge, implement, tensor_bytes
 from .common import projection_flops, projection_out, scaled, zero_rows
 
@@ -91,16 +92,20 @@ FORMATS = {   # slot suffix: (quantization format, edges, title)
 for suffix, (fmt, edges, title) in FORMATS.items():
     group = 32 if fmt == "int8_group" else None
     real_group = 128 if fmt == "int8_group" else None
+    # fp8 e4m3 converts in hardware from sm_89 on (the wrapper refuses older GPUs); the interpreter runs it anywhere
+    needs = FP8_CAPABILITY if fmt == "fp8" else None
     implement(f"quant_gemv{suffix}", family="quant", function="quant_gemv", title=f"dequantizing GEMV, {title}",
               chapter="31_weight_quant", qwen="every projection and the LM head at decode, from 8-bit weights",
               reference=quant_linear, torch_impl=eager, make_inputs=_make_inputs(fmt), make_out=projection_out,
               bytes=quant_bytes, flops=projection_flops, edges=edges, dims={"out": ("token", "feature")},
+              min_capability=needs,
               shapes={"tiny": [_shape(1, 131, 509, group), _shape(1, 509, 131, group), _shape(1, 67, 2085, group)],
                       "real": [_shape(1, N, K, real_group) for N, K in REAL]})
     implement(f"quant_gemm{suffix}", family="quant", function="quant_gemm", title=f"dequantizing GEMM, {title}",
               chapter="31_weight_quant", qwen="the projections over a whole prompt, from 8-bit weights",
               reference=quant_linear, torch_impl=eager, make_inputs=_make_inputs(fmt), make_out=projection_out,
               bytes=quant_bytes, flops=projection_flops, edges=edges, dims={"out": ("token", "feature")},
+              min_capability=needs,
               shapes={"tiny": [_shape(67, 131, 200, group), _shape(37, 509, 131, group),
                                _shape(16, 40, 509, group)],
                       "real": [_shape(PROMPT, N, K, real_group) for N, K in REAL[:5]]})
