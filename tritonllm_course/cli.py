@@ -167,7 +167,7 @@ def cmd_colab_links(args) -> int:
 # The commands whose parsers sit beside code that imports torch (several seconds): module, the function that
 # adds the parser, the function that runs it (None: the parser sets its own), the line of --help.
 _TORCH_COMMANDS = {
-    "generate": ("generation", "add_generate_parser", "run_generate",
+    "generate": ("generate_command", "add_generate_parser", "run_generate",
                  "generate tokens with Qwen3.5 (reference model)"),
     "bench": ("engine.bench", "add_bench_parser", "run_bench", "the benchmark table (GPU only)"),
     "layers": ("measure.layer_times", "add_layers_parser", None,

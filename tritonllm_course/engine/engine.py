@@ -53,7 +53,7 @@ import torch
 from .. import reference as R
 from .. import validate
 from ..config import Qwen35Config
-from ..generation import check_count, check_ids, check_sampling, check_seed, eos_set, nonfinite_error
+from ..validate import check_count, check_ids, check_sampling, check_seed, eos_set, nonfinite_error
 from ..model.cache import Qwen35Cache
 from ..runtime import no_launch_overlap, programmatic_launches
 from ..weights import check_memory, check_weights, load_weights, random_weights
