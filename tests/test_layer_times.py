@@ -11,7 +11,7 @@ import torch
 from tritonllm_course import cli
 from tritonllm_course.config import QWEN35_0_8B, TINY
 from tritonllm_course.engine import Engine
-from tritonllm_course.engine.demo import meta_weights
+from tritonllm_course.demo import meta_weights
 from tritonllm_course.measure import layer_times as LT
 from tritonllm_course.measure import profiling as P
 

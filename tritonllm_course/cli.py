@@ -169,7 +169,7 @@ def cmd_colab_links(args) -> int:
 _TORCH_COMMANDS = {
     "generate": ("generate_command", "add_generate_parser", "run_generate",
                  "generate tokens with Qwen3.5 (reference model)"),
-    "bench": ("engine.bench", "add_bench_parser", "run_bench", "the benchmark table (GPU only)"),
+    "bench": ("measure.engine_bench", "add_bench_parser", "run_bench", "the benchmark table (GPU only)"),
     "layers": ("measure.layer_times", "add_layers_parser", None,
                "the engine per layer and per kind of layer (GPU; --config tiny on the CPU)"),
     "targets": ("targets", "add_targets_parser", None,

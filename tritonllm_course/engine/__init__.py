@@ -3,7 +3,8 @@
 `Engine` (engine.py) runs the model; `ops.py` holds the optimisation levels (`LEVELS`: "operators", one
 kernel per operator; "fused"; "fast", the fewest kernels), each a `Plan`: which kernel each step uses and
 what each path fuses; `buffers.py` holds the static tensors; `merged.py` the merged weights; `graph.py` the
-capture and replay; `bench.py` the measured table (`tritonllm-course bench`).
+capture and replay. The measured table (`tritonllm-course bench`) sits above the engine, in
+`measure/engine_bench.py`.
 """
 from .engine import Engine, Sampling, StreamSuperseded
 from .ops import FAST_STEPS, FUSED_STEPS, LEVELS, SOURCES, STEPS, Fusions, OpTable, Plan

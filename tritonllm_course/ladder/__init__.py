@@ -52,7 +52,7 @@ def measure(config_name: str = "qwen3.5-0.8b", dtype=torch.bfloat16, device="cud
     """
     from ..config import PRESETS
     from .steps import STEPS, Check, climb, prompt_ids
-    from ..engine.demo import varied_weights
+    from ..demo import varied_weights
     from ..weights import random_weights
     if config_name not in PRESETS:
         raise ValueError(f"config_name must be one of {sorted(PRESETS)}, got {config_name!r}")

@@ -26,7 +26,7 @@ from .. import kernels
 from .. import reference as R
 from .. import validate
 from ..config import Qwen35Config
-from ..engine.demo import every_kernel
+from ..demo import every_kernel
 from ..model import Qwen35Model
 from ..swap import swapped
 from .naive import Transposed, per_output_linear, token_by_token
@@ -132,7 +132,7 @@ def steps_for(device) -> tuple[Step, ...]:
 def kernel_families() -> list[str]:
     """The kernel families (solutions/<family>.py, exercises/<family>.py) the ladder's steps run."""
     from .. import slots
-    from ..engine.demo import _KERNEL_OF_OP
+    from ..demo import _KERNEL_OF_OP
     from ..engine.ops import slot_names
     model = {family for family, _ in _KERNEL_OF_OP.values()} | {"flash_attention", "flash_decoding", "norm_fusion"}
     levels = {p.level for s in STEPS if isinstance(p := s.path, EnginePath)}

@@ -4,6 +4,8 @@
   CUDA-graph timer `time_calls`, the measured copy ceiling (and the one on record, `recorded_ceiling`),
   and what every GPU script shares;
 - `kernel_table`: every ready kernel at its real shapes, one table;
+- `engine_bench`: the engine against transformers and the reference model, one table
+  (`tritonllm-course bench`); `family`: that table for every size of the family;
 - `profiling`: the bytes one decode token must move, and where the engine's step spends its time
   (chapter 20);
 - `delta_rule_bench` (chapters 15 and 16), `flash_bench` (23 and 25), `splitk_bench` (24),
