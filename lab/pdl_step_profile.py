@@ -56,7 +56,7 @@ def increments(starts: list[float], ends: list[float]) -> tuple[list[float], lis
 def profile_mode(mode: str, context: int, gbps: float) -> dict:
     from tritonllm_course.config import QWEN35_0_8B
     from tritonllm_course.engine import Engine
-    from tritonllm_course.engine.ops import LEVELS
+    from tritonllm_course.engine.plan import LEVELS
     from tritonllm_course.measure import profiling as P
     from tritonllm_course.runtime import no_launch_overlap
     engine = Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=0, level="fast",

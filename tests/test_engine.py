@@ -19,7 +19,8 @@ from tritonllm_course.engine import STEPS, Engine
 from tritonllm_course.measure import engine_bench
 from tritonllm_course.engine.engine import TokenReader
 from tritonllm_course.engine.merged import deinterleave_query_gate
-from tritonllm_course.engine.ops import resolve, slot_names
+from tritonllm_course.engine.ops import resolve
+from tritonllm_course.engine.plan import slot_names
 from tritonllm_course.generation import generate
 from tritonllm_course.hf_compat import hf_model, weights_from_hf
 from tritonllm_course.model import Qwen35Model

@@ -47,7 +47,7 @@ def test_bytes_per_token_item_by_item():
 
 @pytest.mark.parametrize("level", ["fused", "fast"])
 def test_fused_slots_count_the_bytes_of_the_steps_they_replace(level):
-    from tritonllm_course.engine.ops import LEVELS
+    from tritonllm_course.engine.plan import LEVELS
     b, slots = P.step_bytes(QWEN35_0_8B, 100), P.slot_bytes(QWEN35_0_8B, 100, steps=LEVELS[level].steps)
     assert sum(slots.values()) == sum(b.values())                               # every byte somewhere
     if level == "fast":     # the DeltaNet in-projection also runs the conv's step

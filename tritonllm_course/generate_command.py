@@ -102,7 +102,7 @@ def _backend(args, model: Qwen35Model, max_seq_len: int):
         where = "" if kernels.has_solutions() else "; this copy has no solutions/ to fall back on"
         raise ValueError(f"{e} (TRITONLLM_KERNELS={kernels.selected()}{where})") from None
     print(kernels.sources_line(engine.ops.sources()), file=sys.stderr)
-    for note in engine.ops.fallbacks:   # fused kernels this config's shapes do not fit: plain ones instead
+    for note in engine.plan.fallbacks:   # fused kernels this config's shapes do not fit: plain ones instead
         print(f"level {args.level}: {note}", file=sys.stderr)
     graph = "CUDA graph" if engine.use_graph else "no CUDA graph"
     return (lambda _model, ids, n, **options: engine.stream(ids, n, **options)), f"triton, {args.level} ({graph})"

@@ -112,7 +112,7 @@ def _trace_engine(level: str, dtype, gpu) -> None:
     """Run the engine of Qwen3.5-0.8B at `level` on the meta device: two prompt chunks and two decode steps."""
     from .config import QWEN35_0_8B
     from .demo import meta_weights
-    from .engine.engine import Engine, Sampling
+    from .engine import Engine, Sampling
     engine = Engine(QWEN35_0_8B, meta_weights(QWEN35_0_8B, dtype), max_seq_len=MAX_SEQ_LEN,
                     default_source="solutions", cuda_graph=False, prefill_chunk=PROMPT_CHUNK, level=level)
     # the kernels made for PDL where the GPU has it, launched with it (what the engine does on a CUDA device)

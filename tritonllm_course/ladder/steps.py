@@ -133,7 +133,7 @@ def kernel_families() -> list[str]:
     """The kernel families (solutions/<family>.py, exercises/<family>.py) the ladder's steps run."""
     from .. import slots
     from ..demo import _KERNEL_OF_OP
-    from ..engine.ops import slot_names
+    from ..engine.plan import slot_names
     model = {family for family, _ in _KERNEL_OF_OP.values()} | {"flash_attention", "flash_decoding", "norm_fusion"}
     levels = {p.level for s in STEPS if isinstance(p := s.path, EnginePath)}
     engine = {slots.get(name).family for level in levels for name in slot_names(level)}

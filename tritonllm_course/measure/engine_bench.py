@@ -62,7 +62,7 @@ from .. import kernels
 from ..config import FAMILY, PRESETS, QWEN35_0_8B, Qwen35Config
 from ..demo import meta_weights
 from ..engine import Engine
-from ..engine.ops import levels_markdown
+from ..engine.plan import levels_markdown
 from ..hf_compat import hf_model, weights_from_hf
 from ..model import Qwen35Model
 from ..reference import precision

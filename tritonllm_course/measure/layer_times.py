@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..engine.ops import LEVELS
+from ..engine.plan import LEVELS
 from .profiling import (EMBEDDING, HEAD, OTHER, AttributionError, _decode_and_read, _prompt, busy_us,
                         check_attribution, check_layers, check_prompt_len, device_events, layer_tracing,
                         place_kernels, slot_kernels, timeline_us, traced_calls, traced_prefill_calls)

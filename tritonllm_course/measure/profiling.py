@@ -5,7 +5,7 @@ bytes it must move (chapter 20).
   the engine, per kernel slot and in total (docs/qwen35.md §6), computed from the config alone;
   `floor_us`: those bytes at the measured copy bandwidth.
 - `expected_calls` / `traced_calls`: the kernel slots one decode token calls, predicted from the engine's
-  step table (`engine.ops.STEPS`) and recorded with `engine.tracing()` (works on the CPU).
+  step table (`engine.plan.STEPS`) and recorded with `engine.tracing()` (works on the CPU).
 - `decode_breakdown` (GPU only): torch.profiler over a few decode steps, launched op by op and replayed
   from the CUDA graph; every kernel of the trace attributed to the slot that launched it; GPU time per
   token, per kernel and per slot, against the wall time per token and against the bytes of each slot. A
@@ -35,7 +35,7 @@ import torch
 
 from ..config import Qwen35Config
 from ..engine.engine import TokenReader
-from ..engine.ops import LEVELS, STEPS
+from ..engine.plan import LEVELS, STEPS
 from ..regions import call_closure
 from ..safe_files import atomic_write_text, save_figure
 
@@ -45,7 +45,7 @@ EMBEDDING, HEAD = "embedding", "head"    # the parts of a step outside its layer
 
 # --- the byte model ----------------------------------------------------------------------------------------
 def step_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> dict[str, int]:
-    """HBM bytes one greedy decode token moves in each step of the engine (`engine.ops.STEPS` names), all
+    """HBM bytes one greedy decode token moves in each step of the engine (`engine.plan.STEPS` names), all
     the step's calls of the token together.
 
     Counted as docs/qwen35.md §6 does: every weight read once (matrices, norms, conv taps, `A_log`,
@@ -110,7 +110,7 @@ FOLDED = "(folded into other kernels)"
 
 def slot_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16, steps=STEPS) -> dict[str, int]:
     """`step_bytes` summed per kernel slot of a decode path: `steps` is a level's step table
-    (`engine.ops.LEVELS`), e.g. at the operators level `in_proj` = both in-projections.
+    (`engine.plan.LEVELS`), e.g. at the operators level `in_proj` = both in-projections.
 
     A fused step counts the bytes of the steps it replaces (`FUSED_STEP_PARTS`); a step a kernel takes in
     without a row of its own (ln1's weight in the in-projections; at the fast level the gates and the gated
