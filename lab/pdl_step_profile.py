@@ -9,7 +9,7 @@ Method: the engine's fast decode step of Qwen3.5-0.8B (random weights of the rea
 from its CUDA graph at 128 and 4,096 cached tokens, three ways: without PDL; with PDL but each kernel
 launched after the one before has finished (`no_launch_overlap` at capture: the same kernels, so their
 durations are clean); with PDL. torch.profiler's device trace of 8 replays; each kernel's slot from the
-traced calls (`measure.profiling.attribute`). Per kernel, its *increment*: its end minus the end of the
+traced calls (`measure.trace.attribute`). Per kernel, its *increment*: its end minus the end of the
 kernel before it in the stream, which adds up to the step's device time with or without overlap; and,
 under PDL, its *overlap*: how long it was resident before the kernel ahead of it ended. Per slot, the
 increment beside the slot's bytes at the copy ceiling measured in the same run.
@@ -57,12 +57,12 @@ def profile_mode(mode: str, context: int, gbps: float) -> dict:
     from tritonllm_course.config import QWEN35_0_8B
     from tritonllm_course.engine import Engine
     from tritonllm_course.engine.plan import LEVELS
-    from tritonllm_course.measure import profiling as P
+    from tritonllm_course.measure import bytes_model as B, trace as T
     from tritonllm_course.runtime import no_launch_overlap
     engine = Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=0, level="fast",
                            pdl=mode != "no PDL", max_seq_len=context + 4 * STEPS + 16)
-    calls = P.traced_calls(engine, context)
-    per_slot = P.slot_kernels(engine)
+    calls = T.traced_calls(engine, context)
+    per_slot = T.slot_kernels(engine)
     prompt = [(7 * i + 3) % QWEN35_0_8B.vocab_size for i in range(context)]
     engine.reset()
     engine.prefill(prompt)
@@ -77,10 +77,10 @@ def profile_mode(mode: str, context: int, gbps: float) -> dict:
     stop.record()
     torch.cuda.synchronize()
     wall_us = start.elapsed_time(stop) * 1e3 / 32
-    names, starts, ends = P.device_events(engine.decode, STEPS)
-    owners = P.attribute(names, calls, per_slot, STEPS)
+    names, starts, ends = T.device_events(engine.decode, STEPS)
+    owners = T.attribute(names, calls, per_slot, STEPS)
     inc, lap = increments(starts, ends)
-    nbytes = P.slot_bytes(engine.config, context + 3 + 32 + STEPS // 2, engine.dtype, LEVELS["fast"].steps)
+    nbytes = B.slot_bytes(engine.config, context + 3 + 32 + STEPS // 2, engine.dtype, LEVELS["fast"].steps)
     slots: dict[str, dict] = defaultdict(lambda: {"calls": 0, "duration_us": 0.0, "increment_us": 0.0,
                                                   "overlap_us": 0.0})
     kernels: dict[str, dict] = defaultdict(lambda: {"calls": 0, "duration_us": 0.0, "increment_us": 0.0,

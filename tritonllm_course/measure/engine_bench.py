@@ -35,7 +35,7 @@ Method. Every system generates the same way: it hands each new token to the host
 (streaming, one host read per token), and the time of each token's arrival is recorded. Prefill = time
 to the first token for a 128-token prompt; decode at context L = mean time between consecutive tokens
 after a prompt of L tokens (STEPS tokens; median over REPEATS runs). Bandwidth: bytes a decode step must
-move at context L (`measure.profiling.bytes_per_token`; for Qwen3.5-0.8B in bf16 docs/qwen35.md §6's
+move at context L (`measure.bytes_model.bytes_per_token`; for Qwen3.5-0.8B in bf16 docs/qwen35.md §6's
 1,544,820,416 + 12,288 L bytes) per second, and the floor time (those bytes at the measured copy bandwidth)
 as a percentage of the measured time. Time to the first token is recorded at every context length too.
 `--config` takes the shapes of another size of the family (`config.FAMILY`, docs/family.md), random weights;
@@ -70,7 +70,7 @@ from ..runtime import no_launch_overlap, setup
 from ..safe_files import atomic_write_text, results_folder, save_figure
 from ..weights import resolve_checkpoint
 from .benchmark import ceiling_gbps, gpu_tag
-from .profiling import bytes_per_token
+from .bytes_model import bytes_per_token
 
 
 OPERATORS, FUSED, FAST = "Triton (one kernel per operator)", "Triton + fusion + split-K", "Triton, fewest kernels"
@@ -92,7 +92,7 @@ NOTES = {
 
 
 def byte_model(config) -> dict:
-    """The bf16 decode token's HBM bytes as a + b * context (`measure.profiling.bytes_per_token`): the
+    """The bf16 decode token's HBM bytes as a + b * context (`measure.bytes_model.bytes_per_token`): the
     weights and states `a`, the KV cache's bytes per cached token `b`; kept in a result, which its table
     and plot read."""
     fixed = bytes_per_token(config, 0)
