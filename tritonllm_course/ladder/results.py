@@ -23,10 +23,10 @@ NAME = "ladder"
 
 def result(rows, config: Qwen35Config, *, config_name: str, dtype: torch.dtype, device, prompt_len: int,
            tokens: int, uncached_tokens: int, repeats: int, check: dict | None, seconds: float) -> dict:
-    """The run as a dict: its set-up, the floors (on a GPU), and a row per step (`steps.Row`)."""
+    """The run as a dict: its set-up, the floors (on a GPU), and a row per step (`rungs.Row`)."""
     import triton
     from ..measure.bytes_model import bytes_per_token
-    from .steps import rows_as_dicts
+    from .rungs import rows_as_dicts
     device = torch.device(device)
     on_gpu = device.type == "cuda"
     per_token = bytes_per_token(config, prompt_len, dtype)
