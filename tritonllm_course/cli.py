@@ -20,11 +20,10 @@ import sys
 
 from . import __version__, exercise_files, kernels, regions, student_version
 from .exercise_files import drifted  # noqa: F401  (`cli.drifted()`: what the tests call)
-from .runtime import NO_COURSE, course_folder
+from .runtime import NO_COURSE, course_folder, setup
 
 
 def _setup():
-    from .runtime import setup
     return setup(quiet=True)
 
 

@@ -22,11 +22,11 @@ from typing import Callable
 
 import torch
 
-from .. import kernels
+from .. import kernels, slots
 from .. import reference as R
 from .. import validate
 from ..config import Qwen35Config
-from ..demo import every_kernel
+from ..demo import KERNEL_OF_OP, every_kernel
 from ..model import Qwen35Model
 from ..swap import swapped
 from .naive import Transposed, per_output_linear, token_by_token
@@ -133,10 +133,8 @@ def rungs_for(device) -> tuple[Rung, ...]:
 
 def kernel_families() -> list[str]:
     """The kernel families (solutions/<family>.py, exercises/<family>.py) the ladder's steps run."""
-    from .. import slots
-    from ..demo import _KERNEL_OF_OP
     from ..engine.plan import slot_names
-    model = {family for family, _ in _KERNEL_OF_OP.values()} | {"flash_attention", "flash_decoding", "norm_fusion"}
+    model = {family for family, _ in KERNEL_OF_OP.values()} | {"flash_attention", "flash_decoding", "norm_fusion"}
     levels = {p.level for s in RUNGS if isinstance(p := s.path, EnginePath)}
     engine = {slots.get(name).family for level in levels for name in slot_names(level)}
     return sorted(model | engine)

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ..engine import Engine
 from ..engine.plan import LEVELS
 from ..safe_files import atomic_write_text, save_figure
 from .trace import (EMBEDDING, HEAD, OTHER, AttributionError, busy_us, check_attribution, check_layers,
@@ -458,7 +459,6 @@ def add_layers_parser(subparsers) -> argparse.ArgumentParser:
 def run_layers(args) -> int:
     """Run `tritonllm-course layers`; returns the exit status (2: bad arguments; 1: no GPU, or a failure)."""
     from ..config import get_config
-    from ..engine import Engine
     from ..runtime import setup
     from .benchmark import results_stem
 
