@@ -22,13 +22,14 @@ ENGINE_MAX_LINES = 500
 
 # floor -> the modules and packages on it (a package: every module under it), bottom floor first
 FLOORS = {
-    "kernels and helpers": ("checking", "colab", "config", "exercise_files", "figures", "hf_compat", "kernels",
-                            "lowering", "memcheck", "pytest_faillog", "reference", "regions", "runtime",
-                            "safe_files", "slots", "tokenizer", "triton_helpers", "validate", "weights"),
+    "kernels and helpers": ("checking", "config", "exercise_files", "figures", "hf_compat", "kernels", "lowering",
+                            "memcheck", "reference", "regions", "runtime", "safe_files", "slots", "tokenizer",
+                            "triton_helpers", "validate", "weights"),
     "model": ("demo", "generation", "model", "swap"),
     "engine": ("engine",),
     "measurement": ("ladder", "measure"),
-    "tools": ("", "cli", "generate_command", "notebook", "notebooks_tools", "student_version", "targets"),
+    "tools": ("", "cli", "colab", "generate_command", "notebook", "notebooks_tools", "pytest_faillog",
+              "student_version", "targets"),
 }
 
 
@@ -179,3 +180,42 @@ def test_the_floors_read_relative_imports(written, floor, tmp_path):
     path.write_text(written + "\n")
     (target,) = [t for _, t, _ in imports("measure.x", path, {"engine", "measure"})]
     assert floor_of(target) == list(FLOORS).index(floor)
+
+
+def family_rows() -> list[str]:
+    """The table of CONTRIBUTING.md's map, one row per kernel family, from the slots: the solution, the slot
+    spec, the reference modules its slots check against, its own test file (else the generic check of
+    every slot, `tests/test_slots.py`) and the chapters that teach it."""
+    from tritonllm_course import slots
+    families: dict[str, tuple[set, set]] = {}
+    for slot in slots.all_slots():
+        if not slot.family:
+            continue
+        chapters, refs = families.setdefault(slot.family, (set(), set()))
+        chapters.add(slot.chapter)
+        for fn in (slot.reference, slot.torch_impl):
+            module = getattr(fn, "__module__", "") or ""
+            if module.startswith(f"{PACKAGE}.reference."):
+                refs.add(module.rsplit(".", 1)[1])
+    rows = ["| family | solution (`solutions/`) | slot (`tritonllm_course/slots/`) | reference "
+            "(`tritonllm_course/reference/`) | test (`tests/`) | chapter (`notebooks/`) |", "|---|---|---|---|---|---|"]
+    for family, (chapters, refs) in sorted(families.items()):
+        if not refs and (ROOT / PACKAGE / "reference" / f"{family}.py").exists():
+            refs = {family}       # a slot whose reference wraps the module's own (sampling's seeded draws)
+        test = f"test_{family}.py" if (ROOT / "tests" / f"test_{family}.py").exists() else "test_slots.py"
+        rows.append(f"| {family} | `{family}.py` | `{family}.py` | " + ", ".join(f"`{r}.py`" for r in sorted(refs))
+                    + f" | `{test}` | " + ", ".join(sorted(chapters)) + " |")
+    return rows
+
+
+@pytest.mark.needs_solutions
+def test_contributing_maps_every_kernel_family():
+    """CONTRIBUTING.md's table of the kernel families is the one the slots give (print `family_rows()` to
+    write it), and every file it names exists."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    rows = family_rows()
+    assert "\n".join(rows) in text, "CONTRIBUTING.md's family table differs; it should read:\n" + "\n".join(rows)
+    for row in rows[2:]:
+        family = row.split("|")[1].strip()
+        for path in (ROOT / "solutions" / f"{family}.py", ROOT / PACKAGE / "slots" / f"{family}.py"):
+            assert path.exists(), f"CONTRIBUTING.md names {path.relative_to(ROOT)}, which does not exist"
