@@ -36,11 +36,11 @@ from ..runtime import programmatic_launches
 
 @dataclass(frozen=True)
 class Sampling:
-    """Temperature / top-k / top-p: Python numbers, so frozen into a captured graph (one graph each)."""
+    """Temperature / top-k / top-p: Python numbers, so frozen into a captured graph (one graph each). Defined
+    beside the decode step that reads it; `Engine` exports it."""
     temperature: float
     top_k: int = 0
     top_p: float = 1.0
-
 
 
 @functools.cache

@@ -26,6 +26,8 @@ from ..config import ConfigError
 
 @dataclass(frozen=True)
 class Step:
+    """One row of a level's table: a step of a decode token or a prompt chunk, and the kernel slot each path
+    runs for it (the ladder of chapter 29 climbs `ladder.rungs.Rung`s, another thing)."""
     name: str
     where: str            # "model", "every layer", "attention layers", "DeltaNet layers", "sampling"
     prefill: str | None   # slot of the prefill path (None: not in that path)
