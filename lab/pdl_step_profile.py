@@ -9,7 +9,7 @@ Method: the engine's fast decode step of Qwen3.5-0.8B (random weights of the rea
 from its CUDA graph at 128 and 4,096 cached tokens, three ways: without PDL; with PDL but each kernel
 launched after the one before has finished (`no_launch_overlap` at capture: the same kernels, so their
 durations are clean); with PDL. torch.profiler's device trace of 8 replays; each kernel's slot from the
-traced calls (`measure.profiling.attribute`). Per kernel, its *increment*: its end minus the end of the
+traced calls (`measure.trace.attribute`). Per kernel, its *increment*: its end minus the end of the
 kernel before it in the stream, which adds up to the step's device time with or without overlap; and,
 under PDL, its *overlap*: how long it was resident before the kernel ahead of it ended. Per slot, the
 increment beside the slot's bytes at the copy ceiling measured in the same run.
@@ -38,7 +38,7 @@ import torch
 from lab import common
 
 CONTEXTS = (128, 4096)
-STEPS = 8
+TOKENS = 8          # decode tokens profiled per mode (one decode step each)
 MODES = ("no PDL", "PDL, no overlap", "PDL")
 
 
@@ -56,13 +56,13 @@ def increments(starts: list[float], ends: list[float]) -> tuple[list[float], lis
 def profile_mode(mode: str, context: int, gbps: float) -> dict:
     from tritonllm_course.config import QWEN35_0_8B
     from tritonllm_course.engine import Engine
-    from tritonllm_course.engine.ops import LEVELS
-    from tritonllm_course.measure import profiling as P
+    from tritonllm_course.engine.plan import LEVELS
+    from tritonllm_course.measure import bytes_model as B, trace as T
     from tritonllm_course.runtime import no_launch_overlap
     engine = Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=0, level="fast",
-                           pdl=mode != "no PDL", max_seq_len=context + 4 * STEPS + 16)
-    calls = P.traced_calls(engine, context)
-    per_slot = P.slot_kernels(engine)
+                           pdl=mode != "no PDL", max_seq_len=context + 4 * TOKENS + 16)
+    calls = T.traced_calls(engine, context)
+    per_slot = T.slot_kernels(engine)
     prompt = [(7 * i + 3) % QWEN35_0_8B.vocab_size for i in range(context)]
     engine.reset()
     engine.prefill(prompt)
@@ -77,27 +77,27 @@ def profile_mode(mode: str, context: int, gbps: float) -> dict:
     stop.record()
     torch.cuda.synchronize()
     wall_us = start.elapsed_time(stop) * 1e3 / 32
-    names, starts, ends = P.device_events(engine.decode, STEPS)
-    owners = P.attribute(names, calls, per_slot, STEPS)
+    names, starts, ends = T.device_events(engine.decode, TOKENS)
+    owners = T.attribute(names, calls, per_slot, TOKENS)
     inc, lap = increments(starts, ends)
-    nbytes = P.slot_bytes(engine.config, context + 3 + 32 + STEPS // 2, engine.dtype, LEVELS["fast"].steps)
+    nbytes = B.slot_bytes(engine.config, context + 3 + 32 + TOKENS // 2, engine.dtype, LEVELS["fast"].steps)
     slots: dict[str, dict] = defaultdict(lambda: {"calls": 0, "duration_us": 0.0, "increment_us": 0.0,
                                                   "overlap_us": 0.0})
     kernels: dict[str, dict] = defaultdict(lambda: {"calls": 0, "duration_us": 0.0, "increment_us": 0.0,
                                                     "overlap_us": 0.0})
     for name, owner, s, e, i, o in zip(names, owners, starts, ends, inc, lap):
         for row in (slots[owner], kernels[f"{name} ({owner})"]):
-            row["calls"] += 1 / STEPS
-            row["duration_us"] += (e - s) / STEPS
-            row["increment_us"] += i / STEPS
-            row["overlap_us"] += o / STEPS
+            row["calls"] += 1 / TOKENS
+            row["duration_us"] += (e - s) / TOKENS
+            row["increment_us"] += i / TOKENS
+            row["overlap_us"] += o / TOKENS
     for slot, row in slots.items():
         b = nbytes.get(slot)
         row["bytes"] = b
         row["floor_us"] = b / (gbps * 1e3) if b else None
     del engine
     torch.cuda.empty_cache()
-    return {"wall_us": wall_us, "device_us": (ends[-1] - starts[0]) / STEPS, "kernels_per_token": len(names) / STEPS,
+    return {"wall_us": wall_us, "device_us": (ends[-1] - starts[0]) / TOKENS, "kernels_per_token": len(names) / TOKENS,
             "floor_us": sum(nbytes.values()) / (gbps * 1e3),
             "slots": dict(sorted(slots.items(), key=lambda kv: -kv[1]["increment_us"])),
             "kernels": dict(sorted(kernels.items(), key=lambda kv: -kv[1]["increment_us"]))}
@@ -115,7 +115,7 @@ def main(out):
     common.setup()
     from tritonllm_course.measure.benchmark import ceiling_gbps
     gbps = ceiling_gbps()
-    res = common.header(copy_ceiling_GBps=gbps, steps=STEPS, runs={})
+    res = common.header(copy_ceiling_GBps=gbps, steps=TOKENS, runs={})
     path = common.result_path(out, "pdl_step_profile")
     for context in CONTEXTS:
         for mode in MODES:

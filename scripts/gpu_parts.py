@@ -55,7 +55,7 @@ HOST_ONLY = (
     "test_student_copy", "test_student_branch", "test_student_leaks", "test_exercise_files", "test_safe_files",
     "test_style", "test_regions", "test_notebook_metadata", "test_kernel_sources", "test_lab", "test_configs",
     "test_family_configs", "test_memcheck", "test_deltanet_head_fusion_probe", "test_figures",
-    "test_check_robustness", "test_targets", "test_gpu_parts",
+    "test_check_robustness", "test_targets", "test_gpu_parts", "test_house",
 )
 QUICK_CHAPTERS = ("04_rmsnorm.ipynb", "08_attention.ipynb", "19_engine.ipynb")
 

@@ -6,7 +6,7 @@ checkpoint written by transformers (`save_pretrained`), in the plain layout and 
 On the CPU the kernels run in Triton's interpreter, in fp32: the configs are tiny (widths of tens, 2-4
 layers, 4 new tokens) and each (config, level) pair runs once, the layout alternating so that every
 config and every level meets both layouts. Where a fused kernel of a level cannot take a config's shapes
-the level runs the plain kernels for that step and says so in the engine's summary (`ops.FALLBACKS`).
+the level runs the plain kernels for that step and says so in the engine's summary (`plan.FALLBACKS`).
 """
 import json
 
@@ -16,7 +16,7 @@ import torch
 from tritonllm_course import cli
 from tritonllm_course.config import PRESETS, ConfigError, Qwen35Config, miniature
 from tritonllm_course.engine import Engine
-from tritonllm_course.engine.ops import LEVELS, fitted_steps
+from tritonllm_course.engine.plan import LEVELS, fitted_plan
 from tritonllm_course.hf_compat import hf_model
 from tritonllm_course.weights import load_weights, random_weights, write_hub_checkpoint
 from tritonllm_course.runtime import runtime
@@ -136,10 +136,11 @@ def test_the_summary_names_each_fallback(name):
 
 def test_a_fallback_replaces_the_fused_steps_only():
     """The fast level's decode DeltaNet on plain kernels: its prompt path and the attention keep theirs."""
-    fast, _ = fitted_steps("fast")
-    fitted, notes = fitted_steps("fast", config_of("deltanet_only"))
+    fast = fitted_plan("fast").steps
+    plan = fitted_plan("fast", config_of("deltanet_only"))
+    fitted = plan.steps
     by_name = {s.name: s for s in fitted}
-    assert notes == ["DeltaNet decode: plain kernels (linear_conv_kernel_dim 3 is not a power of two >= 2)"]
+    assert plan.fallbacks == ("DeltaNet decode: plain kernels (linear_conv_kernel_dim 3 is not a power of two >= 2)",)
     assert by_name["conv"].decode == "conv1d_l2norm.decode" and by_name["gates"].prefill is None
     assert by_name["out_proj"].decode == "fused_linear_residual"
     kept = {s.name: s for s in fast}
@@ -147,7 +148,8 @@ def test_a_fallback_replaces_the_fused_steps_only():
     assert [s.name for s in fitted].index("gates") == [s.name for s in fitted].index("conv") + 1
     assert _path(fitted, "prefill") == _path(fast, "prefill")
     for level in ("fused", "fast"):              # heads over FlashAttention's: its prompt path only
-        assert _path(fitted_steps(level, config_of("wide_heads"))[0], "decode") == _path(LEVELS[level].steps, "decode")
+        wide = fitted_plan(level, config_of("wide_heads"))
+        assert _path(wide.steps, "decode") == _path(LEVELS[level].steps, "decode")
 
 
 def _path(steps, path):

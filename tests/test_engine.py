@@ -16,10 +16,11 @@ from tritonllm_course import cli, kernels, regions
 from tritonllm_course import reference as R
 from tritonllm_course.config import QWEN35_0_8B, TINY, get_config
 from tritonllm_course.engine import STEPS, Engine
-from tritonllm_course.engine import bench
+from tritonllm_course.measure import engine_bench
 from tritonllm_course.engine.engine import TokenReader
 from tritonllm_course.engine.merged import deinterleave_query_gate
-from tritonllm_course.engine.ops import resolve, slot_names
+from tritonllm_course.engine.ops import resolve
+from tritonllm_course.engine.plan import slot_names
 from tritonllm_course.generation import generate
 from tritonllm_course.hf_compat import hf_model, weights_from_hf
 from tritonllm_course.model import Qwen35Model
@@ -250,22 +251,24 @@ def _result(rows):
 
 
 def test_bench_table_plot_and_partial_results(tmp_path):
-    good = bench.Row("triton engine + CUDA graph", prefill_ms=20.0, decode_ms={128: 0.5, 4096: 0.8}, setup_s=30.0)
-    failed = bench.Row("reference compiled", error="failed: RuntimeError: boom")
-    result = _result([bench.asdict(good), bench.asdict(failed)])
-    bench.write(json.loads(json.dumps(result)), tmp_path)            # as read back from JSON: int keys become str
+    good = engine_bench.Row("triton engine + CUDA graph", prefill_ms=20.0, decode_ms={128: 0.5, 4096: 0.8},
+                            setup_s=30.0)
+    failed = engine_bench.Row("reference compiled", error="failed: RuntimeError: boom")
+    result = _result([engine_bench.asdict(good), engine_bench.asdict(failed)])
+    engine_bench.write(json.loads(json.dumps(result)), tmp_path)     # as read back from JSON: int keys become str
     md = (tmp_path / "bench.md").read_text()
-    floor = 100 * bench.bytes_per_token(result, 128) / 0.5e-3 / 1e9 / 4000.0
+    floor = 100 * engine_bench.recorded_bytes(result, 128) / 0.5e-3 / 1e9 / 4000.0
     assert f"{floor:.1f}%" in md and "2000" in md and "failed: RuntimeError: boom" in md
     assert "# Qwen3.5-0.8B on Test GPU" in md
     assert (tmp_path / "bench.png").stat().st_size > 1000 and json.loads((tmp_path / "bench.json").read_text())
     # a result without a byte model is Qwen3.5-0.8B's (docs/qwen35.md §6), one with it its own model's
-    assert bench.bytes_per_token(result, 0) == 1_544_820_416
-    assert bench.bytes_per_token(result, 4096) - bench.bytes_per_token(result, 0) == 12_288 * 4096
-    assert bench.byte_model(QWEN35_0_8B) == {"weight_and_state_bytes": 1_544_820_416, "kv_bytes_per_token": 12_288}
-    big = {**result, "config": "qwen3.5-4b", **bench.byte_model(get_config("qwen3.5-4b"))}
-    assert bench.bytes_per_token(big, 128) > 5 * bench.bytes_per_token(result, 128)
-    assert "# Qwen3.5-4B on Test GPU" in bench.markdown(json.loads(json.dumps(big)))
+    assert engine_bench.recorded_bytes(result, 0) == 1_544_820_416
+    assert engine_bench.recorded_bytes(result, 4096) - engine_bench.recorded_bytes(result, 0) == 12_288 * 4096
+    assert engine_bench.byte_model(QWEN35_0_8B) == {"weight_and_state_bytes": 1_544_820_416,
+                                                    "kv_bytes_per_token": 12_288}
+    big = {**result, "config": "qwen3.5-4b", **engine_bench.byte_model(get_config("qwen3.5-4b"))}
+    assert engine_bench.recorded_bytes(big, 128) > 5 * engine_bench.recorded_bytes(result, 128)
+    assert "# Qwen3.5-4B on Test GPU" in engine_bench.markdown(json.loads(json.dumps(big)))
 
 
 def test_bench_measures_time_to_first_token_and_between_tokens(monkeypatch):
@@ -276,9 +279,9 @@ def test_bench_measures_time_to_first_token_and_between_tokens(monkeypatch):
         now[0] += 1.0
         return [start + 0.010 + 0.002 * i for i in range(n)]
 
-    monkeypatch.setattr(bench.time, "perf_counter", lambda: now[0])
-    row = bench.Row("x")
-    bench._measure(fake_run, {128: [0] * 128, 1024: [0] * 1024}, 128, steps=5, repeats=3, row=row)
+    monkeypatch.setattr(engine_bench.time, "perf_counter", lambda: now[0])
+    row = engine_bench.Row("x")
+    engine_bench._measure(fake_run, {128: [0] * 128, 1024: [0] * 1024}, 128, steps=5, repeats=3, row=row)
     assert row.decode_ms == {128: pytest.approx(2.0), 1024: pytest.approx(2.0)}
     assert row.prefill_ms == pytest.approx(10.0)
     assert row.ttft_ms == {128: pytest.approx(10.0), 1024: pytest.approx(10.0)}

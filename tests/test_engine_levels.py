@@ -1,4 +1,4 @@
-"""The engine's levels (`engine.ops.LEVELS`): one kernel per operator ("operators"); SwiGLU folded into
+"""The engine's levels (`engine.plan.LEVELS`): one kernel per operator ("operators"); SwiGLU folded into
 gate/up and, at decode, the norms into the projections ("fused"); the fewest kernels, with split-K,
 FlashDecoding / FlashAttention and the epilogue fusions ("fast"). The benchmark's rows, each also under the
 CUDA graph on a GPU.
@@ -15,10 +15,11 @@ import pytest
 import torch
 
 from tritonllm_course.config import QWEN35_0_8B, TINY
-from tritonllm_course.engine import Engine, bench
-from tritonllm_course.engine.ops import FUSED_STEPS, LEVELS, STEPS, slot_names
+from tritonllm_course.engine import Engine
+from tritonllm_course.engine.plan import FUSED_STEPS, LEVELS, STEPS, slot_names
 from tritonllm_course.generation import generate
 from tritonllm_course.hf_compat import hf_model, weights_from_hf
+from tritonllm_course.measure import engine_bench
 from tritonllm_course.model import Qwen35Model
 
 PROMPT = [5, 17, 301, 42, 7, 99, 256, 3, 64, 128, 11]
@@ -128,10 +129,10 @@ def test_kernels_per_decode_token_are_the_op_tables(kernel_runs, monkeypatch):
 
 def test_real_model_kernel_counts():
     """Qwen3.5-0.8B (18 DeltaNet + 6 attention layers), traced on the meta device."""
-    assert bench.kernels_per_token(QWEN35_0_8B, "operators") == (335, 336)
-    assert bench.kernels_per_token(QWEN35_0_8B, "fused") == (262, 317)
+    assert engine_bench.kernels_per_token(QWEN35_0_8B, "operators") == (335, 336)
+    assert engine_bench.kernels_per_token(QWEN35_0_8B, "fused") == (262, 317)
     assert _per_token(CALLS, "fused", QWEN35_0_8B) == 262 and _per_token(LAUNCHED, "fused", QWEN35_0_8B) == 317
-    assert bench.kernels_per_token(QWEN35_0_8B, "fast") == (131, 138)
+    assert engine_bench.kernels_per_token(QWEN35_0_8B, "fast") == (131, 138)
     assert _per_token(CALLS, "fast", QWEN35_0_8B) == 131 and _per_token(LAUNCHED, "fast", QWEN35_0_8B) == 138
 
 
@@ -195,18 +196,19 @@ def test_bad_levels_and_slots_are_named(model):
 
 
 def test_bench_systems_levels_and_kernel_column(tmp_path):
-    assert bench.systems_named(["triton engine + CUDA graph", bench.FUSED, "triton engine"]) == [
-        bench.OPERATORS, bench.OPERATORS + bench.GRAPH, bench.FUSED]
+    assert engine_bench.systems_named(["triton engine + CUDA graph", engine_bench.FUSED, "triton engine"]) == [
+        engine_bench.OPERATORS, engine_bench.OPERATORS + engine_bench.GRAPH, engine_bench.FUSED]
     with pytest.raises(ValueError, match="unknown systems"):
-        bench.systems_named(["triton turbo"])
-    rows = [bench.Row(bench.FUSED + bench.GRAPH, prefill_ms=9.0, decode_ms={128: 0.6}, kernels=317),
-            bench.Row("transformers eager", prefill_ms=50.0, decode_ms={128: 20.0})]
+        engine_bench.systems_named(["triton turbo"])
+    rows = [engine_bench.Row(engine_bench.FUSED + engine_bench.GRAPH, prefill_ms=9.0, decode_ms={128: 0.6},
+                             kernels=317),
+            engine_bench.Row("transformers eager", prefill_ms=50.0, decode_ms={128: 20.0})]
     result = {"gpu": "Test GPU", "date": "2026-01-01", "dtype": "bfloat16", "model": "random", "versions": "x",
               "prompt_len": 128, "contexts": [128], "steps": 32, "repeats": 3, "ceiling_gbps": 4000.0,
-              "rows": [bench.asdict(r) for r in rows]}
-    assert "| kernels |" in bench.markdown(result) and "| 317 |" in bench.markdown(result)
-    result["levels"] = bench.levels_markdown()
-    md = bench.markdown(result)
+              "rows": [engine_bench.asdict(r) for r in rows]}
+    assert "| kernels |" in engine_bench.markdown(result) and "| 317 |" in engine_bench.markdown(result)
+    result["levels"] = engine_bench.levels_markdown()
+    md = engine_bench.markdown(result)
     assert "| o_proj | `out_proj.prefill` / `out_proj` | `out_proj.prefill` / `splitk_gemv` |" in md
     assert "| ln2 | `ln2` / `ln2` | `ln2` / - |" in md
     assert "| mlp | - | `fused_gate_up_silu.merged` / `fused_gate_up_silu.ln2` |" in md
@@ -254,8 +256,9 @@ def test_fused_fp32_teacher_forcing_matches_transformers(level):
 @pytest.mark.gpu
 def test_bench_runs_the_fused_levels(tmp_path):
     from tritonllm_course import cli
-    args = cli.build_parser().parse_args(["bench", "--out", str(tmp_path), "--systems", bench.FUSED,
-                                          bench.FUSED + bench.GRAPH, bench.FAST + bench.GRAPH, "--contexts", "128",
+    args = cli.build_parser().parse_args(["bench", "--out", str(tmp_path), "--systems", engine_bench.FUSED,
+                                          engine_bench.FUSED + engine_bench.GRAPH,
+                                          engine_bench.FAST + engine_bench.GRAPH, "--contexts", "128",
                                           "--steps", "4", "--repeats", "1"])
     assert args.func(args) == 0
     (folder,) = tmp_path.iterdir()

@@ -7,19 +7,19 @@ import pytest
 
 from tritonllm_course import cli
 from tritonllm_course.config import FAMILY, get_config
-from tritonllm_course.engine import bench
+from tritonllm_course.measure import engine_bench
 from tritonllm_course.measure import family
 
 
 def _bench(folder, size, ms_fast, ms_ops, date="2026-01-02"):
-    rows = [bench.Row(family.BEST, prefill_ms=2.0, decode_ms={128: ms_fast, 2048: ms_fast, 4096: ms_fast * 1.1},
+    rows = [engine_bench.Row(family.BEST, prefill_ms=2.0, decode_ms={128: ms_fast, 2048: ms_fast, 4096: ms_fast * 1.1},
                       ttft_ms={128: 2.0, 2048: 20.0, 4096: 40.0}, kernels=138),
-            bench.Row(bench.OPERATORS + bench.GRAPH, prefill_ms=3.0, decode_ms={128: ms_ops}),
-            bench.Row("transformers static + compile", error="skipped: the run's time budget of 1 s was spent")]
+            engine_bench.Row(engine_bench.OPERATORS + engine_bench.GRAPH, prefill_ms=3.0, decode_ms={128: ms_ops}),
+            engine_bench.Row("transformers static + compile", error="skipped: the run's time budget of 1 s was spent")]
     result = {"gpu": "Test GPU", "date": date, "dtype": "bfloat16", "model": "random", "config": size,
-              **bench.byte_model(get_config(size)), "versions": "torch x", "prompt_len": 128,
+              **engine_bench.byte_model(get_config(size)), "versions": "torch x", "prompt_len": 128,
               "contexts": [128, 2048, 4096], "steps": 16, "repeats": 2, "ceiling_gbps": 4000.0,
-              "rows": [bench.asdict(r) for r in rows]}
+              "rows": [engine_bench.asdict(r) for r in rows]}
     folder.mkdir(parents=True)
     (folder / "bench.json").write_text(json.dumps(result))
 
@@ -33,7 +33,7 @@ def test_collect_reads_each_sizes_newest_bench_and_names_the_fastest_level(tmp_p
     small, big = fam["sizes"].values()
     assert small["decode_ms"][family.BEST][128] == 0.65            # the newer of the two 0.8B folders
     assert big["bytes"][128] > 30 * small["bytes"][128]              # each size's own bytes
-    assert family.best_triton(big, 128) == (bench.OPERATORS + bench.GRAPH, 14.2)
+    assert family.best_triton(big, 128) == (engine_bench.OPERATORS + engine_bench.GRAPH, 14.2)
     md = family.markdown(fam)
     pct = 100 * big["bytes"][128] / 14.2e-3 / 1e9 / 4000.0
     assert f"operators 14.200 ({pct:.0f}%)" in md and "| 2.0 / 20.0 |" in md

@@ -9,7 +9,7 @@ import torch
 
 from tritonllm_course.config import FAMILY, get_config
 from tritonllm_course.engine import Engine
-from tritonllm_course.engine.ops import LEVELS
+from tritonllm_course.engine.plan import LEVELS
 from tritonllm_course.hf_compat import hf_model, weights_from_hf
 from tritonllm_course.model import Qwen35Model
 

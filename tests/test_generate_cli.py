@@ -6,7 +6,7 @@ import sys
 import pytest
 import torch
 
-from tritonllm_course import cli, generation
+from tritonllm_course import cli, generate_command
 from tritonllm_course.config import TINY
 from tritonllm_course.generation import generate
 from tritonllm_course.hf_compat import hf_model
@@ -105,7 +105,7 @@ def test_load_tokenizer_reads_the_checkpoint_files(tmp_path):
 def test_text_prompt_is_encoded_and_the_output_decoded(checkpoints, tmp_path, capsys, monkeypatch):
     _, hub = checkpoints
     tok = load_tokenizer(word_tokenizer_dir(tmp_path / "tok"))
-    monkeypatch.setattr(generation, "load_tokenizer", lambda root: tok)
+    monkeypatch.setattr(generate_command, "load_tokenizer", lambda root: tok)
     status, out, err = run_cli(capsys, "--model", str(hub), "--prompt", "hello world", "--max-new-tokens", "3",
                                "--json")
     assert status == 0, err

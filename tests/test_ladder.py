@@ -16,7 +16,7 @@ from tritonllm_course import ladder
 from tritonllm_course.config import TINY
 from tritonllm_course.ladder import results
 from tritonllm_course.ladder.naive import Transposed, per_output_linear, token_by_token
-from tritonllm_course.ladder.steps import STEPS, EnginePath, ModelPath, attention_by_path
+from tritonllm_course.ladder.rungs import RUNGS, EnginePath, ModelPath, attention_by_path
 
 
 def _pair(rt, n, k, dtype, seed=0):
@@ -84,19 +84,19 @@ def test_attention_by_path_sends_one_token_to_the_decode_kernel():
 
 # --- the table -------------------------------------------------------------------------------------------------
 def test_each_step_changes_one_thing():
-    keys = [s.key for s in STEPS]
+    keys = [s.key for s in RUNGS]
     assert len(set(keys)) == len(keys) and keys[0] == "naive" and keys[-1] == "pdl"
-    for before, step in zip(STEPS, STEPS[1:]):
+    for before, step in zip(RUNGS, RUNGS[1:]):
         if type(before.path) is type(step.path):
             changed = [f.name for f in dataclasses.fields(step.path)
                        if getattr(before.path, f.name) != getattr(step.path, f.name)]
             assert len(changed) == 1, f"{step.key} changes {changed}"
-    model_steps = [s for s in STEPS if isinstance(s.path, ModelPath)]
+    model_steps = [s for s in RUNGS if isinstance(s.path, ModelPath)]
     assert model_steps[0].path == ModelPath() and not model_steps[-1].path.sync
-    assert STEPS[-1].path == EnginePath("fast", cuda_graph=True, pdl=None)      # the engine's own default
-    assert [s.key for s in ladder.steps_for("cpu")] == [k for k in keys if k not in ("graph", "pdl")]
+    assert RUNGS[-1].path == EnginePath("fast", cuda_graph=True, pdl=None)      # the engine's own default
+    assert [s.key for s in ladder.rungs_for("cpu")] == [k for k in keys if k not in ("graph", "pdl")]
     with pytest.raises(KeyError, match="no step"):
-        ladder.step_named("turbo")
+        ladder.rung_named("turbo")
     with pytest.raises(ValueError, match="projection"):
         ModelPath(projection="diagonal")
 
@@ -106,7 +106,7 @@ def test_each_step_changes_one_thing():
 def climbed(rt):
     if rt.on_gpu:
         pytest.skip("the CPU ladder; the GPU test below runs the real shapes")
-    return ladder.measure("tiny", torch.float32, "cpu", steps=ladder.steps_for("cpu"), prompt_len=3, tokens=3,
+    return ladder.measure("tiny", torch.float32, "cpu", steps=ladder.rungs_for("cpu"), prompt_len=3, tokens=3,
                           uncached_tokens=2, repeats=1)
 
 
@@ -132,7 +132,7 @@ def test_a_check_of_its_own_beside_a_low_precision_run(rt):
     """The GPU's way on the CPU: timed in fp16 on transformers' initialisation, checked in fp32 on varied weights."""
     if rt.on_gpu:
         pytest.skip("the GPU test below runs the real shapes")
-    steps = [ladder.step_named(k) for k in ("kv_cache", "fast")]
+    steps = [ladder.rung_named(k) for k in ("kv_cache", "fast")]
     res = ladder.measure("tiny", torch.float16, "cpu", steps=steps, prompt_len=3, tokens=3, uncached_tokens=2,
                          repeats=1, check_prompt_len=3, check_tokens=3)
     assert res["check"]["weights"].endswith("a run of its own") and res["dtype"] == "float16"
@@ -142,7 +142,7 @@ def test_a_check_of_its_own_beside_a_low_precision_run(rt):
 
 
 def test_a_spent_budget_skips_the_steps_it_names(rt):
-    rows = ladder.climb(TINY, {"w": torch.zeros(1)}, steps=STEPS[:2], check=None, budget_s=-1)
+    rows = ladder.climb(TINY, {"w": torch.zeros(1)}, steps=RUNGS[:2], check=None, budget_s=-1)
     assert all(r.error.startswith("skipped: the run's time budget") and r.decode_ms is None for r in rows)
     with pytest.raises(ValueError, match="tokens must be >= 3"):
         ladder.climb(TINY, {"w": torch.zeros(1)}, tokens=2, check=None)

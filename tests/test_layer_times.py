@@ -11,9 +11,9 @@ import torch
 from tritonllm_course import cli
 from tritonllm_course.config import QWEN35_0_8B, TINY
 from tritonllm_course.engine import Engine
-from tritonllm_course.engine.demo import meta_weights
+from tritonllm_course.demo import meta_weights
 from tritonllm_course.measure import layer_times as LT
-from tritonllm_course.measure import profiling as P
+from tritonllm_course.measure import trace as T
 
 LEVELS = ("operators", "fused", "fast")
 
@@ -38,16 +38,16 @@ def one_step(rt):
         pytest.skip("the interpreter's launches")
     engine = Engine.random(TINY, torch.float32, "cpu", seed=0, max_seq_len=8, level="fast")
     engine.prefill([3, 5])
-    with P.layer_tracing(engine) as calls:
+    with T.layer_tracing(engine) as calls:
         names, starts, ends = LT.interpreter_events(engine.decode, 2)
     assert calls[:len(calls) // 2] * 2 == calls
-    return names, calls[:len(calls) // 2], P.slot_kernels(engine), engine.ops.steps
+    return names, calls[:len(calls) // 2], T.slot_kernels(engine), engine.ops.steps
 
 
 def _placed(names, calls, per_slot, runs=2):
-    slots = [c.slot if isinstance(c, P.Call) else c for c in calls]
-    placed = P.place_kernels(names, slots, per_slot, runs)
-    P.check_attribution(names, placed, slots, per_slot, runs)
+    slots = [c.slot if isinstance(c, T.Call) else c for c in calls]
+    placed = T.place_kernels(names, slots, per_slot, runs)
+    T.check_attribution(names, placed, slots, per_slot, runs)
     return placed
 
 
@@ -59,8 +59,8 @@ def test_each_kernel_falls_on_the_call_that_launched_it(one_step):
     for name, (run, j) in zip(names, placed):
         assert name in per_slot[calls[j].slot]
     assert {j for _, j in placed} == set(range(len(calls)))       # every call launched something
-    assert calls[0] == P.Call("embedding", P.EMBEDDING) and calls[-1].part == P.HEAD
-    P.check_layers(calls, steps, LT.layer_kinds(TINY))
+    assert calls[0] == T.Call("embedding", T.EMBEDDING) and calls[-1].part == T.HEAD
+    T.check_layers(calls, steps, LT.layer_kinds(TINY))
 
 
 def test_a_call_list_shifted_by_one_is_refused(one_step):
@@ -69,9 +69,9 @@ def test_a_call_list_shifted_by_one_is_refused(one_step):
     for wrong, why in ((slots[1:] + slots[:1], "out of the trace's order"),   # rotated by one
                        (slots[1:], "do not fit"),                               # the first call missing
                        (slots[:1] + slots, "do not fit")):                      # one call too many
-        with pytest.raises(P.AttributionError, match=why):
+        with pytest.raises(T.AttributionError, match=why):
             _placed(names, wrong, per_slot)
-    with pytest.raises(P.AttributionError, match="do not fit"):               # a kernel missing from the trace
+    with pytest.raises(T.AttributionError, match="do not fit"):               # a kernel missing from the trace
         _placed(names[:3] + names[4:], slots, per_slot)
 
 
@@ -79,42 +79,42 @@ def test_labels_shifted_by_one_call_are_refused(one_step):
     _, calls, _, steps = one_step
     kinds = LT.layer_kinds(TINY)
     # each call labelled as the one before it: layer 0 (DeltaNet) ends with layer 1's attention in-projection
-    late = [P.Call(c.slot, calls[max(j - 1, 0)].part) for j, c in enumerate(calls)]
-    with pytest.raises(P.AttributionError, match=r"layer 0 \(DeltaNet\) calls fused_rmsnorm_linear, which only"):
-        P.check_layers(late, steps, kinds)
+    late = [T.Call(c.slot, calls[max(j - 1, 0)].part) for j, c in enumerate(calls)]
+    with pytest.raises(T.AttributionError, match=r"layer 0 \(DeltaNet\) calls fused_rmsnorm_linear, which only"):
+        T.check_layers(late, steps, kinds)
     # each call labelled as the one after it: layer 0 starts with the embedding, layer 2 with a residual add
-    early = [P.Call(c.slot, calls[min(j + 1, len(calls) - 1)].part) for j, c in enumerate(calls)]
-    with pytest.raises(P.AttributionError, match="DeltaNet layers 0 and 2 call different slots"):
-        P.check_layers(early, steps, kinds)
-    swapped = [P.Call(c.slot, 1 - c.part if c.part in (0, 1) else c.part) for c in calls]   # layers 0, 1
-    with pytest.raises(P.AttributionError, match="which only (attention|DeltaNet) layers run"):
-        P.check_layers(swapped, steps, kinds)
-    with pytest.raises(P.AttributionError, match="no calls"):
-        P.check_layers([c for c in calls if c.part != 2], steps, kinds)
+    early = [T.Call(c.slot, calls[min(j + 1, len(calls) - 1)].part) for j, c in enumerate(calls)]
+    with pytest.raises(T.AttributionError, match="DeltaNet layers 0 and 2 call different slots"):
+        T.check_layers(early, steps, kinds)
+    swapped = [T.Call(c.slot, 1 - c.part if c.part in (0, 1) else c.part) for c in calls]   # layers 0, 1
+    with pytest.raises(T.AttributionError, match="which only (attention|DeltaNet) layers run"):
+        T.check_layers(swapped, steps, kinds)
+    with pytest.raises(T.AttributionError, match="no calls"):
+        T.check_layers([c for c in calls if c.part != 2], steps, kinds)
 
 
 def test_placing_calls_that_launch_a_kernel_several_times():
     calls = ["norm", "rule", "norm", "rule", "head"]
     per_slot = {"norm": {"rms"}, "rule": {"prep", "scan"}, "head": {"gemv", "rms"}}
     one = ["rms", "prep", "scan", "scan", "rms", "prep", "scan", "scan", "rms", "gemv"]   # scan: twice a call
-    placed = P.place_kernels(one * 2, calls, per_slot, 2)
-    P.check_attribution(one * 2, placed, calls, per_slot, 2)
+    placed = T.place_kernels(one * 2, calls, per_slot, 2)
+    T.check_attribution(one * 2, placed, calls, per_slot, 2)
     assert placed[:10] == [(0, 0), (0, 1), (0, 1), (0, 1), (0, 2), (0, 3), (0, 3), (0, 3), (0, 4), (0, 4)]
     assert placed[10:] == [(1, j) for _, j in placed[:10]]
-    assert P.attribute(one, calls, per_slot, 1) == [calls[j] for _, j in P.place_kernels(one, calls, per_slot, 1)]
+    assert T.attribute(one, calls, per_slot, 1) == [calls[j] for _, j in T.place_kernels(one, calls, per_slot, 1)]
 
 
 def test_the_parts_add_up_and_overlap_counts_once():
     # programmatic dependent launch: each kernel starts before the one before it ends
     starts, ends = [0.0, 8.0, 9.0, 20.0, 30.0], [10.0, 15.0, 18.0, 25.0, 32.0]
-    spans = P.timeline_us(starts, ends)
-    assert spans == [10.0, 5.0, 3.0, 5.0, 2.0] and sum(spans) == P.busy_us(starts, ends) == 25.0
-    calls = [P.Call("embedding", P.EMBEDDING), P.Call("ln1", 0), P.Call("lm_head", P.HEAD)]
+    spans = T.timeline_us(starts, ends)
+    assert spans == [10.0, 5.0, 3.0, 5.0, 2.0] and sum(spans) == T.busy_us(starts, ends) == 25.0
+    calls = [T.Call("embedding", T.EMBEDDING), T.Call("ln1", 0), T.Call("lm_head", T.HEAD)]
     names = ["emb", "memset", "rms", "copy", "gemv"]
     placed = [(0, 0), None, (0, 1), None, (0, 2)]
     parts = {r["part"]: r for r in LT.part_times(names, starts, ends, placed, calls, ["DeltaNet"], 1)}
-    assert parts[P.EMBEDDING]["us"] == 10.0 and parts[0]["us"] == 3.0 and parts[P.HEAD]["us"] == 2.0
-    assert parts["other"]["us"] == 10.0 and parts["other"]["slots"] == {P.OTHER: 10.0}   # between parts
+    assert parts[T.EMBEDDING]["us"] == 10.0 and parts[0]["us"] == 3.0 and parts[T.HEAD]["us"] == 2.0
+    assert parts["other"]["us"] == 10.0 and parts["other"]["slots"] == {T.OTHER: 10.0}   # between parts
     inside = [(0, 0), (0, 1), None, (0, 1), (0, 2)]          # unplaced work between two kernels of layer 0
     parts = {r["part"]: r for r in LT.part_times(names, starts, ends, inside, calls, ["DeltaNet"], 1)}
     assert parts[0]["us"] == 13.0 and parts[0]["launches"] == 3 and parts["other"]["us"] == 0.0
@@ -129,15 +129,15 @@ def test_every_layer_with_its_kind_at_every_level(measured, level):
     delta = {"prefill": "gated_delta_chunked", "decode": "gated_delta_recurrent"}
     for phase in lt.phases.values():
         parts = {r["part"]: r for r in phase.parts}
-        assert list(parts) == [P.EMBEDDING, 0, 1, 2, 3, P.HEAD, "other"]
+        assert list(parts) == [T.EMBEDDING, 0, 1, 2, 3, T.HEAD, "other"]
         for i, kind in enumerate(kinds):
             row = parts[i]
             assert row["kind"] == kind and row["us"] > 0 and row["launches"] >= 3
             slots = " ".join(row["slots"])
             assert (delta[phase.path] in slots) == (kind == "DeltaNet")
             assert ("attention" in slots or "flash" in slots) == (kind == "attention")
-        assert set(parts[P.EMBEDDING]["slots"]) == {"embedding"}
-        assert {"lm_head", "argmax"} <= set(parts[P.HEAD]["slots"])
+        assert set(parts[T.EMBEDDING]["slots"]) == {"embedding"}
+        assert {"lm_head", "argmax"} <= set(parts[T.HEAD]["slots"])
         assert parts["other"]["us"] == 0                       # the interpreter launches course kernels only
         assert phase.busy_us == pytest.approx(phase.kernel_us)  # one launch at a time: no overlap
         by_kind = {r["kind"]: r for r in phase.kinds()}
@@ -171,13 +171,13 @@ def test_the_calls_of_every_level_at_the_real_shapes_have_their_layers():
         engine = Engine(QWEN35_0_8B, meta_weights(QWEN35_0_8B), max_seq_len=8, default_source="reference",
                         cuda_graph=False, prefill_chunk=4, level=level)
         for path, run in (("prefill", lambda: engine.prefill([0] * 6)), ("decode", engine.decode)):
-            with P.layer_tracing(engine) as calls:
+            with T.layer_tracing(engine) as calls:
                 run()
             parts = list(dict.fromkeys(c.part for c in calls))
-            assert parts == [P.EMBEDDING, *range(24), P.HEAD], (level, path)
-            P.check_layers(calls, engine.ops.steps, kinds)
+            assert parts == [T.EMBEDDING, *range(24), T.HEAD], (level, path)
+            T.check_layers(calls, engine.ops.steps, kinds)
             if path == "decode" and level == "operators":
-                assert Counter(c.slot for c in calls) == P.expected_calls(QWEN35_0_8B)
+                assert Counter(c.slot for c in calls) == T.expected_calls(QWEN35_0_8B)
         assert not [name for name in ("_embed", "_in_proj", "_layers") if name in engine.__dict__]
 
 
@@ -216,7 +216,7 @@ def test_layer_times_on_the_gpu(tmp_path):
     assert list(lt.phases) == ["prefill 128", "decode @ 128", "decode @ 1024"] and lt.graph
     for phase in lt.phases.values():
         parts = {r["part"]: r for r in phase.parts}
-        assert all(parts[i]["us"] > 0 for i in range(24)) and parts[P.HEAD]["us"] > 0
+        assert all(parts[i]["us"] > 0 for i in range(24)) and parts[T.HEAD]["us"] > 0
         # wall time from a run without the profiler, busy time from the profiled one: 2% slack
         assert 0 < phase.busy_us <= 1.02 * phase.wall_us, str(lt)
         assert phase.busy_us <= phase.kernel_us * (1 + 1e-9)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import tritonllm_course
-from tritonllm_course.measure import profiling as P
+from tritonllm_course.measure import bytes_model as B, profiling as P, trace as T
 from tritonllm_course.config import QWEN35_0_8B, TINY
 from tritonllm_course.engine import Engine
 
@@ -20,12 +20,12 @@ def tiny_engine():
 
 @pytest.mark.parametrize("context", [0, 1, 4096, 262144])
 def test_bytes_per_token_is_the_specs(context):
-    assert P.bytes_per_token(QWEN35_0_8B, context) == 1_544_820_416 + 12_288 * context
+    assert B.bytes_per_token(QWEN35_0_8B, context) == 1_544_820_416 + 12_288 * context
 
 
 def test_bytes_per_token_item_by_item():
     """The table of docs/qwen35.md §6, line by line."""
-    b = P.step_bytes(QWEN35_0_8B, 100)
+    b = B.step_bytes(QWEN35_0_8B, 100)
     assert b["dn_in_proj"] + b["out_proj"] == 18 * 21_037_056                  # GDN matrices
     assert b["conv"] == 18 * 24_576 * 2 + 1_769_472                            # taps; state read + written
     assert b["gates"] + b["gated_rmsnorm"] == 18 * (16 * 4 + 16 * 2 + 128 * 4)    # A_log, dt_bias, norm
@@ -39,16 +39,16 @@ def test_bytes_per_token_item_by_item():
     assert b["cache_kv_write"] == 12_288 and b["attention"] == 12_288 * 100
     weights = sum(b.values()) - b["delta_rule"] - 1_769_472 - 496_640 - b["cache_kv_write"] - b["attention"]
     assert weights == 1_504_793_280
-    slots = P.slot_bytes(QWEN35_0_8B, 100)
+    slots = B.slot_bytes(QWEN35_0_8B, 100)
     assert slots["in_proj"] == b["attn_in_proj"] + b["dn_in_proj"]
     assert slots["ln2"] == b["ln2"] + b["final_norm"]
-    assert sum(slots.values()) == sum(b.values()) and P.FOLDED not in slots
+    assert sum(slots.values()) == sum(b.values()) and B.FOLDED not in slots
 
 
 @pytest.mark.parametrize("level", ["fused", "fast"])
 def test_fused_slots_count_the_bytes_of_the_steps_they_replace(level):
-    from tritonllm_course.engine.ops import LEVELS
-    b, slots = P.step_bytes(QWEN35_0_8B, 100), P.slot_bytes(QWEN35_0_8B, 100, steps=LEVELS[level].steps)
+    from tritonllm_course.engine.plan import LEVELS
+    b, slots = B.step_bytes(QWEN35_0_8B, 100), B.slot_bytes(QWEN35_0_8B, 100, steps=LEVELS[level].steps)
     assert sum(slots.values()) == sum(b.values())                               # every byte somewhere
     if level == "fast":     # the DeltaNet in-projection also runs the conv's step
         assert slots["fused_rmsnorm_linear"] == b["attn_in_proj"]
@@ -58,7 +58,7 @@ def test_fused_slots_count_the_bytes_of_the_steps_they_replace(level):
     assert slots["fused_gate_up_silu.ln2"] == b["ln2"] + b["gate_up"]
     assert slots["lm_head"] == b["lm_head"]
     folded = b["ln1"] + (b["gates"] + b["gated_rmsnorm"] if level == "fast" else 0)
-    assert slots[P.FOLDED] == folded < 100_000                                  # norm weights, gate params
+    assert slots[B.FOLDED] == folded < 100_000                                  # norm weights, gate params
     if level == "fast":
         assert slots["qk_norm_rope_cache"] == b["q_norm"] + b["k_norm"] + b["cache_kv_write"]
         assert slots["fused_linear_residual"] == b["o_proj"] + b["down"]
@@ -70,11 +70,11 @@ def test_fused_slots_count_the_bytes_of_the_steps_they_replace(level):
 
 
 def test_byte_model_follows_the_dtype_and_checks_context():
-    half, full = P.bytes_per_token(QWEN35_0_8B, 0), P.bytes_per_token(QWEN35_0_8B, 0, torch.float32)
+    half, full = B.bytes_per_token(QWEN35_0_8B, 0), B.bytes_per_token(QWEN35_0_8B, 0, torch.float32)
     assert 1.9 * half < full < 2 * half          # fp32 doubles all but the fp32 state and small tensors
     with pytest.raises(ValueError, match="context"):
-        P.bytes_per_token(QWEN35_0_8B, -1)
-    assert P.floor_us(QWEN35_0_8B, 0, gbps=4000) == pytest.approx(1_544_820_416 / 4000e9 * 1e6)
+        B.bytes_per_token(QWEN35_0_8B, -1)
+    assert B.floor_us(QWEN35_0_8B, 0, gbps=4000) == pytest.approx(1_544_820_416 / 4000e9 * 1e6)
 
 
 def test_recorded_ceiling_is_the_newest_kernel_tables(tmp_path):
@@ -95,59 +95,59 @@ def test_recorded_ceiling_is_the_newest_kernel_tables(tmp_path):
 
 
 def test_expected_calls_of_the_real_model():
-    calls = P.expected_calls(QWEN35_0_8B)
+    calls = T.expected_calls(QWEN35_0_8B)
     assert sum(calls.values()) == 335            # 24 x 7 + 6 x 9 + 18 x 6 + embed, final norm, head, argmax, advance
     assert calls["in_proj"] == calls["out_proj"] == 24
     assert calls["ln2"] == 25 and calls["qk_norm"] == 12
     assert calls["decode_attention"] == 6 and calls["gated_delta_recurrent"] == 18
     assert "sample" not in calls
-    sampled = P.expected_calls(QWEN35_0_8B, sampling=True)
+    sampled = T.expected_calls(QWEN35_0_8B, sampling=True)
     assert sampled["sample"] == 1 and "argmax" not in sampled
 
 
 def test_traced_calls_match_the_op_table(tiny_engine):
-    calls = P.traced_calls(tiny_engine)
-    assert Counter(calls) == P.expected_calls(TINY)
+    calls = T.traced_calls(tiny_engine)
+    assert Counter(calls) == T.expected_calls(TINY)
     assert calls[0] == "embedding" and calls[-2:] == ["argmax", "advance_positions"]
 
 
 def test_traced_calls_carry_their_layer(tiny_engine):
-    calls = P.traced_calls(tiny_engine, layers=True)
-    assert Counter(c.slot for c in calls) == P.expected_calls(TINY)
+    calls = T.traced_calls(tiny_engine, layers=True)
+    assert Counter(c.slot for c in calls) == T.expected_calls(TINY)
     parts = [c.part for c in calls]
-    assert list(dict.fromkeys(parts)) == [P.EMBEDDING, 0, 1, 2, 3, P.HEAD]     # each part once, in order
-    assert calls[0] == P.Call("embedding", P.EMBEDDING) and calls[-1] == P.Call("advance_positions", P.HEAD)
+    assert list(dict.fromkeys(parts)) == [T.EMBEDDING, 0, 1, 2, 3, T.HEAD]     # each part once, in order
+    assert calls[0] == T.Call("embedding", T.EMBEDDING) and calls[-1] == T.Call("advance_positions", T.HEAD)
     attention = {c.part for c in calls if c.slot == "decode_attention"}
     assert attention == set(TINY.attention_layers)
     assert not {"_embed", "_in_proj", "_layers"} & set(tiny_engine.__dict__)    # the marks are gone
 
 
 def test_slot_kernels(tiny_engine):
-    kernels = P.slot_kernels(tiny_engine)
+    kernels = T.slot_kernels(tiny_engine)
     for slot in ("in_proj", "out_proj", "gate_up", "down", "lm_head"):
         assert "gemv_kernel" in kernels[slot]
     assert "decode_attention_kernel" in kernels["decode_attention"]
     assert "output_gate_kernel" not in kernels["decode_attention"]
     assert {"argmax_partial_kernel", "argmax_merge_kernel"} <= kernels["argmax"]
     mixed = Engine.random(TINY, torch.float32, "cpu", seed=0, max_seq_len=8, sources={"ln1": "reference"})
-    assert P.slot_kernels(mixed)["ln1"] == set()
+    assert T.slot_kernels(mixed)["ln1"] == set()
 
 
 def test_prefill_calls_and_kernels(tiny_engine):
-    calls = P.traced_prefill_calls(tiny_engine, prompt_len=5)
+    calls = T.traced_prefill_calls(tiny_engine, prompt_len=5)
     steps = [s.prefill for s in tiny_engine.ops.steps if s.prefill]
     # every layer's prefill slots, then the head: each prefill slot of the table appears, nothing else
     assert set(calls) <= set(steps) and calls[0] == "embedding" and "lm_head" in calls
     # at prefill every layer's in-projection is one GEMM (the kernels after it read column views)
     assert Counter(calls)["in_proj.prefill"] == TINY.num_hidden_layers
     assert tiny_engine.length == 0                                      # reset afterwards
-    kernels = P.slot_kernels(tiny_engine, "prefill")
+    kernels = T.slot_kernels(tiny_engine, "prefill")
     assert "gemm_kernel" in kernels["in_proj.prefill"] and "gemv_kernel" in kernels["lm_head"]
     assert "gated_delta_recurrent" not in kernels
     with pytest.raises(ValueError, match="path"):
-        P.slot_kernels(tiny_engine, "decoding")
+        T.slot_kernels(tiny_engine, "decoding")
     with pytest.raises(ValueError, match="prompt_len"):
-        P.traced_prefill_calls(tiny_engine, prompt_len=0)
+        T.traced_prefill_calls(tiny_engine, prompt_len=0)
 
 
 def test_attribute_follows_the_call_order():
@@ -156,12 +156,12 @@ def test_attribute_follows_the_call_order():
                 "argmax": {"partial", "merge"}}
     one = ["norm", "gemv", "norm", "gemv", "partial", "merge"]
     trace = one + ["Memcpy DtoH"] + one
-    owners = P.attribute(trace, calls, per_slot, tokens=2)
+    owners = T.attribute(trace, calls, per_slot, tokens=2)
     assert owners[:6] == ["ln1", "in_proj", "ln2", "lm_head", "argmax", "argmax"]
-    assert owners[6] == P.OTHER and owners[7:] == owners[:6]
+    assert owners[6] == T.OTHER and owners[7:] == owners[:6]
     # a kernel whose count does not fit the calls cannot be placed among several slots
-    assert P.attribute(["norm"] * 3, calls, per_slot, tokens=2) == [P.OTHER] * 3
-    assert P.attribute(["partial"] * 3, calls, per_slot, tokens=2) == ["argmax"] * 3
+    assert T.attribute(["norm"] * 3, calls, per_slot, tokens=2) == [T.OTHER] * 3
+    assert T.attribute(["partial"] * 3, calls, per_slot, tokens=2) == ["argmax"] * 3
 
 
 def test_decode_breakdown_needs_a_gpu(tiny_engine, rt):

@@ -20,11 +20,10 @@ import sys
 
 from . import __version__, exercise_files, kernels, regions, student_version
 from .exercise_files import drifted  # noqa: F401  (`cli.drifted()`: what the tests call)
-from .runtime import NO_COURSE, course_folder
+from .runtime import NO_COURSE, course_folder, setup
 
 
 def _setup():
-    from .runtime import setup
     return setup(quiet=True)
 
 
@@ -167,9 +166,9 @@ def cmd_colab_links(args) -> int:
 # The commands whose parsers sit beside code that imports torch (several seconds): module, the function that
 # adds the parser, the function that runs it (None: the parser sets its own), the line of --help.
 _TORCH_COMMANDS = {
-    "generate": ("generation", "add_generate_parser", "run_generate",
+    "generate": ("generate_command", "add_generate_parser", "run_generate",
                  "generate tokens with Qwen3.5 (reference model)"),
-    "bench": ("engine.bench", "add_bench_parser", "run_bench", "the benchmark table (GPU only)"),
+    "bench": ("measure.engine_bench", "add_bench_parser", "run_bench", "the benchmark table (GPU only)"),
     "layers": ("measure.layer_times", "add_layers_parser", None,
                "the engine per layer and per kind of layer (GPU; --config tiny on the CPU)"),
     "targets": ("targets", "add_targets_parser", None,

@@ -111,8 +111,8 @@ def _recording(gpu, dtype_name: str):
 def _trace_engine(level: str, dtype, gpu) -> None:
     """Run the engine of Qwen3.5-0.8B at `level` on the meta device: two prompt chunks and two decode steps."""
     from .config import QWEN35_0_8B
-    from .engine.demo import meta_weights
-    from .engine.engine import Engine, Sampling
+    from .demo import meta_weights
+    from .engine import Engine, Sampling
     engine = Engine(QWEN35_0_8B, meta_weights(QWEN35_0_8B, dtype), max_seq_len=MAX_SEQ_LEN,
                     default_source="solutions", cuda_graph=False, prefill_chunk=PROMPT_CHUNK, level=level)
     # the kernels made for PDL where the GPU has it, launched with it (what the engine does on a CUDA device)
@@ -129,7 +129,7 @@ def _trace_autotune(dtype) -> None:
 
     from . import kernels
     from .config import QWEN35_0_8B
-    from .engine.demo import meta_weights
+    from .demo import meta_weights
     from .engine.merged import merge_weights
     autotune = kernels.load("autotune", "solutions").module
     merged = merge_weights(QWEN35_0_8B, meta_weights(QWEN35_0_8B, dtype))

@@ -3,11 +3,16 @@
 A Triton kernel reads raw pointers: a wrong dtype, a transposed view or a CPU tensor on the GPU path is
 not an exception inside the kernel but garbage or a crash. Every wrapper therefore calls `tensor()` on
 its arguments first.
+
+The checks of the generation API's arguments live here too (`check_ids`, `check_count`, `check_seed`,
+`check_sampling`, `eos_set`, `nonfinite_error`): the reference model, its generation loop and the engine all
+take the same prompt, counts and sampling options, and all sit above this module.
 """
 from __future__ import annotations
 
 import contextlib
 import math
+import operator
 
 import torch
 
@@ -249,3 +254,125 @@ def delta_rule_gate_inputs(q, k, v, a, b, A_log, dt_bias, initial_state, out, fi
     disjoint({"out": out, "final_state": final_state}, {"q": q, "k": k, "v": v, "a": a, "b": b, "A_log": A_log,
              "dt_bias": dt_bias, "initial_state": initial_state}, same=("initial_state",))
     return T, H, HV, DK, DV, device, out, final_state
+
+
+# --- the generation API's arguments ------------------------------------------------------------------------
+MIN_TEMPERATURE = 1e-6   # below it logits / temperature leaves float32's range for logits of ~3e32, and a draw
+                         # is the argmax for any gap between the two largest logits above ~1e-4
+MIN_TOP_P = 2.0 ** -126  # float32's smallest normal number: a smaller top_p reaches the samplers as 0, which
+                         # keeps nothing (the reference compares in fp32, the kernels take an fp32 argument)
+MAX_SEED = 2**63 - 1     # torch.Generator.manual_seed takes a 64-bit seed
+
+
+def _index(value):
+    """`value` as an int when it is one (a Python or numpy int, a 0-d int tensor), else None; bool is not."""
+    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
+def check_count(value, name: str) -> int:
+    """`value` as an int >= 0, else a TypeError / ValueError naming `name` (max_new_tokens, max_seq_len...)."""
+    n = _index(value)
+    if n is None:
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if n < 0:
+        raise ValueError(f"{name} must be >= 0, got {n}")
+    return n
+
+
+def check_seed(seed, name: str = "seed") -> int:
+    """`seed` as an int in [0, MAX_SEED], else a TypeError / ValueError naming `name`."""
+    n = _index(seed)
+    if n is None:
+        raise TypeError(f"{name} must be an int, got {seed!r} ({type(seed).__name__})")
+    if not 0 <= n <= MAX_SEED:
+        raise ValueError(f"{name} must be in [0, 2**63 - 1], got {n}")
+    return n
+
+
+def check_ids(ids, name: str = "prompt_ids", device=None) -> list[int]:
+    """Token ids as a list of ints: a list or tuple of ints, or a 1-D int tensor on the CPU or on `device`.
+    A batch (2-D), floats, bools and strings raise TypeError / ValueError naming `name`: each would
+    otherwise be read as some other sequence (flattened, truncated, split into characters)."""
+    if isinstance(ids, (str, bytes)):
+        raise TypeError(f"{name} must be token ids (a list of ints or a 1-D int tensor), got a "
+                        f"{type(ids).__name__}: encode text with a tokenizer first")
+    if isinstance(ids, torch.Tensor):
+        if ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dtype.is_complex:
+            raise TypeError(f"{name} must hold integer token ids, got a {str(ids.dtype).replace('torch.', '')} "
+                            "tensor")
+        if ids.dim() != 1:
+            raise ValueError(f"{name} must be one sequence (a 1-D tensor), got shape {list(ids.shape)}: "
+                             "run the prompts of a batch one at a time")
+        if ids.device.type != "cpu" and (device is None or ids.device != torch.device(device)):
+            other = device is not None and torch.device(device).type != "cpu"
+            where = "on the cpu" + (f" or on {device}" if other else "")
+            raise ValueError(f"{name} is on {ids.device}; give it {where}")
+        return ids.tolist()
+    try:
+        items = list(ids)
+    except TypeError:
+        raise TypeError(f"{name} must be token ids (a list of ints or a 1-D int tensor), got "
+                        f"{type(ids).__name__}") from None
+    out = []
+    for i, item in enumerate(items):
+        n = _index(item)
+        if n is None:
+            shape = " (a nested list: run the prompts of a batch one at a time)" if isinstance(
+                item, (list, tuple)) or getattr(item, "ndim", 0) else ""
+            raise TypeError(f"{name}[{i}] must be an int token id, got {item!r} ({type(item).__name__}){shape}")
+        out.append(n)
+    return out
+
+
+def eos_set(eos_token_id, name: str = "eos_token_id") -> set[int]:
+    """The end-of-sequence ids: None -> none; an int; or a list/tuple/set of ints. Anything else (a
+    string, which would stop at each of its characters' digits, a float, a bool) raises naming `name`."""
+    if eos_token_id is None:
+        return set()
+    one = _index(eos_token_id)
+    if one is not None:
+        return {one}
+    if isinstance(eos_token_id, (list, tuple, set, frozenset)):
+        ids = [_index(e) for e in eos_token_id]
+        if None not in ids:
+            return set(ids)
+    raise TypeError(f"{name} must be a token id (int), a list of them, None or 'config', got {eos_token_id!r}")
+
+
+def check_sampling(temperature, top_k, top_p) -> None:
+    """Raise ValueError unless temperature is 0 (greedy) or a finite number >= MIN_TEMPERATURE, top_k an
+    int >= 0 and MIN_TOP_P <= top_p <= 1. The API's check and the command line's alike: written as
+    `not (x >= 0)` so that NaN, which fails every comparison, is refused rather than let through to a
+    greedy or garbage decode. The floors are where the samplers' float32 arithmetic breaks: refused here,
+    with the argument named, rather than decoded as NaN or as a token outside the vocabulary."""
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 0:
+        raise ValueError(f"top_k must be an int >= 0, got {top_k!r}")
+    if not (isinstance(temperature, (int, float)) and not isinstance(temperature, bool) and temperature >= 0
+            and math.isfinite(temperature)):
+        raise ValueError(f"temperature must be a finite number >= 0, got {temperature!r}")
+    if 0 < temperature < MIN_TEMPERATURE:
+        raise ValueError(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE:g}: below, logits / "
+                         f"temperature can overflow float32, got {temperature!r}")
+    if not (isinstance(top_p, (int, float)) and not isinstance(top_p, bool) and 0 < top_p <= 1):
+        raise ValueError(f"top_p must be in (0, 1], got {top_p!r}")
+    if top_p < MIN_TOP_P:
+        raise ValueError(f"top_p must be at least 2**-126 (about 1.2e-38, float32's smallest normal number; "
+                         f"a smaller one rounds to 0 and keeps no token), got {top_p!r}")
+
+
+def nonfinite_error(kind: str, step: int, dtype, rope: torch.Tensor | None = None,
+                    rope_theta: float | None = None) -> ValueError:
+    """The error for logits holding `kind` ("NaN" or "inf") at `step` (0: the prompt's), naming the likely
+    cause: RoPE tables that are not finite (rope_theta), float16's range, or else the weights' values."""
+    if rope is not None and not bool(torch.isfinite(rope).all()):
+        why = f"the RoPE tables are not finite: rope_theta = {rope_theta!r}"
+    elif dtype == torch.float16:
+        why = "float16 overflow? try --dtype bfloat16 or float32"
+    else:
+        why = "the activations overflowed: check the weights' scale"
+    return ValueError(f"logits contain {kind} at step {step} ({why}); no token was taken from them")

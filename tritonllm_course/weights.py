@@ -119,7 +119,7 @@ def check_weights(config: Qwen35Config, weights: dict[str, torch.Tensor]) -> Non
 def _finite(t: torch.Tensor) -> bool:
     """No NaN and no infinity in t. aminmax is one pass (NaN propagates into both ends): ~30x faster than
     isfinite().all() on the CPU, which matters for 750M parameters checked at every load. A meta tensor
-    (buffers sized only, `engine.demo.meta_weights`) holds no values to check."""
+    (buffers sized only, `demo.meta_weights`) holds no values to check."""
     if t.numel() == 0 or t.is_meta:
         return True
     low, high = torch.aminmax(t)

@@ -1,6 +1,6 @@
-"""Which kernel each step of the engine runs, for prefill and for decode, and where it comes from.
+"""Which kernel each step of the engine's plan runs, and where it comes from: the op table.
 
-Every step names a kernel slot (`tritonllm_course.slots`). Each slot runs, by choice:
+Every step of the plan (`plan.py`) names a kernel slot (`tritonllm_course.slots`). Each slot runs, by choice:
   solutions  the course's kernel, solutions/<family>.py
   exercises  the learner's kernel, exercises/<family>.py (an unfilled one raises NotImplementedYet)
   auto       the learner's where it is filled in, else the solution (TRITONLLM_KERNELS overrides, as
@@ -11,73 +11,21 @@ A slot not named runs the default source: the one TRITONLLM_KERNELS selects, "au
 in the chapters (so a student copy, without solutions/, runs the learner's kernels).
 Prefill and decode use different kernels where the shapes call for it (GEMM / GEMV, chunked / recurrent
 delta rule, causal / cached attention, conv over a prompt / one conv step).
-
-Three optimisation levels (the CUDA graph is the engine's separate option), each a `Plan` of `LEVELS`: its
-steps (which slot each runs) and, per path, its `Fusions` (which operators share a kernel), which the
-engine follows. Each level's steps are an `edit` of the previous level's:
-  operators  one kernel per operator of the model (`STEPS`, chapter 19)
-  fused      chapters 21, 23-25 (`FUSED_STEPS`): ln1 folded into the merged input projection (at decode),
-             ln2 into the gate/up projection and its SwiGLU, the last residual add into the final norm;
-             split-K for the narrow decode GEMVs (o_proj / out_proj, down); FlashDecoding at decode and
-             FlashAttention at prefill
-  fast       the fewest kernels (`FAST_STEPS`, chapter 22): see the comment above it
-Every Qwen3.5 text config runs at every level: where its shapes do not fit a fused kernel (a value head dim
-that is not a power of two, heads wider than FlashAttention's tile), the level runs the plain kernels for
-those steps (`FALLBACKS`, named in the engine's summary); what no level runs is refused (`LIMITS`).
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from types import SimpleNamespace
-from typing import Callable, Union
+from typing import Callable
 
 import torch
 
 from .. import kernels, slots
-from ..config import ConfigError
+from .plan import Plan, fitted_plan, slot_names, slots_of
 
 SOURCES = ("solutions", "exercises", "auto", "reference")
 
-
-@dataclass(frozen=True)
-class Step:
-    name: str
-    where: str            # "model", "every layer", "attention layers", "DeltaNet layers", "sampling"
-    prefill: str | None   # slot of the prefill path (None: not in that path)
-    decode: str | None
-
-
-STEPS = (
-    Step("embedding", "model", "embedding", "embedding"),
-    Step("ln1", "every layer", "ln1", "ln1"),
-    Step("attn_in_proj", "attention layers", "in_proj.prefill", "in_proj"),
-    Step("q_norm", "attention layers", "qk_norm", "qk_norm"),
-    Step("k_norm", "attention layers", "qk_norm", "qk_norm"),
-    Step("q_rope", "attention layers", "q_rope", "q_rope"),
-    Step("k_rope", "attention layers", "k_rope", "k_rope"),
-    Step("cache_kv_write", "attention layers", "cache_kv_write", "cache_kv_write"),
-    Step("attention", "attention layers", "prefill_attention", "decode_attention"),
-    Step("output_gate", "attention layers", "output_gate", "output_gate"),
-    Step("o_proj", "attention layers", "out_proj.prefill", "out_proj"),
-    Step("dn_in_proj", "DeltaNet layers", "in_proj.prefill", "in_proj"),
-    Step("conv", "DeltaNet layers", "conv1d_l2norm.prefill", "conv1d_l2norm.decode"),
-    Step("gates", "DeltaNet layers", "deltanet_gates", "deltanet_gates"),
-    Step("delta_rule", "DeltaNet layers", "gated_delta_chunked", "gated_delta_recurrent"),
-    Step("gated_rmsnorm", "DeltaNet layers", "gated_rmsnorm", "gated_rmsnorm"),
-    Step("out_proj", "DeltaNet layers", "out_proj.prefill", "out_proj"),
-    Step("attn_residual", "every layer", "attn_residual", "attn_residual"),
-    Step("ln2", "every layer", "ln2", "ln2"),
-    Step("gate_up", "every layer", "gate_up.prefill", "gate_up"),
-    Step("swiglu", "every layer", "swiglu.merged", "swiglu.merged"),
-    Step("down", "every layer", "down.prefill", "down"),
-    Step("mlp_residual", "every layer", "mlp_residual", "mlp_residual"),
-    Step("final_norm", "model", "ln2", "ln2"),
-    Step("lm_head", "model", "lm_head", "lm_head"),
-    Step("argmax", "model", "argmax", "argmax"),
-    Step("sample", "sampling", "sample", "sample"),
-    Step("advance", "model", None, "advance_positions"),
-)
 
 # the output keyword arguments of each slot's wrapper, in the order its reference returns them
 # (then come the `mutated` inputs, updated in place); "out" where not listed
@@ -93,297 +41,9 @@ OUTPUTS = {
     "residual_rmsnorm": ("h_out", "out"),
 }
 
-Edit = Union[dict, Step, tuple, None]
-
-
-def edit(steps: tuple[Step, ...], changes: dict[str, Edit]) -> tuple[Step, ...]:
-    """`steps` with the rows named in `changes` edited in place: a dict changes fields of the row, a Step
-    takes its place, a tuple of them puts those rows there (a dict in it: the row itself, changed), None
-    removes it."""
-    unknown = sorted(set(changes) - {s.name for s in steps})
-    if unknown:
-        raise KeyError(f"no steps {unknown} to edit")
-    rows = []
-    for step in steps:
-        change = changes.get(step.name, step)
-        for new in change if isinstance(change, tuple) else () if change is None else (change,):
-            rows.append(replace(step, **new) if isinstance(new, dict) else new)
-    return tuple(rows)
-
-
-# The fused level: the operators level with these rows changed. Per layer at decode, 3 slot calls fewer
-# (ln1, ln2 and the SwiGLU folded into the projections); there split-K and FlashDecoding launch two kernels
-# each (the pieces, then their merge) for the one they replace, so a decode step launches 1 kernel fewer per
-# DeltaNet layer, as many per attention layer, and 1 fewer for the model's last residual add and final
-# norm, now one kernel (Qwen3.5-0.8B: 317 kernels per token instead of 336). What split-K and FlashDecoding
-# buy is time per kernel: all 132 SMs busy on the narrow GEMVs and on long caches.
-# At prefill ln1 and ln2 stay kernels of their own at every level: at M = 128 the norm-folded GEMMs are
-# slower than the norm and the plain GEMM together (chapter 21; results/kernels_nvidia-h200_2026-11-30.md).
-FUSED_STEPS = edit(STEPS, {
-    "ln1": {"decode": None},
-    "attn_in_proj": {"decode": "fused_rmsnorm_linear"},
-    "attention": {"prefill": "flash_attention", "decode": "flash_decoding"},
-    "o_proj": {"decode": "splitk_gemv"},
-    "dn_in_proj": {"decode": "fused_rmsnorm_linear"},
-    "out_proj": {"decode": "splitk_gemv"},
-    "ln2": {"decode": None},
-    "gate_up": Step("mlp", "every layer", "fused_gate_up_silu.merged", "fused_gate_up_silu.ln2"),
-    "swiglu": None,
-    "down": {"decode": "splitk_gemv"},
-    "mlp_residual": {"where": "every layer but the last"},
-    "final_norm": Step("final_residual_norm", "model", "residual_rmsnorm", "residual_rmsnorm"),
-})
-
-# The fast level: the fused level with the residual add after each output projection (o_proj, out_proj,
-# down) moved into that projection's epilogue, plain GEMVs for them rather than split-K (at 1024 output
-# rows a GEMV already has 512 programs for the 132 SMs), an attention layer's q/k norms, RoPE and cache
-# write in one kernel, its output gate inside the attention (FlashAttention's epilogue, FlashDecoding's
-# merge), and at decode the DeltaNet conv's step inside the in-projection's epilogue (a program owns whole
-# output channels, so their conv state too; the L2 norm of q and k, which needs whole heads, moves into
-# the recurrence), the gates inside the recurrent delta rule and the gated RMSNorm inside out_proj. A decode
-# step of Qwen3.5-0.8B launches 138 kernels. At a prompt the gates go into the chunked rule's first kernel and
-# the gated RMSNorm into its last one's epilogue.
-# In fp16 the residual stream is fp32 and a norm-folded projection reads a scaled fp16 copy of it, which
-# `residual_rmsnorm` writes: there the projections add a zero residual and the add stays in that kernel, as
-# at the fused level.
-FAST_STEPS = edit(FUSED_STEPS, {
-    "q_norm": Step("qk_prologue", "attention layers", "qk_norm_rope_cache", "qk_norm_rope_cache"),
-    "k_norm": None, "q_rope": None, "k_rope": None, "cache_kv_write": None,
-    "attention": {"prefill": "flash_attention.gated", "decode": "flash_decoding.gated"},
-    "output_gate": None,
-    "o_proj": {"prefill": "fused_linear_residual", "decode": "fused_linear_residual"},
-    "dn_in_proj": {"decode": "fused_rmsnorm_linear.conv"},
-    "conv": {"decode": None},
-    "gates": None,
-    "delta_rule": {"prefill": "gated_delta_chunked.gates", "decode": "gated_delta_recurrent_gates"},
-    "gated_rmsnorm": None,
-    "out_proj": {"prefill": "fused_linear_residual", "decode": "gated_norm_linear_residual"},
-    "attn_residual": None,
-    "down": {"prefill": "fused_linear_residual", "decode": "fused_linear_residual"},
-    "mlp_residual": None,
-    "final_residual_norm": (Step("final_norm", "model (bf16, fp32)", "ln2", "ln2"),
-                            {"where": "every layer (fp16)"}),
-})
-
-
-@dataclass(frozen=True)
-class Fusions:
-    """What one path of a level (the prompt chunks, or the decode step) runs in one kernel that the
-    operators level runs in several; all False: one kernel per operator. The engine's code follows these
-    (the steps say which kernel each step runs)."""
-    norm_into_projection: bool = False        # ln1 into the merged in-projection, ln2 into gate/up + SwiGLU
-    swiglu_into_gate_up: bool = False         # the SwiGLU in the gate/up projection's epilogue
-    # the last layer's residual add and the final norm in one kernel (`residual_rmsnorm`), run with the last
-    # layer (every row of every chunk); in fp16 every residual add runs there (a zero weight), also writing
-    # a.h, the stream's fp16 copy scaled to unit RMS, which the norms that read the stream then read
-    residual_into_final_norm: bool = False
-    residual_in_epilogue: bool = False        # o_proj, out_proj and down add the stream (fp16: a zero residual)
-    rope_cache_write_into_qk_norm: bool = False   # q/k norms, RoPE and the KV cache write in one kernel
-    output_gate_into_attention: bool = False  # the sigmoid output gate in the attention's epilogue / merge
-    # the conv's step in the DeltaNet in-projection's epilogue, q and k then L2-normalised in the recurrence
-    conv_into_in_proj: bool = False
-    gates_into_delta_rule: bool = False       # the DeltaNet gates (beta, g) inside the delta rule
-    gated_norm_into_delta_rule: bool = False  # the gated RMSNorm in the chunked rule's last kernel
-    gated_norm_into_out_proj: bool = False    # the gated RMSNorm in out_proj's prologue
-
-    # fusion -> the fusions it needs, where the kernel that does it does those too (or reads what they write)
-    NEEDS = {"norm_into_projection": ("swiglu_into_gate_up", "residual_into_final_norm"),
-             "residual_in_epilogue": ("residual_into_final_norm",),
-             "conv_into_in_proj": ("norm_into_projection", "gates_into_delta_rule"),
-             "gated_norm_into_delta_rule": ("gates_into_delta_rule",),
-             "gated_norm_into_out_proj": ("residual_in_epilogue",)}
-
-    def __post_init__(self):
-        for fusion, needs in self.NEEDS.items():
-            missing = [n for n in needs if getattr(self, fusion) and not getattr(self, n)]
-            if missing:
-                raise ValueError(f"{fusion} needs {missing}")
-        if self.gated_norm_into_delta_rule and self.gated_norm_into_out_proj:
-            raise ValueError("the gated RMSNorm goes into the delta rule or into out_proj, not both")
-
-    def called(self, path: str) -> set[str]:
-        """The steps the engine calls on `path` with these fusions: what a level's table must hold there."""
-        names = {"embedding", "attn_in_proj", "attention", "o_proj", "dn_in_proj", "delta_rule", "out_proj", "down",
-                 "lm_head", "argmax", "sample", *(("advance",) if path == "decode" else ())}
-        names |= set() if self.norm_into_projection else {"ln1", "ln2"}
-        names |= ({"qk_prologue"} if self.rope_cache_write_into_qk_norm
-                  else {"q_norm", "k_norm", "q_rope", "k_rope", "cache_kv_write"})
-        names |= set() if self.output_gate_into_attention else {"output_gate"}
-        names |= set() if self.conv_into_in_proj else {"conv"}
-        names |= set() if self.gates_into_delta_rule else {"gates"}
-        names |= set() if self.gated_norm_into_delta_rule or self.gated_norm_into_out_proj else {"gated_rmsnorm"}
-        names |= {"mlp"} if self.swiglu_into_gate_up else {"gate_up", "swiglu"}
-        names |= set() if self.residual_in_epilogue else {"attn_residual", "mlp_residual"}
-        names |= {"final_residual_norm"} if self.residual_into_final_norm else set()
-        names |= {"final_norm"} if self.residual_in_epilogue or not self.residual_into_final_norm else set()
-        return names
-
-
-@dataclass(frozen=True)
-class Plan:
-    """An optimisation level: its steps (the slot each runs on each path) and what each path fuses."""
-    steps: tuple[Step, ...] = field(repr=False)
-    prefill: Fusions
-    decode: Fusions
-
-    def __post_init__(self):
-        for path in ("prefill", "decode"):
-            names = {s.name for s in self.steps if getattr(s, path)}
-            want = getattr(self, path).called(path)
-            if names != want:
-                raise ValueError(f"the {path} steps do not match the {path} fusions: steps without a call "
-                                 f"{sorted(names - want)}, calls without a step {sorted(want - names)}")
-
-
-# Each level's fusions, as edits of the previous level's
-_FUSED_PREFILL = Fusions(swiglu_into_gate_up=True, residual_into_final_norm=True)
-_FUSED_DECODE = replace(_FUSED_PREFILL, norm_into_projection=True)
-_FAST = dict(residual_in_epilogue=True, rope_cache_write_into_qk_norm=True, output_gate_into_attention=True,
-             gates_into_delta_rule=True)
-
-LEVELS = {
-    "operators": Plan(STEPS, prefill=Fusions(), decode=Fusions()),
-    "fused": Plan(FUSED_STEPS, prefill=_FUSED_PREFILL, decode=_FUSED_DECODE),
-    "fast": Plan(FAST_STEPS, prefill=replace(_FUSED_PREFILL, **_FAST, gated_norm_into_delta_rule=True),
-                 decode=replace(_FUSED_DECODE, **_FAST, conv_into_in_proj=True, gated_norm_into_out_proj=True)),
-}
-
 # kernels one call of a slot's course kernel launches, where not one: two-stage reductions (the pieces,
 # then their merge). Greedy decoding; sampling searches its threshold in a few more launches.
 LAUNCHES = {"splitk_gemv": 2, "flash_decoding": 2, "flash_decoding.gated": 2, "argmax": 2}
-
-
-# Shapes the course's kernels take at every level: the delta rule keeps a [key dim, value dim] slice of the
-# state in registers (solutions/delta_rule.py, MAX_HEAD_DIM), the RMSNorms a whole row (solutions/rmsnorm.py,
-# MAX_DIM: ln1 at every level's prefill, q/k norms). A config beyond them is refused before any work.
-LIMITS = (("hidden_size", 32768, "the RMSNorm kernels keep a whole row in registers"),
-          ("head_dim", 32768, "the q/k RMSNorm kernels keep a whole head in registers"),
-          ("linear_key_head_dim", 256, "the delta-rule kernels keep a slice of the state in registers"),
-          ("linear_value_head_dim", 256, "the delta-rule kernels keep a slice of the state in registers"))
-
-
-def check_limits(config) -> None:
-    """Raise ConfigError naming the first field beyond what every level's kernels take (`LIMITS`)."""
-    for name, most, why in LIMITS:
-        value = getattr(config, name)
-        if value > most:
-            raise ConfigError(f"{name} = {value}: the engine runs at most {most} at every level ({why})")
-
-
-@dataclass(frozen=True)
-class Fallback:
-    """Steps of a level whose fused kernels cannot take some configs' shapes, and the plain kernels that
-    replace them there: `steps` edits the level's steps (as `edit` does), `fusions` the fusions of a path
-    ({path: {fusion: False}}) that those plain kernels undo."""
-    levels: tuple[str, ...]
-    what: str                                   # the part of the model, for the engine's summary
-    misfit: Callable                            # config -> why the fused kernels do not fit, or None
-    steps: dict[str, Edit]
-    fusions: dict[str, dict[str, bool]] = field(default_factory=dict)
-
-
-def _power_of_two(n: int) -> bool:
-    return n > 0 and n & (n - 1) == 0
-
-
-def _deltanet_decode_misfit(c) -> str | None:
-    """The fast level's decode DeltaNet kernels (solutions/norm_fusion.py, solutions/layer_fusion.py): the
-    conv's step inside the in-projection holds a power-of-two window of at least 2 taps, the gated norm
-    inside out_proj splits a tile into power-of-two heads."""
-    if not c.linear_layers:
-        return None
-    why = []
-    if not (c.linear_conv_kernel_dim >= 2 and _power_of_two(c.linear_conv_kernel_dim)):
-        why.append(f"linear_conv_kernel_dim {c.linear_conv_kernel_dim} is not a power of two >= 2")
-    if not _power_of_two(c.linear_value_head_dim):
-        why.append(f"linear_value_head_dim {c.linear_value_head_dim} is not a power of two")
-    return "; ".join(why) or None
-
-
-def _flash_attention_misfit(c) -> str | None:
-    """FlashAttention keeps a whole head in one tile (solutions/flash_attention.py, MAX_HEAD_DIM)."""
-    if c.attention_layers and c.head_dim > 256:
-        return f"head_dim {c.head_dim} is over FlashAttention's 256"
-    return None
-
-
-FALLBACKS = (
-    # the fused level's decode DeltaNet kernels, out_proj still adding the residual stream in its epilogue
-    Fallback(("fast",), "DeltaNet decode", _deltanet_decode_misfit, {
-        "dn_in_proj": {"decode": "fused_rmsnorm_linear"},
-        "conv": ({"decode": "conv1d_l2norm.decode"}, Step("gates", "DeltaNet layers", None, "deltanet_gates")),
-        "delta_rule": ({"decode": "gated_delta_recurrent"},
-                       Step("gated_rmsnorm", "DeltaNet layers", None, "gated_rmsnorm")),
-        "out_proj": {"decode": "fused_linear_residual"},
-    }, {"decode": dict(conv_into_in_proj=False, gates_into_delta_rule=False, gated_norm_into_out_proj=False)}),
-    Fallback(("fused",), "attention prefill", _flash_attention_misfit, {
-        "attention": {"prefill": "prefill_attention"},
-    }),
-    Fallback(("fast",), "attention prefill", _flash_attention_misfit, {
-        "attention": ({"prefill": "prefill_attention"},
-                      Step("output_gate", "attention layers", "output_gate", None)),
-    }, {"prefill": dict(output_gate_into_attention=False)}),
-)
-
-
-def fitted_plan(level: str, config=None) -> tuple[Plan, list[str]]:
-    """The plan of `level` for `config` (`FALLBACKS` applied where its shapes do not fit a fused kernel),
-    and one line per fallback saying what runs the plain kernels and why. No config: the level as it is."""
-    plan, notes = plan_of(level), []
-    for fallback in FALLBACKS:
-        why = config is not None and level in fallback.levels and fallback.misfit(config)
-        if why:
-            notes.append(f"{fallback.what}: plain kernels ({why})")
-            paths = {path: replace(getattr(plan, path), **undone) for path, undone in fallback.fusions.items()}
-            plan = replace(plan, steps=edit(plan.steps, fallback.steps), **paths)
-    return plan, notes
-
-
-def fitted_steps(level: str, config=None) -> tuple[tuple[Step, ...], list[str]]:
-    """The steps of `fitted_plan`, and its notes."""
-    plan, notes = fitted_plan(level, config)
-    return plan.steps, notes
-
-
-def _slots(steps) -> list[str]:
-    return list(dict.fromkeys(s for step in steps for s in (step.prefill, step.decode) if s))
-
-
-def slot_names(level: str = "operators") -> list[str]:
-    """Every slot the engine uses at this level."""
-    return _slots(steps_of(level))
-
-
-def plan_of(level: str) -> Plan:
-    """The plan of one level (`LEVELS`), checked."""
-    if level not in LEVELS:
-        raise ValueError(f"level must be one of {tuple(LEVELS)}, got {level!r}")
-    return LEVELS[level]
-
-
-def steps_of(level: str) -> tuple[Step, ...]:
-    """The steps of one level (`LEVELS`), checked."""
-    return plan_of(level).steps
-
-
-def levels_markdown() -> str:
-    """Which slot every step runs at each level, prefill / decode, side by side (markdown; "-": the
-    level has no such step). A step of one level only sits after the step that precedes it there."""
-    order = [s.name for s in STEPS]
-    for plan in LEVELS.values():
-        for i, s in enumerate(plan.steps):
-            if s.name not in order:
-                order.insert(order.index(plan.steps[i - 1].name) + 1 if i else 0, s.name)
-    by_name = {level: {s.name: s for s in plan.steps} for level, plan in LEVELS.items()}
-
-    def cell(step):
-        return "-" if step is None else " / ".join(f"`{n}`" if n else "-" for n in (step.prefill, step.decode))
-
-    lines = ["| step | " + " | ".join(f"{level}: prefill / decode" for level in LEVELS) + " |",
-             "|---" * (len(LEVELS) + 1) + "|"]
-    lines += [f"| {name} | " + " | ".join(cell(by_name[level].get(name)) for level in LEVELS) + " |"
-              for name in order]
-    return "\n".join(lines)
 
 
 @dataclass
@@ -471,17 +131,19 @@ class OpTable:
     """The resolved ops of both paths: `table.prefill.<step>(...)`, `table.decode.<step>(...)`.
 
     sources: {slot name: source} for the slots that differ from `default` (see the module doc).
-    level:   "operators", "fused" or "fast" (`LEVELS`): which plan; `plan` is the one fitted to the config
+    level:   "operators", "fused" or "fast" (`plan.LEVELS`): which plan
     config:  the model's config: where its shapes do not fit a fused kernel of the level, the plain
-             kernels run that step (`FALLBACKS`; `fallbacks` says which and why)
+             kernels run that step (`plan.FALLBACKS`; `fallbacks` says which and why)
+    plan:    the plan already fitted (the engine's): level and config are then not read again
     """
 
     def __init__(self, sources: dict | None = None, default: str | None = None, level: str = "operators",
-                 config=None):
+                 config=None, plan: Plan | None = None):
         self.level = level
-        self.plan, self.fallbacks = fitted_plan(level, config)
+        self.plan = plan if plan is not None else fitted_plan(level, config)
+        self.fallbacks = list(self.plan.fallbacks)
         self.steps = self.plan.steps
-        names = _slots(self.steps)
+        names = slots_of(self.steps)
         sources = dict(sources or {})
         unknown = sorted(set(sources) - set(names) - set(slot_names(level)))   # a slot a fallback left is known
         if unknown:

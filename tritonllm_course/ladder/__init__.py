@@ -7,10 +7,10 @@ the same steps in Triton on Qwen3.5, and the course's own after them:
           -> FlashAttention / FlashDecoding -> fused residual + norm -> no syncs
           -> static buffers (the engine) -> CUDA graph -> fewest kernels -> PDL
 
-`steps.STEPS` is the table: each step a `ModelPath` (the reference model with the course's kernels swapped
+`rungs.RUNGS` is the table: each step a `ModelPath` (the reference model with the course's kernels swapped
 in: the early steps, which the engine never takes) or an `EnginePath` (the engine's levels and options:
 the later ones). `naive.py` holds the only kernel of its own, the one-program-per-output projection.
-`steps.climb` times and checks every step; `results` writes and draws it; `measure` does both for a
+`rungs.climb` times and checks every step; `results` writes and draws it; `measure` does both for a
 config, and `python -m tritonllm_course.ladder --out DIR` on a GPU writes DIR/ladder_<gpu>_<date>.{json,md,png}.
 """
 from __future__ import annotations
@@ -26,8 +26,8 @@ from . import results
 # imported on first use: `python -m tritonllm_course.ladder` imports this package before it can choose
 # between the GPU and the CPU interpreter, which must happen before triton is imported
 _LAZY = {**dict.fromkeys(("Transposed", "per_output_linear", "token_by_token"), "naive"),
-         **dict.fromkeys(("STEPS", "Check", "EnginePath", "ModelPath", "Row", "Step", "climb", "kernel_families",
-                          "prompt_ids", "runner", "step_named", "steps_for"), "steps")}
+         **dict.fromkeys(("RUNGS", "Check", "EnginePath", "ModelPath", "Row", "Rung", "climb", "kernel_families",
+                          "prompt_ids", "runner", "rung_named", "rungs_for"), "rungs")}
 
 __all__ = ["measure", "results", *_LAZY]
 
@@ -48,11 +48,11 @@ def measure(config_name: str = "qwen3.5-0.8b", dtype=torch.bfloat16, device="cud
     check: on a GPU, a second run of every step in fp32 on weights 5x transformers' initialisation (a varied
            greedy path), its tokens against the reference model's; on the CPU in fp32, the timed run's own
            tokens on those weights. stem: write stem.{json,md,png} after every step.
-    steps: default all of them (`steps.STEPS`). The other arguments: `steps.climb`.
+    steps: default all of them (`rungs.RUNGS`). The other arguments: `rungs.climb`.
     """
     from ..config import PRESETS
-    from .steps import STEPS, Check, climb, prompt_ids
-    from ..engine.demo import varied_weights
+    from .rungs import RUNGS, Check, climb, prompt_ids
+    from ..demo import varied_weights
     from ..weights import random_weights
     if config_name not in PRESETS:
         raise ValueError(f"config_name must be one of {sorted(PRESETS)}, got {config_name!r}")
@@ -84,7 +84,7 @@ def measure(config_name: str = "qwen3.5-0.8b", dtype=torch.bfloat16, device="cud
         if stem is not None:
             results.write(as_result(rows), stem)
 
-    rows = climb(config, weights, steps=STEPS if steps is None else steps, prompt_len=prompt_len, tokens=tokens,
+    rows = climb(config, weights, steps=RUNGS if steps is None else steps, prompt_len=prompt_len, tokens=tokens,
                  uncached_tokens=uncached_tokens, repeats=repeats, source=source, check=how,
                  fastest_first=fastest_first, budget_s=budget_s, seed=seed, on_row=on_row, log=log)
     res = as_result(rows)

@@ -32,11 +32,11 @@ def main(argv=None) -> int:
     if started is None:
         return 1
     args, rt = started
-    from . import STEPS, measure, results, step_named
-    from .steps import check_climb_args
+    from . import RUNGS, measure, results, rung_named
+    from .rungs import check_climb_args
     try:
         check_climb_args(args.prompt_len, args.tokens, args.uncached_tokens, args.repeats)
-        steps = STEPS if args.steps is None else tuple(step_named(k) for k in args.steps)
+        steps = RUNGS if args.steps is None else tuple(rung_named(k) for k in args.steps)
     except (ValueError, KeyError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

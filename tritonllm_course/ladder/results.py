@@ -2,7 +2,7 @@
 (`write`: ladder_<gpu>_<date>.{json,md,png}) and the newest such file of a folder (`newest`).
 
 Each step's speed-ups are read against the step before it (the last one measured), never against the naive
-start alone, and against the bandwidth floor: the bytes a decode token must move (`measure.profiling`)
+start alone, and against the bandwidth floor: the bytes a decode token must move (`measure.bytes_model`)
 at the measured copy bandwidth. A prompt must read the same weights at least once: its floor is the same
 bytes (a bound, not a target: a 128-token prompt is also 2 x 128 FLOPs per weight).
 """
@@ -23,10 +23,10 @@ NAME = "ladder"
 
 def result(rows, config: Qwen35Config, *, config_name: str, dtype: torch.dtype, device, prompt_len: int,
            tokens: int, uncached_tokens: int, repeats: int, check: dict | None, seconds: float) -> dict:
-    """The run as a dict: its set-up, the floors (on a GPU), and a row per step (`steps.Row`)."""
+    """The run as a dict: its set-up, the floors (on a GPU), and a row per step (`rungs.Row`)."""
     import triton
-    from ..measure.profiling import bytes_per_token
-    from .steps import rows_as_dicts
+    from ..measure.bytes_model import bytes_per_token
+    from .rungs import rows_as_dicts
     device = torch.device(device)
     on_gpu = device.type == "cuda"
     per_token = bytes_per_token(config, prompt_len, dtype)

@@ -4,8 +4,13 @@
   CUDA-graph timer `time_calls`, the measured copy ceiling (and the one on record, `recorded_ceiling`),
   and what every GPU script shares;
 - `kernel_table`: every ready kernel at its real shapes, one table;
-- `profiling`: the bytes one decode token must move, and where the engine's step spends its time
-  (chapter 20);
+- `engine_bench`: the engine against transformers and the reference model, one table
+  (`tritonllm-course bench`); `family`: that table for every size of the family;
+- `bytes_model`: the bytes one decode token must move, from the config (chapter 20);
+- `trace`: the calls of an engine's step traced on the host, the kernels of a device trace, and which
+  call launched each;
+- `profiling`: where the engine's step spends its time, per kernel and per slot (chapter 20);
+  `layer_times`: the same per layer and per kind of layer;
 - `delta_rule_bench` (chapters 15 and 16), `flash_bench` (23 and 25), `splitk_bench` (24),
   `autotune_bench` (26): each chapter's GPU measurements beyond the kernel table.
 

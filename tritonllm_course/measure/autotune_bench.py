@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from .benchmark import gpu_script, results_stem
+from .benchmark import gpu_script, results_stem, time_calls
 from ..runtime import runtime
 from ..safe_files import atomic_write_text, save_figure
 
@@ -146,14 +146,12 @@ def _input_sets(N, K, dtype, min_bytes=256 * 2**20):
 
 
 def _best_of(fn, sets, tries=3):
-    from .benchmark import time_calls
     return min(time_calls(fn, sets) for _ in range(tries))
 
 
 def side_by_side(fns: dict, sets, tries=3) -> dict:
     """Best of `tries` microseconds of each callable, timed in turns (a, b, a, b, ...) so that anything else
     on the GPU slows them alike."""
-    from .benchmark import time_calls
     times = {name: [] for name in fns}
     for _ in range(tries):
         for name, fn in fns.items():

@@ -28,7 +28,7 @@ from typing import NamedTuple
 import torch
 
 from .. import kernels, slots
-from ..runtime import runtime
+from ..runtime import runtime, setup
 from ..safe_files import UnsafeWrite, atomic_write_text, results_folder
 
 MAX_AUTOTUNE_LABEL = "torch.compile max-autotune"
@@ -98,8 +98,7 @@ def recorded_ceiling(folder: str | Path | None = None) -> RecordedCeiling:
     reads it here, `nbytes / (recorded_ceiling().gbps * 1e9)`, rather than a number written by hand.
     Raises FileNotFoundError if no kernel table there records one.
     """
-    from ..kernels import course_root
-    folder = Path(folder) if folder is not None else course_root() / "results"
+    folder = Path(folder) if folder is not None else kernels.course_root() / "results"
     tables = sorted(folder.glob("kernels_*.json"), key=lambda p: (p.stem.rsplit("_", 1)[-1], p.name))
     for path in reversed(tables):
         data = json.loads(path.read_text())
@@ -320,7 +319,6 @@ def results_stem(out: str | Path, name: str) -> tuple[Path, str]:
 def gpu_script(doc: str, argv=None, add_args=None):
     """The command line every GPU benchmark script shares: `--out DIR` (and `add_args(parser)`'s).
     Returns (args, runtime), or None after saying why when there is no GPU."""
-    from ..runtime import setup
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="results", help="folder for the JSON, markdown and PNG results")
     if add_args:

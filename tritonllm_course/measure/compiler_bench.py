@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 from .. import reference as R
 from ..safe_files import atomic_write_text, results_folder, save_figure
-from .benchmark import L2_FLUSH_BYTES, fastest, gpu_script, gpu_tag, results_stem
+from .benchmark import L2_FLUSH_BYTES, ceiling_gbps, fastest, gpu_script, gpu_tag, results_stem, time_calls
 
 # (label, M, N, K): the article's GEMV 1 x 8192 -> 4096 and its "extreme" 1 x 128 -> 32768; Qwen's MLP width
 EPILOGUE_SHAPES = [("Qwen3.5 decode", 1, 3584, 1024), ("Qwen3.5 prefill", 128, 3584, 1024),
@@ -69,7 +69,6 @@ PAIRS = {"none": _gelu_pair_erf, "tanh": _gelu_pair_tanh}    # the unfused pair:
 
 
 def _best(fn, sets, tries=2) -> float:
-    from .benchmark import time_calls
     return min(time_calls(fn, sets) for _ in range(tries))
 
 
@@ -350,7 +349,6 @@ def main(argv=None) -> int:
     import matplotlib
     matplotlib.use("Agg")
     from .. import kernels
-    from .benchmark import ceiling_gbps
     t0 = time.perf_counter()
     ge = kernels.load("gemm_epilogue", "solutions").module
     linear = kernels.load("linear", "solutions").module

@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 
 from ..safe_files import atomic_write_text, save_figure
-from .benchmark import fastest, gpu_script, results_stem
+from .benchmark import ceiling_gbps, fastest, gpu_script, results_stem, time_calls
 
 PREFILL_T = (128, 512, 1024, 2048, 4096, 8192)
 DECODE_SPLITS = [(bv, nw) for bv in (4, 8, 16, 32) for nw in (1, 2, 4)]
@@ -94,7 +94,6 @@ def _time(fn, sets):
     """Microseconds per call from a CUDA-graph replay; falls back to do_bench if capture fails."""
     import torch
     import triton.testing
-    from .benchmark import time_calls
     try:
         return time_calls(fn, sets), "cuda graph"
     except Exception:
@@ -307,7 +306,6 @@ def main(argv=None) -> int:
     args, rt = started
     import torch
     from .. import kernels
-    from .benchmark import ceiling_gbps
     from .. import slots
     slots.get("gated_delta_chunked")              # registers the catalogue before the spec module is used
     mod = kernels.load("delta_rule", "solutions").module

@@ -21,13 +21,13 @@ import time
 from pathlib import Path
 
 from ..config import FAMILY
-from ..engine import bench
 from ..safe_files import atomic_write_text, results_folder, save_figure
+from .engine_bench import FAST, FUSED, GRAPH, OPERATORS, PDL, recorded_bytes
 
 CONTEXTS = (128, 2048, 4096)
 PREFILLS = (128, 2048)
-BEST = bench.FAST + bench.GRAPH + bench.PDL
-SYSTEMS = (BEST, bench.FAST + bench.GRAPH, bench.FUSED + bench.GRAPH, bench.OPERATORS + bench.GRAPH,
+BEST = FAST + GRAPH + PDL
+SYSTEMS = (BEST, FAST + GRAPH, FUSED + GRAPH, OPERATORS + GRAPH,
            "transformers eager", "transformers static + compile")
 
 
@@ -62,7 +62,7 @@ def collect(out: str | Path) -> dict:
         rows = {r["system"]: r for r in res["rows"]}
         sizes[size] = {"folder": folder.name, "gpu": res["gpu"], "date": res["date"],
                        "ceiling_gbps": res["ceiling_gbps"],
-                       "bytes": {c: bench.bytes_per_token(res, c) for c in res["contexts"]},
+                       "bytes": {c: recorded_bytes(res, c) for c in res["contexts"]},
                        "decode_ms": {name: {int(c): ms for c, ms in r["decode_ms"].items()}
                                      for name, r in rows.items()},
                        "ttft_ms": {name: {int(c): ms for c, ms in r.get("ttft_ms", {}).items()}
@@ -97,8 +97,8 @@ def markdown(family: dict) -> str:
         t = s["ttft_ms"].get(system, {})
         return " / ".join("-" if t.get(p) is None else f"{t[p]:.1f}" for p in PREFILLS)
 
-    short = {BEST: "fast + PDL", bench.FAST + bench.GRAPH: "fast", bench.FUSED + bench.GRAPH: "fused",
-             bench.OPERATORS + bench.GRAPH: "operators"}
+    short = {BEST: "fast + PDL", FAST + GRAPH: "fast", FUSED + GRAPH: "fused",
+             OPERATORS + GRAPH: "operators"}
     head = ["size", "GB a token @128", "floor @128 (ms)", "fast + PDL @128 (ms, % floor)", "fast + PDL @4096",
             "fastest Triton level @128", "transformers + compile @128", "transformers + compile @4096",
             "transformers eager @128", "prefill 128 / 2048 (ms): fast + PDL", "transformers eager",

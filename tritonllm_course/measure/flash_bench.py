@@ -19,7 +19,7 @@ import math
 from pathlib import Path
 
 from ..safe_files import atomic_write_text, save_figure
-from .benchmark import fastest, gpu_script, results_stem
+from .benchmark import ceiling_gbps, fastest, gpu_script, results_stem, time_calls
 
 PREFILL_T = (128, 512, 1024, 2048, 4096, 8192)
 MATERIALISED_MAX_T = 4096          # the [8, T, T] scores of the chain and the reference: 1 GB at 8192
@@ -43,7 +43,6 @@ def _sets(slot, shape, dtype, n_bytes_min=256 * 2**20):
 
 
 def _time(fn, sets):
-    from .benchmark import time_calls
     try:
         return time_calls(fn, sets)
     except Exception as e:            # a configuration out of shared memory or registers
@@ -255,7 +254,6 @@ def main(argv=None) -> int:
     args, rt = started
     import torch
     from .. import kernels, slots
-    from .benchmark import ceiling_gbps
     slots.get("flash_attention")                  # registers the catalogue and the slot specs
     fa = kernels.load("flash_attention", "solutions").module
     fd = kernels.load("flash_decoding", "solutions").module

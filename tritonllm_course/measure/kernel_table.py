@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from ..safe_files import atomic_write_text, save_figure
-from .benchmark import MAX_AUTOTUNE_LABEL, gpu_script, results_stem
+from .benchmark import MAX_AUTOTUNE_LABEL, bench, gpu_script, results_stem
 
 
 def _ratio(r, impl: str, t: float) -> str:
@@ -78,7 +78,6 @@ def main(argv=None) -> int:
         return 1
     args, rt = started
     from .. import slots
-    from .benchmark import bench
     results = []
     for slot in slots.all_slots():
         if not slot.ready or (args.slots and slot.name not in args.slots):

@@ -5,10 +5,10 @@ against gated attention (chapter 20): `layer_times(engine)`, and on a GPU every 
 Method. The decode step replays from one CUDA graph (a prompt chunk too, once its length has been met), so
 CUDA events at the layer boundaries would mean cutting the graph into pieces: another step than the one
 measured. The layers are found in a device trace instead, as `profiling.py` finds the slots: torch.profiler
-records every kernel of the replays (its name, start and end on the GPU); `profiling.layer_tracing` records
+records every kernel of the replays (its name, start and end on the GPU); `trace.layer_tracing` records
 the calls of one step op by op, each with its part of the step (the embedding, layer i, the head);
-`profiling.place_kernels` puts the k-th launch of a kernel name on the k-th call that can launch it, and the
-part of that call is the kernel's. `profiling.check_attribution` and `check_layers` refuse a trace or a
+`trace.place_kernels` puts the k-th launch of a kernel name on the k-th call that can launch it, and the
+part of that call is the kernel's. `trace.check_attribution` and `check_layers` refuse a trace or a
 labelling that does not fit the calls (a call list shifted by one, say): a wrong attribution is an error,
 never a table.
 
@@ -40,11 +40,12 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ..engine.ops import LEVELS
-from .profiling import (EMBEDDING, HEAD, OTHER, AttributionError, _decode_and_read, _prompt, busy_us,
-                        check_attribution, check_layers, check_prompt_len, device_events, layer_tracing,
-                        place_kernels, slot_kernels, timeline_us, traced_calls, traced_prefill_calls)
+from ..engine import Engine
+from ..engine.plan import LEVELS
 from ..safe_files import atomic_write_text, save_figure
+from .trace import (EMBEDDING, HEAD, OTHER, AttributionError, busy_us, check_attribution, check_layers,
+                    check_prompt_len, decode_and_read, device_events, layer_tracing, place_kernels, probe_prompt,
+                    slot_kernels, timeline_us, traced_calls, traced_prefill_calls)
 
 OTHER_PART = "other"
 KINDS = ("DeltaNet", "attention", EMBEDDING, HEAD, OTHER_PART)
@@ -212,7 +213,7 @@ def _phase(engine, name: str, path: str, tokens: int, run, runs: int, warmup: in
     slots, per_slot, kinds = [c.slot for c in calls], slot_kernels(engine, path), layer_kinds(engine.config)
     placed = place_kernels(names, slots, per_slot, runs)
     check_attribution(names, placed, slots, per_slot, runs)
-    check_layers(calls, engine.ops.steps, kinds)
+    check_layers(calls, engine.plan.steps, kinds)
     parts = part_times(names, starts, ends, placed, calls, kinds, runs)
     result = PhaseTimes(name, path, tokens, runs, parts, sum(e - s for s, e in zip(starts, ends)) / runs, wall,
                         cached)
@@ -227,7 +228,7 @@ def prefill_phase(engine, prompt_len: int = 128, prompts: int = 3) -> PhaseTimes
     engine runs it (replayed from the prompt chunk's CUDA graph where it has them). Resets the engine."""
     check_prompt_len(engine, prompt_len)
     warmup, timed = _counts(engine, prompts, "prompts")
-    ids = _prompt(engine, prompt_len)
+    ids = probe_prompt(engine, prompt_len)
 
     def one_prompt():
         engine.reset()
@@ -256,10 +257,10 @@ def decode_phase(engine, context: int = 128, steps: int = 8) -> PhaseTimes:
         finally:
             engine.prefill_graph = keep
     engine.reset()
-    engine.prefill(_prompt(engine, context))
+    engine.prefill(probe_prompt(engine, context))
     cached = context + warmup + timed + (steps + 1) / 2
     try:
-        return _phase(engine, f"decode @ {context}", "decode", context, _decode_and_read(engine), steps, warmup,
+        return _phase(engine, f"decode @ {context}", "decode", context, decode_and_read(engine), steps, warmup,
                       timed, calls, cached)
     finally:
         engine.reset()
@@ -458,7 +459,6 @@ def add_layers_parser(subparsers) -> argparse.ArgumentParser:
 def run_layers(args) -> int:
     """Run `tritonllm-course layers`; returns the exit status (2: bad arguments; 1: no GPU, or a failure)."""
     from ..config import get_config
-    from ..engine import Engine
     from ..runtime import setup
     from .benchmark import results_stem
 

@@ -17,7 +17,7 @@ import math
 
 import torch
 
-from .benchmark import gpu_script, results_stem
+from .benchmark import ceiling_gbps, gpu_script, results_stem, time_calls
 from ..runtime import runtime
 from ..safe_files import atomic_write_text, save_figure
 
@@ -54,7 +54,6 @@ def _input_sets(N, K, dtype, min_bytes=256 * 2**20):
 
 
 def _best_of(fn, sets, tries=3):
-    from .benchmark import time_calls
     return min(time_calls(fn, sets) for _ in range(tries))
 
 
@@ -169,7 +168,6 @@ def main(argv=None) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from .. import kernels
-    from .benchmark import ceiling_gbps
     splitk = kernels.load("splitk", "solutions").module
     linear = kernels.load("linear", "solutions").module
     ceiling = ceiling_gbps()

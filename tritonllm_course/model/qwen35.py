@@ -31,6 +31,7 @@ import torch
 
 from .. import reference as R
 from ..config import Qwen35Config
+from ..validate import check_ids
 from ..weights import check_weights, load_weights, random_weights
 from .cache import Qwen35Cache
 
@@ -91,7 +92,6 @@ class Qwen35Model:
                 raise ValueError(f"ids must be a 1-D tensor of integer token ids (one sequence), got "
                                  f"{str(ids.dtype).replace('torch.', '')} of shape {list(ids.shape)}")
         else:                                    # a batch, floats, bools, a string: refused, never flattened
-            from ..generation import check_ids
             ids = torch.tensor(check_ids(ids, "ids"), dtype=torch.int64)
         T = ids.numel()
         if T == 0:

@@ -1,10 +1,13 @@
-"""Random weights for the chapters' demonstrations, and the real model's buffers without allocating them."""
+"""Random weights for the chapters' demonstrations, the real model's buffers without allocating them, and every
+reference operator's kernel for `swap.compare_greedy`: beside `weights.py` and `swap.py`, below the model and
+the engine, which the chapters build from them."""
 from __future__ import annotations
 
 import torch
 
-from ..config import Qwen35Config
-from ..weights import expected_shapes, is_f32_tensor, random_weights
+from . import kernels
+from .config import Qwen35Config
+from .weights import expected_shapes, is_f32_tensor, random_weights
 
 WEIGHT_SCALE = 5.0   # as `swap.py`: at 5x transformers' initialisation a random model's greedy path is varied
 
@@ -26,7 +29,7 @@ def meta_weights(config: Qwen35Config, dtype=torch.bfloat16) -> dict:
 
 
 # reference op name -> (kernel family, host wrapper) for every op of the reference model that has a kernel
-_KERNEL_OF_OP = {
+KERNEL_OF_OP = {
     "embedding": ("embedding", "embedding"), "rms_norm": ("rmsnorm", "rms_norm"), "qk_norm": ("rmsnorm", "qk_norm"),
     "linear": ("linear", "linear"), "apply_rope": ("rope", "apply_rope"),
     "kv_cache_write": ("kv_cache", "kv_cache_write"), "kv_cache_read": ("kv_cache", "kv_cache_read"),
@@ -44,8 +47,7 @@ def every_kernel(source: str | None = None) -> dict:
     """{reference op name: kernel} for every operator of the reference model that has a kernel, for
     `swap.compare_greedy`: the reference model run op by op from the course's kernels.
     source: as `kernels.load` (None: the learner's where filled in, else the solution)."""
-    from .. import kernels
-    ops = {op: kernels.get(family, name, source) for op, (family, name) in _KERNEL_OF_OP.items()}
+    ops = {op: kernels.get(family, name, source) for op, (family, name) in KERNEL_OF_OP.items()}
     embedding = ops["embedding"]
     # the reference model keeps the prompt's ids where they come from (the host); the kernel wants them
     # on the table's device

@@ -35,7 +35,7 @@ Method. Every system generates the same way: it hands each new token to the host
 (streaming, one host read per token), and the time of each token's arrival is recorded. Prefill = time
 to the first token for a 128-token prompt; decode at context L = mean time between consecutive tokens
 after a prompt of L tokens (STEPS tokens; median over REPEATS runs). Bandwidth: bytes a decode step must
-move at context L (`measure.profiling.bytes_per_token`; for Qwen3.5-0.8B in bf16 docs/qwen35.md §6's
+move at context L (`measure.bytes_model.bytes_per_token`; for Qwen3.5-0.8B in bf16 docs/qwen35.md §6's
 1,544,820,416 + 12,288 L bytes) per second, and the floor time (those bytes at the measured copy bandwidth)
 as a percentage of the measured time. Time to the first token is recorded at every context length too.
 `--config` takes the shapes of another size of the family (`config.FAMILY`, docs/family.md), random weights;
@@ -56,9 +56,21 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..config import FAMILY
+import torch
+
+from .. import kernels
+from ..config import FAMILY, PRESETS, QWEN35_0_8B, Qwen35Config
+from ..demo import meta_weights
+from ..engine import Engine
+from ..engine.plan import levels_markdown
+from ..hf_compat import hf_model, weights_from_hf
+from ..model import Qwen35Model
+from ..reference import precision
+from ..runtime import no_launch_overlap, setup
 from ..safe_files import atomic_write_text, results_folder, save_figure
-from .ops import levels_markdown
+from ..weights import resolve_checkpoint
+from .benchmark import ceiling_gbps, gpu_tag
+from .bytes_model import bytes_per_token
 
 
 OPERATORS, FUSED, FAST = "Triton (one kernel per operator)", "Triton + fusion + split-K", "Triton, fewest kernels"
@@ -80,10 +92,9 @@ NOTES = {
 
 
 def byte_model(config) -> dict:
-    """The bf16 decode token's HBM bytes as a + b * context (`measure.profiling.bytes_per_token`): the
+    """The bf16 decode token's HBM bytes as a + b * context (`measure.bytes_model.bytes_per_token`): the
     weights and states `a`, the KV cache's bytes per cached token `b`; kept in a result, which its table
     and plot read."""
-    from ..measure.profiling import bytes_per_token
     fixed = bytes_per_token(config, 0)
     return {"weight_and_state_bytes": fixed, "kv_bytes_per_token": bytes_per_token(config, 1) - fixed}
 
@@ -92,8 +103,9 @@ def byte_model(config) -> dict:
 _BYTES_0_8B = {"weight_and_state_bytes": 1_544_820_416, "kv_bytes_per_token": 12_288}
 
 
-def bytes_per_token(result: dict, context: int) -> int:
-    """HBM bytes one bf16 decode step of the result's model must move with `context` tokens cached."""
+def recorded_bytes(result: dict, context: int) -> int:
+    """HBM bytes one bf16 decode step of the result's model must move with `context` tokens cached, read from
+    the byte model the result keeps (`byte_model`; `bytes_per_token` computes it from a config)."""
     model = {k: result.get(k, v) for k, v in _BYTES_0_8B.items()}
     return model["weight_and_state_bytes"] + model["kv_bytes_per_token"] * context
 
@@ -114,9 +126,6 @@ def kernels_per_token(config=None, level: str = "operators") -> tuple[int, int]:
     """(slot calls, kernel launches) of one decode step at `level`, traced from an engine of the config's
     shapes (default Qwen3.5-0.8B) on the meta device: PyTorch references on weights without memory, so
     it runs anywhere in about a second and leaves no engine behind."""
-    from ..config import QWEN35_0_8B
-    from .demo import meta_weights
-    from .engine import Engine
     config = config or QWEN35_0_8B
     engine = Engine(config, meta_weights(config), max_seq_len=2, default_source="reference", cuda_graph=False,
                     prefill_chunk=1, level=level)
@@ -131,7 +140,6 @@ def same_tokens(engine, other, prompt: list[int], new_tokens: int = 32) -> dict:
     from a fresh sequence) as its own kernels launched without the overlap ("... without overlap": what
     PDL must not change) and as another engine built with pdl=False ("... without PDL": the same kernels,
     `Engine._launches`)."""
-    from ..runtime import no_launch_overlap
     out = {}
     for mode, kwargs in (("greedy", {}), ("sampled", dict(greedy=False, temperature=0.8, top_k=50, seed=1))):
         ids = engine.generate(prompt, new_tokens, **kwargs)
@@ -170,7 +178,6 @@ def _hf_runner(model, compiled: bool):
             pass
 
     def run(prompt, n):
-        import torch
         stamps = Stamps()
         ids = torch.tensor([prompt], device=model.device)
         extra = {"cache_implementation": "static"} if compiled else {}
@@ -181,7 +188,6 @@ def _hf_runner(model, compiled: bool):
 
 def _reference_runner(model):
     def run(prompt, n):
-        import torch
         times = []
         with torch.no_grad():
             cache = model.new_cache(len(prompt) + n)
@@ -229,7 +235,7 @@ def _decode_ms(row: dict) -> dict[int, float]:
 def markdown(result: dict) -> str:
     ceiling, contexts = result["ceiling_gbps"], result["contexts"]
     c0 = contexts[0]
-    fixed, per_kv = (bytes_per_token(result, 0), bytes_per_token(result, 1) - bytes_per_token(result, 0))
+    fixed, per_kv = (recorded_bytes(result, 0), recorded_bytes(result, 1) - recorded_bytes(result, 0))
     lines = [f"# {_model_name(result)} on {result['gpu']}, {result['date']}", "",
              f"{result['dtype']}, batch 1, greedy, random weights of the real shapes; {result['versions']}. "
              f"Prefill: {result['prompt_len']}-token prompt, time to the first token. Decode: mean time per "
@@ -246,7 +252,7 @@ def markdown(result: dict) -> str:
             lines.append(f"| {r['system']} | - | - | - | - | - | {kernels} | {r['error'] or r['note']} |")
             continue
         ms = _decode_ms(r)[c0]
-        gbps = bytes_per_token(result, c0) / (ms * 1e-3) / 1e9
+        gbps = recorded_bytes(result, c0) / (ms * 1e-3) / 1e9
         lines.append(f"| {r['system']} | {r['prefill_ms']:.1f} | {ms:.3f} | {1e3 / ms:.0f} | {gbps:.0f} | "
                      f"{100 * gbps / ceiling:.1f}% | {kernels} | {r['note']} |")
     lines += ["", "Decode per token by context length L: ms/token (% of the bandwidth floor)", "",
@@ -257,7 +263,7 @@ def markdown(result: dict) -> str:
         for c in contexts:
             ms = _decode_ms(r).get(c)
             cells.append("-" if ms is None else
-                         f"{ms:.3f} ({100 * bytes_per_token(result, c) / (ms * 1e-3) / 1e9 / ceiling:.1f}%)")
+                         f"{ms:.3f} ({100 * recorded_bytes(result, c) / (ms * 1e-3) / 1e9 / ceiling:.1f}%)")
         lines.append(f"| {r['system']} | " + " | ".join(cells) + " |")
     setup = [f"{r['system']} {r['setup_s']:.0f} s" for r in result["rows"] if r["setup_s"] is not None]
     lines += ["", "Set-up (build, compile, capture): " + ", ".join(setup) + "."]
@@ -292,9 +298,9 @@ def plot(result: dict, path: Path | None = None):
         bars = ax1.barh(ys, tps, height=h, label=f"L = {c}")
         for bar, r in zip(bars, rows):
             if c in r["decode_ms"]:
-                pct = 100 * bytes_per_token(result, c) / (r["decode_ms"][c] * 1e-3) / 1e9 / ceiling
+                pct = 100 * recorded_bytes(result, c) / (r["decode_ms"][c] * 1e-3) / 1e9 / ceiling
                 ax1.text(bar.get_width(), bar.get_y() + h / 2, f" {pct:.0f}%", va="center", fontsize=7)
-    floor_tps = ceiling * 1e9 / bytes_per_token(result, contexts[0])
+    floor_tps = ceiling * 1e9 / recorded_bytes(result, contexts[0])
     ax1.axvline(floor_tps, color="k", ls="--", lw=0.8, label=f"bandwidth floor, L = {contexts[0]}")
     ax1.set_yticks([i + h * (len(contexts) - 1) / 2 for i in range(len(rows))], [r["system"] for r in rows])
     ax1.invert_yaxis()
@@ -324,8 +330,6 @@ def write(result: dict, folder: Path) -> None:
 def _substitute_shape_str() -> None:
     """The references format shapes into their error messages with `str(list(shape))`, which torch.compile
     cannot trace (a graph break per op). Give it a traceable equivalent; eager code is unchanged."""
-    import torch
-    from ..reference import precision
     if getattr(_substitute_shape_str, "done", False):
         return
 
@@ -338,9 +342,6 @@ def _substitute_shape_str() -> None:
 def build(model_source: str, seed: int = 0, config_name: str | None = None):
     """(transformers model, our weights dict, config) of the same weights, bf16 on the GPU: random ones of
     the preset `config_name`'s shapes (default Qwen3.5-0.8B), or a checkpoint's (which brings its config)."""
-    import torch
-    from ..config import PRESETS, QWEN35_0_8B, Qwen35Config
-    from ..hf_compat import hf_model, weights_from_hf
     if model_source == "random":
         config = PRESETS[config_name] if config_name else QWEN35_0_8B
         hf = hf_model(config, dtype=torch.bfloat16, device="cuda", seed=seed)
@@ -349,7 +350,6 @@ def build(model_source: str, seed: int = 0, config_name: str | None = None):
                          f"{model_source} brings its own config: leave --config out")
     else:
         from transformers import Qwen3_5ForCausalLM
-        from ..weights import resolve_checkpoint
         root = resolve_checkpoint(model_source)
         hf = Qwen3_5ForCausalLM.from_pretrained(root, dtype=torch.bfloat16).to("cuda").eval()
         config = Qwen35Config.from_json(root)
@@ -359,14 +359,8 @@ def build(model_source: str, seed: int = 0, config_name: str | None = None):
 
 
 def run(args) -> dict:
-    import torch
-    import transformers
+    import transformers                 # optional and heavy (triton: after `setup`): only a run needs them
     import triton
-    from ..measure.benchmark import ceiling_gbps
-    from ..measure.benchmark import gpu_tag
-    from .. import kernels
-    from ..model import Qwen35Model
-    from .engine import Engine
 
     start = time.perf_counter()
     contexts = sorted(set(args.contexts) | {args.prompt_len})
@@ -485,7 +479,6 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_bench(args) -> int:
     """Run `tritonllm-course bench`; returns the exit status."""
-    from ..runtime import setup
     if args.steps < 2 or args.repeats < 1:
         print("tritonllm-course bench: error: --steps must be >= 2 and --repeats >= 1", file=sys.stderr)
         return 2

@@ -1,6 +1,6 @@
 """The ladder's steps and what runs each one (chapter 29).
 
-Every step is the one before it with one change (`STEPS`, in order). The first eight run the reference
+Every step is the one before it with one change (`RUNGS`, in order). The first eight run the reference
 model (`tritonllm_course.model`) with the course's kernels swapped in (`swap.swapped`): that path can do
 what the engine never does (no KV cache, one launch per token row, a sync after every kernel). Each is a
 `ModelPath`, run by a `ModelRunner`. The last four are the engine (`tritonllm_course.engine`) at one of its
@@ -22,11 +22,11 @@ from typing import Callable
 
 import torch
 
-from .. import kernels
+from .. import kernels, slots
 from .. import reference as R
 from .. import validate
 from ..config import Qwen35Config
-from ..engine.demo import every_kernel
+from ..demo import KERNEL_OF_OP, every_kernel
 from ..model import Qwen35Model
 from ..swap import swapped
 from .naive import Transposed, per_output_linear, token_by_token
@@ -69,7 +69,9 @@ class EnginePath:
 
 
 @dataclass(frozen=True)
-class Step:
+class Rung:
+    """One rung of the ladder (a step of chapter 29: the rung before it with one change). Named apart from the
+    engine's `plan.Step`, a row of a level's table: one kernel slot of a decode token or a prompt chunk."""
     key: str
     label: str                        # short, for the plot
     change: str                       # what this step changes from the one before
@@ -93,58 +95,56 @@ _NO_SYNC = replace(_FUSED, sync=False)
 # The engine comes in at its fused level: the one level that keeps what the steps before it have (FlashAttention
 # and FlashDecoding, a residual add fused with a norm). It brings what else that level does with it (merged
 # weights, the decode norms folded into the projections, split-K): the step's `change` names them.
-STEPS = (
-    Step("naive", "naive", "one program per output, the weight read transposed (uncoalesced), one launch per "
+RUNGS = (
+    Rung("naive", "naive", "one program per output, the weight read transposed (uncoalesced), one launch per "
          "token row; no KV cache and no DeltaNet state: every token runs the whole sequence again; a sync "
          "after every kernel", "4.1", "29", _NAIVE),
-    Step("coalesced", "coalesced", "the same kernel reading the weight row-major: a warp's 32 loads coalesce",
+    Rung("coalesced", "coalesced", "the same kernel reading the weight row-major: a warp's 32 loads coalesce",
          "4.1-4.2", "05", _COALESCED),
-    Step("gemv", "cooperative GEMV", "chapter 05's GEMV: 2 rows a program, 16-byte loads per lane; still one "
+    Rung("gemv", "cooperative GEMV", "chapter 05's GEMV: 2 rows a program, 16-byte loads per lane; still one "
          "launch per token row", "4.2", "05", _GEMV),
-    Step("gemm", "prompt as GEMM", "a sequence's tokens through chapter 05's GEMM, one launch per projection",
+    Rung("gemm", "prompt as GEMM", "a sequence's tokens through chapter 05's GEMM, one launch per projection",
          "4.2", "05", _GEMM),
-    Step("kv_cache", "KV cache + state", "the KV cache and the DeltaNet conv and recurrent states kept: a "
+    Rung("kv_cache", "KV cache + state", "the KV cache and the DeltaNet conv and recurrent states kept: a "
          "decode step runs one token", "4.3", "07, 15", _CACHE),
-    Step("flash", "FlashAttention / FlashDecoding", "FlashAttention for the prompt, FlashDecoding for a token",
+    Rung("flash", "FlashAttention / FlashDecoding", "FlashAttention for the prompt, FlashDecoding for a token",
          "4.4", "23, 25", _FLASH),
-    Step("fused_norm", "fused residual + norm", "the residual add before each MLP fused with its RMSNorm",
+    Rung("fused_norm", "fused residual + norm", "the residual add before each MLP fused with its RMSNorm",
          "4.5", "21", _FUSED),
-    Step("no_sync", "no syncs", "no sync after each kernel, no host-side range checks (each reads the device)",
+    Rung("no_sync", "no syncs", "no sync after each kernel, no host-side range checks (each reads the device)",
          "4.5", "18", _NO_SYNC),
-    Step("engine", "static buffers (engine)", "the engine at its fused level, op by op: weights merged, every "
+    Rung("engine", "static buffers (engine)", "the engine at its fused level, op by op: weights merged, every "
          "buffer allocated once, the norms folded into the decode projections, split-K", "3.1", "19, 21, 24",
          EnginePath("fused", cuda_graph=False)),
-    Step("graph", "CUDA graph", "the decode step, and a prompt met before, replayed from a CUDA graph", "-", "18",
+    Rung("graph", "CUDA graph", "the decode step, and a prompt met before, replayed from a CUDA graph", "-", "18",
          EnginePath("fused", cuda_graph=True), gpu_only=True),
-    Step("fast", "fewest kernels", "the fast level: the residual adds, gates and norms inside the kernels "
+    Rung("fast", "fewest kernels", "the fast level: the residual adds, gates and norms inside the kernels "
          "around them", "-", "22", EnginePath("fast", cuda_graph=True)),
-    Step("pdl", "PDL", "programmatic dependent launch: the engine's default where the GPU has it (sm_90+)", "-",
+    Rung("pdl", "PDL", "programmatic dependent launch: the engine's default where the GPU has it (sm_90+)", "-",
          "18", EnginePath("fast", cuda_graph=True, pdl=None), gpu_only=True),
 )
 
 
-def steps_for(device) -> tuple[Step, ...]:
+def rungs_for(device) -> tuple[Rung, ...]:
     """The steps that run code of their own on this device: all of them on a GPU, on the CPU all but the
     `gpu_only` ones."""
-    return STEPS if torch.device(device).type == "cuda" else tuple(s for s in STEPS if not s.gpu_only)
+    return RUNGS if torch.device(device).type == "cuda" else tuple(s for s in RUNGS if not s.gpu_only)
 
 
 def kernel_families() -> list[str]:
     """The kernel families (solutions/<family>.py, exercises/<family>.py) the ladder's steps run."""
-    from .. import slots
-    from ..engine.demo import _KERNEL_OF_OP
-    from ..engine.ops import slot_names
-    model = {family for family, _ in _KERNEL_OF_OP.values()} | {"flash_attention", "flash_decoding", "norm_fusion"}
-    levels = {p.level for s in STEPS if isinstance(p := s.path, EnginePath)}
+    from ..engine.plan import slot_names
+    model = {family for family, _ in KERNEL_OF_OP.values()} | {"flash_attention", "flash_decoding", "norm_fusion"}
+    levels = {p.level for s in RUNGS if isinstance(p := s.path, EnginePath)}
     engine = {slots.get(name).family for level in levels for name in slot_names(level)}
     return sorted(model | engine)
 
 
-def step_named(key: str) -> Step:
-    for step in STEPS:
+def rung_named(key: str) -> Rung:
+    for step in RUNGS:
         if step.key == key:
             return step
-    raise KeyError(f"no step {key!r}; the steps are {[s.key for s in STEPS]}")
+    raise KeyError(f"no step {key!r}; the steps are {[s.key for s in RUNGS]}")
 
 
 # --- running a step ---------------------------------------------------------------------------------------------
@@ -320,7 +320,7 @@ class EngineRunner:
         self.engine = None
 
 
-def runner(step: Step, config: Qwen35Config, weights: dict[str, torch.Tensor], source: str | None = None,
+def runner(step: Rung, config: Qwen35Config, weights: dict[str, torch.Tensor], source: str | None = None,
            max_seq_len: int = 512):
     """The runner of one step on these weights."""
     if isinstance(step.path, EnginePath):
@@ -380,7 +380,7 @@ def check_climb_args(prompt_len: int, tokens: int, uncached_tokens: int, repeats
         raise ValueError(f"repeats must be >= 1, got {repeats}")
 
 
-def climb(config: Qwen35Config, weights: dict[str, torch.Tensor], *, steps=STEPS, prompt_len: int = 128,
+def climb(config: Qwen35Config, weights: dict[str, torch.Tensor], *, steps=RUNGS, prompt_len: int = 128,
           tokens: int = 32, uncached_tokens: int = 2, repeats: int = 3, source: str | None = None,
           check: Check | str | None = "timed", warm_up: bool | None = None, fastest_first: bool = False,
           budget_s: float | None = None, seed: int = 0, on_row: Callable | None = None,
