@@ -30,7 +30,8 @@ from pathlib import Path
 
 import pytest
 
-from tritonllm_course import regions, student_version
+from helpers import filled
+from tritonllm_course import kernels, regions, student_version
 from tritonllm_course.notebook import runs_exercises_only, unfilled_exercise
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -331,3 +332,30 @@ def test_only_an_unfilled_exercise_skips_and_only_where_the_exercises_run(monkey
     monkeypatch.setenv("TRITONLLM_KERNELS", "auto")
     (course_copy / "solutions").rmdir()
     assert runs_exercises_only()               # a student version: nothing to fall back on
+
+
+@pytest.mark.needs_solutions
+def test_a_later_family_builds_on_the_learners_function_or_names_the_exercise(course_copy, monkeypatch):
+    """What a chapter has the learner write ships in no shared helper: a later family takes it from the
+    learner's module (`kernels.jit_function`). A solution builds on the solution; an exercise on the learner's
+    function once its region is filled in, else on the solution's; with no solutions/ (a student version)
+    an unfilled one stops the later family with NotImplementedYet naming the exercise to fill in first."""
+    for family in ("linear", "splitk"):
+        text = (ROOT / "solutions" / f"{family}.py").read_text()
+        (course_copy / "solutions" / f"{family}.py").write_text(text)
+        (course_copy / "exercises" / f"{family}.py").write_text(regions.make_exercise(text, family))
+    monkeypatch.setenv("TRITONLLM_KERNELS", "auto")
+    solution = kernels.load("linear", "solutions").module.gemv_rows
+    assert kernels.load("splitk", "solutions").module.gemv_rows is solution
+    splitk, linear = course_copy / "exercises" / "splitk.py", course_copy / "exercises" / "linear.py"
+    splitk.write_text(filled(splitk.read_text(), (ROOT / "solutions" / "splitk.py").read_text()))
+    assert kernels.load("splitk").module.gemv_rows is solution                 # linear.py not filled in yet
+    unfilled = linear.read_text()
+    linear.write_text(filled(unfilled, (ROOT / "solutions" / "linear.py").read_text()))
+    mine = kernels.load("splitk").module.gemv_rows
+    assert mine is not solution and Path(mine.fn.__code__.co_filename) == linear
+    linear.write_text(unfilled)
+    shutil.rmtree(course_copy / "solutions")
+    with pytest.raises(kernels.NotImplementedYet, match=r"exercise linear\.py is not implemented yet .*: "
+                                                        r"exercises/splitk\.py builds on its gemv_rows"):
+        kernels.load("splitk")
