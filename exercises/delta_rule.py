@@ -40,6 +40,16 @@ SUB = tl.constexpr(16)      # the UT transform inverts 16 x 16 diagonal blocks f
 
 # --- decode: the recurrence, state in registers ---------------------------------------------------
 @triton.jit
+def delta_rule_step(S, q, k, v, g, beta):
+    """One token of the gated delta rule on a state slice S [BK, BV] (fp32; q, k [BK], v [BV], g and beta
+    scalars, all fp32): forget (decay by exp(g)), correct what S predicts for k by beta times the error,
+    then read with q. Returns (S, o [BV]). Used by the recurrent kernel below and by chapter 22's fused one."""
+    # BEGIN EXERCISE: decay S by exp(g); u = beta (v - S^T k); S += k u^T; o = S^T q
+    raise NotImplementedError("exercise delta_rule.py, delta_rule_step: not implemented yet")
+    # END EXERCISE
+
+
+@triton.jit
 def recurrent_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr, T, sq, sk, sv,
                      H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, HAS_S0: tl.constexpr):
@@ -51,7 +61,7 @@ def recurrent_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr
     state = hv * DK * DV + rk[:, None] * DV + rv[None, :]   # [BK, BV] offsets into [HV, DK, DV]
     smask = mk[:, None] & mv[None, :]
     # BEGIN EXERCISE: S = the [BK, BV] state slice (zeros without s0);
-    #   per token t: decay, u = beta (v - S^T k), S += k u^T, o = S^T q (store in o's dtype); store S
+    #   per token t: its q, k, v (fp32), g and beta; delta_rule_step; store o in o's dtype; store S
     raise NotImplementedError("exercise delta_rule.py, recurrent_kernel: not implemented yet")
     # END EXERCISE
 

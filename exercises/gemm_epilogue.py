@@ -5,7 +5,8 @@ writes it again: two extra passes over the output and a second launch. Fused, ea
 activation to its fp32 tile of sums while they are still in registers, and stores once.
 
 - `gemm_gelu_kernel`: the source article's kernel in the course's layout (W [N, K], nn.Linear's), one
-  BLOCK_M x BLOCK_N tile of y per program, the walk along K with `tl.dot`, then the epilogue.
+  BLOCK_M x BLOCK_N tile of y per program, chapter 05's walk along K with `tl.dot` (`linear_tile`), then
+  the epilogue.
 - `gemv_gelu_kernel`: one token (M = 1): chapter 05's walk along the weight's rows (`gemv_rows`), the same
   epilogue. A tensor-core tile would compute 15 rows of padding for every row of the token.
 - `gelu_kernel`: GELU alone, elementwise: the unfused pair's second kernel, timed in chapter 28.
@@ -24,7 +25,11 @@ import triton.language as tl
 
 from tritonllm_course import kernels, validate
 from tritonllm_course.runtime import runtime
-from tritonllm_course.triton_helpers import gemv_rows, sigmoid
+from tritonllm_course.triton_helpers import sigmoid
+
+# chapter 05's walks along K, from the learner's linear.py once written (`kernels.jit_function`)
+gemv_rows = kernels.jit_function("linear", "gemv_rows", __file__)
+linear_tile = kernels.jit_function("linear", "linear_tile", __file__)
 
 ACTS = {"linear": 0, "gelu": 1, "gelu_tanh": 2}  # the kernels' ACT
 APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}   # torch.nn.functional.gelu's names
@@ -60,9 +65,8 @@ def activation(x, ACT: tl.constexpr):
 def gemm_gelu_kernel(x_ptr, w_ptr, y_ptr, M, N, K, ACT: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """y[M, N] = act(x[M, K] @ W[N, K].T), one BLOCK_M x BLOCK_N tile of y per program, grid (M tiles, N tiles)."""
-    # BEGIN EXERCISE: this program's rows rm (axis 0) and columns rn (axis 1); walk K in BLOCK_K steps, an x tile
-    #   [BLOCK_M, BLOCK_K] and a W.T tile [BLOCK_K, BLOCK_N], both masked (K need not be a multiple of
-    #   BLOCK_K), tl.dot into one fp32 accumulator
+    # BEGIN EXERCISE: this program's rows rm (axis 0) and columns rn (axis 1); chapter 05's `linear_tile`
+    #   walks K into one fp32 accumulator
     raise NotImplementedError("exercise gemm_epilogue.py, gemm_gelu_kernel: not implemented yet")
     # END EXERCISE
     # BEGIN EXERCISE: the epilogue, on the finished fp32 sums: `activation(acc, ACT)`, then one masked store of

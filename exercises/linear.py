@@ -29,12 +29,42 @@ PDL_MAX_PROGRAMS = 64 * SMS
 
 
 @triton.jit
+def gemv_rows(x_ptr, w_ptr, rows, N, K, k_lo, k_hi, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """sum over k in [k_lo, k_hi) of W[n, k] * x[k] for the BLOCK_N rows `rows`: fp32 [BLOCK_N] (0 past N).
+
+    W [N, K] row-major, x [K]: the GEMV's walk along a row (the whole row, [0, K), for the GEMV here; one
+    piece of it for chapter 24's split-K, which takes it from here, as do the fused and autotuned GEMVs).
+    Each step loads a contiguous BLOCK_K piece of every row (vectorised loads); one fp32 partial sum per
+    lane, reduced across lanes once at the end, not in every step.
+    """
+    # BEGIN EXERCISE: walk k_lo .. k_hi in BLOCK_K steps: an x piece [BLOCK_K] and a W tile [BLOCK_N, BLOCK_K]
+    #   (rows past N and columns past k_hi masked), fp32 products summed per lane; one sum across lanes at the end
+    raise NotImplementedError("exercise linear.py, gemv_rows: not implemented yet")
+    # END EXERCISE
+
+
+@triton.jit
 def gemv_kernel(x_ptr, w_ptr, y_ptr, N, K,
                 BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
     """y[n] = sum_k W[n, k] x[k] for this program's BLOCK_N rows; x [K], W [N, K], y [N]."""
     pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
-    # BEGIN EXERCISE: this program's rows; walk K in BLOCK_K chunks, fp32 products of W-tile and x; sum, store
+    # BEGIN EXERCISE: this program's rows; gemv_rows over the whole row [0, K); store them in y's dtype
     raise NotImplementedError("exercise linear.py, gemv_kernel: not implemented yet")
+    # END EXERCISE
+
+
+@triton.jit
+def linear_tile(x_ptr, w_ptr, rm, rn, M, N, K,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """x[rm, :] @ W[rn, :].T for the BLOCK_M rows `rm` of x [M, K] and the BLOCK_N rows `rn` of W [N, K]:
+    fp32 [BLOCK_M, BLOCK_N] (0 outside M and N).
+
+    The prefill GEMM's walk along K (the GEMM here; the fused and autotuned GEMMs of chapters 22, 26 and 28
+    take it from here): each step an x tile [BLOCK_M, BLOCK_K] and a W.T tile [BLOCK_K, BLOCK_N] read in
+    place, multiplied by `tl.dot` in the input dtype, summed in fp32.
+    """
+    # BEGIN EXERCISE: over K: an x tile [BM, BK], a W.T tile [BK, BN] (masked past M, N and K), tl.dot into fp32
+    raise NotImplementedError("exercise linear.py, linear_tile: not implemented yet")
     # END EXERCISE
 
 
@@ -43,7 +73,7 @@ def gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
     """y[M, N] = x[M, K] @ W[N, K].T, one BLOCK_M x BLOCK_N tile of y per program."""
     pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
-    # BEGIN EXERCISE: tile offsets; over K: an x tile [BM, BK], a W.T tile [BK, BN], tl.dot into fp32; store
+    # BEGIN EXERCISE: tile offsets (axis 0: M rows, axis 1: N columns); linear_tile; store the tile in y's dtype
     raise NotImplementedError("exercise linear.py, gemm_kernel: not implemented yet")
     # END EXERCISE
 

@@ -12,7 +12,7 @@ Method: `in_proj_recurrence_kernel`, one launch. Its first programs are the fast
 (`fused_gemv_kernel` of solutions/norm_fusion.py, same config); after its stores every program adds the
 number of a head's rows it wrote to that head's int32 counter (acq_rel, GPU scope). (a) last-arriver: the
 program that completes a head's count resets it and runs the head's recurrence
-(`triton_helpers.delta_rule_step`, value blocks of 32 or 16), reading the inputs back with `.cg` loads; the
+(`delta_rule.delta_rule_step`, value blocks of 32 or 16), reading the inputs back with `.cg` loads; the
 b and a rows run first (`ab_first`) so that heads complete in different programs. (b) tail programs: one
 per (head, value block) after the projection's, each loading its state slice before the PDL wait and
 spinning on the head's counter. Registers a thread (sm_90, `sass_check`): the projection alone 40, (a) 95
@@ -47,7 +47,9 @@ import triton.language as tl
 from lab import common
 from tritonllm_course import kernels, validate
 from tritonllm_course.runtime import pdl_args, programmatic_launches, runtime
-from tritonllm_course.triton_helpers import delta_rule_step, pdl_launch_dependents, pdl_wait, sigmoid, softplus
+from tritonllm_course.triton_helpers import pdl_launch_dependents, pdl_wait, sigmoid, softplus
+
+delta_rule_step = kernels.load("delta_rule", "solutions").module.delta_rule_step      # chapter 15's
 
 NF = kernels.load("norm_fusion", "solutions").module        # the fast level's in-projection, called as a function
 CONTEXTS = (128, 4096)

@@ -162,6 +162,30 @@ def pv_kernel(p_ptr, v_ptr, out_ptr, T, S, H, KV, D,
 
 # --- fused decode attention -----------------------------------------------------------------------
 @triton.jit
+def online_softmax_update(m, l, acc, s, v):
+    """Fold one block of keys into each row's running softmax (the online softmax of FlashAttention).
+
+    m [M]: running max of the row's scores, in log2 units (-inf before the first block)
+    l [M]: running sum of exp2(score - m); acc [M, D]: running sum of exp2(score - m) * v, unnormalised
+    s [M, N]: this block's scores in log2 units (scale * log2(e) folded in), -inf where masked; every
+              row needs a finite score in the first block it sees, or exp2(-inf - -inf) is NaN
+    v [N, D]: the block's values, in their own dtype (bf16/fp16 go to the tensor cores)
+    Returns the new (m, l, acc). When a block raises the max from m to m', everything summed so far was
+    relative to m: alpha = exp2(m - m') rescales l and acc to m' (alpha = 0 on the first block).
+    Written here, used by the decode kernel below and by chapters 23 and 25's flash kernels.
+    """
+    # BEGIN SOLUTION: the new max m'; alpha = exp2(m - m'); p = exp2(s - m'); l and acc rescaled by alpha,
+    #   plus this block's sum of p and P . V (tl.dot of p in v's dtype)
+    m_new = tl.maximum(m, tl.max(s, axis=1))
+    alpha = tl.exp2(m - m_new)
+    p = tl.exp2(s - m_new[:, None])
+    l = l * alpha + tl.sum(p, axis=1)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
+    return m_new, l, acc
+    # END SOLUTION
+
+
+@triton.jit
 def decode_attention_kernel(q_ptr, k_cache_ptr, v_cache_ptr, length_ptr, out_ptr, max_len, KV, D,
                             scale_log2e, G: tl.constexpr, BLOCK_H: tl.constexpr, BLOCK_N: tl.constexpr,
                             BLOCK_D: tl.constexpr):
@@ -171,8 +195,8 @@ def decode_attention_kernel(q_ptr, k_cache_ptr, v_cache_ptr, length_ptr, out_ptr
     Online softmax: running max m and sum l per head; acc is rescaled when m grows.
     """
     # BEGIN SOLUTION: load the G query rows (padded to BLOCK_H); length from device memory (at most max_len);
-    #   loop over the cache in BLOCK_N rows: scores = q . K^T (masked past length), online max/sum update,
-    #   acc = acc * alpha + P . V; store acc / l
+    #   loop over the cache in BLOCK_N rows: scores = q . K^T (masked past length) and the V tile folded into
+    #   (m, l, acc) by online_softmax_update; store acc / l
     g = tl.program_id(0)
     h = tl.arange(0, BLOCK_H)
     d = tl.arange(0, BLOCK_D)
@@ -192,13 +216,8 @@ def decode_attention_kernel(q_ptr, k_cache_ptr, v_cache_ptr, length_ptr, out_ptr
         k = tl.load(k_cache_ptr + kv_offs, mask=kv_mask, other=0.0)
         scores = tl.dot(q, tl.trans(k), input_precision="ieee") * scale_log2e          # [BLOCK_H, BLOCK_N]
         scores = tl.where(n_ok[None, :], scores, float("-inf"))
-        m_new = tl.maximum(m, tl.max(scores, axis=1))   # finite: every block has a key < length
-        alpha = tl.exp2(m - m_new)                       # 0 on the first block (m = -inf)
-        p = tl.exp2(scores - m_new[:, None])
-        l = l * alpha + tl.sum(p, axis=1)
         v = tl.load(v_cache_ptr + kv_offs, mask=kv_mask, other=0.0)
-        acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v, input_precision="ieee")
-        m = m_new
+        m, l, acc = online_softmax_update(m, l, acc, scores, v)    # every block has a key < length: finite max
     out = acc / l[:, None]
     tl.store(out_ptr + q_offs, out.to(out_ptr.dtype.element_ty), mask=h_ok[:, None] & d_ok[None, :])
     # END SOLUTION

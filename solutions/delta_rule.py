@@ -40,6 +40,20 @@ SUB = tl.constexpr(16)      # the UT transform inverts 16 x 16 diagonal blocks f
 
 # --- decode: the recurrence, state in registers ---------------------------------------------------
 @triton.jit
+def delta_rule_step(S, q, k, v, g, beta):
+    """One token of the gated delta rule on a state slice S [BK, BV] (fp32; q, k [BK], v [BV], g and beta
+    scalars, all fp32): forget (decay by exp(g)), correct what S predicts for k by beta times the error,
+    then read with q. Returns (S, o [BV]). Used by the recurrent kernel below and by chapter 22's fused one."""
+    # BEGIN SOLUTION: decay S by exp(g); u = beta (v - S^T k); S += k u^T; o = S^T q
+    S = S * tl.exp(g)                                        # forget a little
+    u = beta * (v - tl.sum(S * k[:, None], axis=0))          # the prediction's error for k: [BV]
+    S = S + k[:, None] * u[None, :]                          # write it: rank-1 update
+    o = tl.sum(S * q[:, None], axis=0)                       # read with the updated state: [BV]
+    return S, o
+    # END SOLUTION
+
+
+@triton.jit
 def recurrent_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr, T, sq, sk, sv,
                      H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
                      BK: tl.constexpr, BV: tl.constexpr, HAS_S0: tl.constexpr):
@@ -51,7 +65,7 @@ def recurrent_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr
     state = hv * DK * DV + rk[:, None] * DV + rv[None, :]   # [BK, BV] offsets into [HV, DK, DV]
     smask = mk[:, None] & mv[None, :]
     # BEGIN SOLUTION: S = the [BK, BV] state slice (zeros without s0);
-    #   per token t: decay, u = beta (v - S^T k), S += k u^T, o = S^T q (store in o's dtype); store S
+    #   per token t: its q, k, v (fp32), g and beta; delta_rule_step; store o in o's dtype; store S
     if HAS_S0:
         S = tl.load(s0_ptr + state, mask=smask, other=0.0)
     else:
@@ -62,10 +76,7 @@ def recurrent_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr
         v = tl.load(v_ptr + t * sv + hv * DV + rv, mask=mv, other=0.0).to(tl.float32)
         g = tl.load(g_ptr + t * HV + hv)
         beta = tl.load(beta_ptr + t * HV + hv).to(tl.float32)
-        S = S * tl.exp(g)                                        # forget a little
-        u = beta * (v - tl.sum(S * k[:, None], axis=0))          # the prediction's error for k: [BV]
-        S = S + k[:, None] * u[None, :]                          # write it: rank-1 update
-        o = tl.sum(S * q[:, None], axis=0)                       # read with the updated state: [BV]
+        S, o = delta_rule_step(S, q, k, v, g, beta)
         tl.store(o_ptr + (t * HV + hv) * DV + rv, o.to(o_ptr.dtype.element_ty), mask=mv)
     tl.store(st_ptr + state, S, mask=smask)
     # END SOLUTION

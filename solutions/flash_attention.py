@@ -7,7 +7,7 @@ Shapes (batch 1, tokens first): q [T, heads, head_dim] at positions pos [T]; k, 
 GQA as rows, as in chapter 08: a program owns one KV head g and BLOCK_M rows, row r = token r // G,
 query head g * G + r % G. Every K and V tile it loads serves the G query heads of the group at once.
 
-Online softmax (`triton_helpers.online_softmax_update`): per row a running max m, a running sum
+Online softmax (chapter 08's `attention.online_softmax_update`): per row a running max m, a running sum
 l = sum exp2(s - m) and an unnormalised accumulator acc = sum exp2(s - m) v, rescaled by exp2(m - m')
 whenever a key block raises the max to m'; one division by l at the end. Scores are in log2 units
 (scale * log2(e) folded into one multiply), so every exponential is an exp2.
@@ -24,9 +24,12 @@ import torch
 import triton
 import triton.language as tl
 
-from tritonllm_course import triton_helpers as helpers, validate
+from tritonllm_course import kernels, triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args, runtime
-from tritonllm_course.triton_helpers import online_softmax_update, pdl_enter, sigmoid
+from tritonllm_course.triton_helpers import pdl_enter, sigmoid
+
+# chapter 08's online softmax, from the learner's attention.py once written (`kernels.jit_function`)
+online_softmax_update = kernels.jit_function("attention", "online_softmax_update", __file__)
 
 LOG2E = math.log2(math.e)
 SMS = 132                     # streaming multiprocessors of an H200: the grid is sized against them

@@ -5,7 +5,8 @@ writes it again: two extra passes over the output and a second launch. Fused, ea
 activation to its fp32 tile of sums while they are still in registers, and stores once.
 
 - `gemm_gelu_kernel`: the source article's kernel in the course's layout (W [N, K], nn.Linear's), one
-  BLOCK_M x BLOCK_N tile of y per program, the walk along K with `tl.dot`, then the epilogue.
+  BLOCK_M x BLOCK_N tile of y per program, chapter 05's walk along K with `tl.dot` (`linear_tile`), then
+  the epilogue.
 - `gemv_gelu_kernel`: one token (M = 1): chapter 05's walk along the weight's rows (`gemv_rows`), the same
   epilogue. A tensor-core tile would compute 15 rows of padding for every row of the token.
 - `gelu_kernel`: GELU alone, elementwise: the unfused pair's second kernel, timed in chapter 28.
@@ -24,7 +25,11 @@ import triton.language as tl
 
 from tritonllm_course import kernels, validate
 from tritonllm_course.runtime import runtime
-from tritonllm_course.triton_helpers import gemv_rows, sigmoid
+from tritonllm_course.triton_helpers import sigmoid
+
+# chapter 05's walks along K, from the learner's linear.py once written (`kernels.jit_function`)
+gemv_rows = kernels.jit_function("linear", "gemv_rows", __file__)
+linear_tile = kernels.jit_function("linear", "linear_tile", __file__)
 
 ACTS = {"linear": 0, "gelu": 1, "gelu_tanh": 2}  # the kernels' ACT
 APPROXIMATE = {"none": "gelu", "tanh": "gelu_tanh"}   # torch.nn.functional.gelu's names
@@ -61,34 +66,19 @@ def activation(x, ACT: tl.constexpr):
 def gemm_gelu_kernel(x_ptr, w_ptr, y_ptr, M, N, K, ACT: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """y[M, N] = act(x[M, K] @ W[N, K].T), one BLOCK_M x BLOCK_N tile of y per program, grid (M tiles, N tiles)."""
-    # BEGIN SOLUTION: this program's rows rm (axis 0) and columns rn (axis 1); walk K in BLOCK_K steps, an x tile
-    #   [BLOCK_M, BLOCK_K] and a W.T tile [BLOCK_K, BLOCK_N], both masked (K need not be a multiple of
-    #   BLOCK_K), tl.dot into one fp32 accumulator
+    # BEGIN SOLUTION: this program's rows rm (axis 0) and columns rn (axis 1); chapter 05's `linear_tile`
+    #   walks K into one fp32 accumulator
     pid_m = tl.program_id(0)      # axis 0 is M: programs that share a weight tile run side by side (L2)
     pid_n = tl.program_id(1)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    m_ok = rm < M
-    n_ok = rn < N
-    x_ptrs = x_ptr + rm[:, None].to(tl.int64) * K + rk[None, :]          # [BLOCK_M, BLOCK_K]
-    w_ptrs = w_ptr + rn[None, :].to(tl.int64) * K + rk[:, None]          # [BLOCK_K, BLOCK_N]: W read as W.T
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        k_ok = (k0 + rk) < K
-        # operands stay in the input dtype: bf16/fp16 go to the tensor cores, the sum is fp32 (acc)
-        a = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-        b = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
-        # "ieee": fp32 inputs are multiplied in full fp32, not rounded to tf32 (no effect on bf16/fp16)
-        acc = tl.dot(a, b, acc, input_precision="ieee")
-        x_ptrs += BLOCK_K
-        w_ptrs += BLOCK_K
+    acc = linear_tile(x_ptr, w_ptr, rm, rn, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)          # fp32 [BLOCK_M, BLOCK_N]
     # END SOLUTION
     # BEGIN SOLUTION: the epilogue, on the finished fp32 sums: `activation(acc, ACT)`, then one masked store of
     #   the tile, in y's dtype (y is [M, N] row-major)
     y = activation(acc, ACT)
     y_ptrs = y_ptr + rm[:, None].to(tl.int64) * N + rn[None, :]
-    tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+    tl.store(y_ptrs, y.to(y_ptr.dtype.element_ty), mask=(rm < M)[:, None] & (rn < N)[None, :])
     # END SOLUTION
 
 

@@ -22,10 +22,15 @@ import torch
 import triton
 import triton.language as tl
 
-from tritonllm_course import triton_helpers as helpers, validate
+from tritonllm_course import kernels, triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args, runtime
-from tritonllm_course.triton_helpers import (delta_rule_step, linear_tile, pdl_enter, pdl_launch_dependents, pdl_wait,
-                                           row_tile, sigmoid, silu, softplus)
+from tritonllm_course.triton_helpers import (pdl_enter, pdl_launch_dependents, pdl_wait, row_tile, sigmoid, silu,
+                                           softplus)
+
+# chapter 05's GEMM tile and chapter 15's step of the recurrence, from the learner's linear.py and delta_rule.py
+# once written (`kernels.jit_function`)
+linear_tile = kernels.jit_function("linear", "linear_tile", __file__)
+delta_rule_step = kernels.jit_function("delta_rule", "delta_rule_step", __file__)
 
 SMS = 132                    # streaming multiprocessors of an H200: the GEMV grid is sized against them
 

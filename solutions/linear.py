@@ -29,41 +29,56 @@ PDL_MAX_PROGRAMS = 64 * SMS
 
 
 @triton.jit
-def gemv_kernel(x_ptr, w_ptr, y_ptr, N, K,
-                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
-    """y[n] = sum_k W[n, k] x[k] for this program's BLOCK_N rows; x [K], W [N, K], y [N]."""
-    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
-    # BEGIN SOLUTION: this program's rows; walk K in BLOCK_K chunks, fp32 products of W-tile and x; sum, store
-    pid = tl.program_id(0)
-    rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
+def gemv_rows(x_ptr, w_ptr, rows, N, K, k_lo, k_hi, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """sum over k in [k_lo, k_hi) of W[n, k] * x[k] for the BLOCK_N rows `rows`: fp32 [BLOCK_N] (0 past N).
+
+    W [N, K] row-major, x [K]: the GEMV's walk along a row (the whole row, [0, K), for the GEMV here; one
+    piece of it for chapter 24's split-K, which takes it from here, as do the fused and autotuned GEMVs).
+    Each step loads a contiguous BLOCK_K piece of every row (vectorised loads); one fp32 partial sum per
+    lane, reduced across lanes once at the end, not in every step.
+    """
+    # BEGIN SOLUTION: walk k_lo .. k_hi in BLOCK_K steps: an x piece [BLOCK_K] and a W tile [BLOCK_N, BLOCK_K]
+    #   (rows past N and columns past k_hi masked), fp32 products summed per lane; one sum across lanes at the end
     row_ok = rows < N
     row_start = w_ptr + rows.to(tl.int64) * K           # int64: N * K may exceed 2**31 for big heads
     cols = tl.arange(0, BLOCK_K)
     # keep one fp32 partial sum per lane and reduce once at the end: no cross-thread sum inside the loop
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
+    for k0 in range(k_lo, k_hi, BLOCK_K):
         k = k0 + cols
-        k_ok = k < K
+        k_ok = k < k_hi
         x = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)                      # [BLOCK_K]
         # the weight is read exactly once: evict_first keeps it from pushing x out of the caches
         w = tl.load(row_start[:, None] + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0,
                     eviction_policy="evict_first").to(tl.float32)                       # [BLOCK_N, BLOCK_K]
         acc += w * x[None, :]
-    y = tl.sum(acc, axis=1)                                                             # [BLOCK_N]
-    tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)
+    return tl.sum(acc, axis=1)
     # END SOLUTION
 
 
 @triton.jit
-def gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
-    """y[M, N] = x[M, K] @ W[N, K].T, one BLOCK_M x BLOCK_N tile of y per program."""
+def gemv_kernel(x_ptr, w_ptr, y_ptr, N, K,
+                BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
+    """y[n] = sum_k W[n, k] x[k] for this program's BLOCK_N rows; x [K], W [N, K], y [N]."""
     pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
-    # BEGIN SOLUTION: tile offsets; over K: an x tile [BM, BK], a W.T tile [BK, BN], tl.dot into fp32; store
-    pid_m = tl.program_id(0)      # axis 0 is M: programs that share a weight tile run side by side (L2)
-    pid_n = tl.program_id(1)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    # BEGIN SOLUTION: this program's rows; gemv_rows over the whole row [0, K); store them in y's dtype
+    rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
+    y = gemv_rows(x_ptr, w_ptr, rows, N, K, 0, K, BLOCK_N, BLOCK_K)                     # fp32 [BLOCK_N]
+    tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=rows < N)
+    # END SOLUTION
+
+
+@triton.jit
+def linear_tile(x_ptr, w_ptr, rm, rn, M, N, K,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """x[rm, :] @ W[rn, :].T for the BLOCK_M rows `rm` of x [M, K] and the BLOCK_N rows `rn` of W [N, K]:
+    fp32 [BLOCK_M, BLOCK_N] (0 outside M and N).
+
+    The prefill GEMM's walk along K (the GEMM here; the fused and autotuned GEMMs of chapters 22, 26 and 28
+    take it from here): each step an x tile [BLOCK_M, BLOCK_K] and a W.T tile [BLOCK_K, BLOCK_N] read in
+    place, multiplied by `tl.dot` in the input dtype, summed in fp32.
+    """
+    # BEGIN SOLUTION: over K: an x tile [BM, BK], a W.T tile [BK, BN] (masked past M, N and K), tl.dot into fp32
     rk = tl.arange(0, BLOCK_K)
     m_ok = rm < M
     n_ok = rn < N
@@ -79,8 +94,23 @@ def gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K,
         acc = tl.dot(a, b, acc, input_precision="ieee")
         x_ptrs += BLOCK_K
         w_ptrs += BLOCK_K
+    return acc
+    # END SOLUTION
+
+
+@triton.jit
+def gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
+    """y[M, N] = x[M, K] @ W[N, K].T, one BLOCK_M x BLOCK_N tile of y per program."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
+    # BEGIN SOLUTION: tile offsets (axis 0: M rows, axis 1: N columns); linear_tile; store the tile in y's dtype
+    pid_m = tl.program_id(0)      # axis 0 is M: programs that share a weight tile run side by side (L2)
+    pid_n = tl.program_id(1)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = linear_tile(x_ptr, w_ptr, rm, rn, M, N, K, BLOCK_M, BLOCK_N, BLOCK_K)          # fp32 [BLOCK_M, BLOCK_N]
     y_ptrs = y_ptr + rm[:, None].to(tl.int64) * N + rn[None, :]
-    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])
+    tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=(rm < M)[:, None] & (rn < N)[None, :])
     # END SOLUTION
 
 

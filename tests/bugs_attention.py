@@ -100,12 +100,12 @@ BUGS = [
 
     # --- fused decode attention -------------------------------------------------------------------
     Bug("decode_attention", "attention", "accumulator never rescaled (online softmax)",
-        (("acc = acc * alpha[:, None] + tl.dot(", "acc = acc + tl.dot("),)),
+        (("v, acc * alpha[:, None], input_precision", "v, acc, input_precision"),)),
     Bug("decode_attention", "attention", "running max starts at 0, not -inf (rows far below zero: 0 / 0)",
         (('m = tl.full([BLOCK_H], float("-inf"), dtype=tl.float32)', "m = tl.zeros([BLOCK_H], dtype=tl.float32)"),)),
     Bug("decode_attention", "attention", "no max subtracted (exp of the raw scores: inf for rows far above zero)",
-        (("alpha = tl.exp2(m - m_new)", "alpha = tl.full([BLOCK_H], 1.0, dtype=tl.float32)"),
-         ("p = tl.exp2(scores - m_new[:, None])", "p = tl.exp2(scores)"))),
+        (("alpha = tl.exp2(m - m_new)", "alpha = tl.exp2(m_new - m_new)"),
+         ("p = tl.exp2(s - m_new[:, None])", "p = tl.exp2(s)"))),
     Bug("decode_attention", "attention", "running sum never rescaled (online softmax)",
         (("l = l * alpha + tl.sum(p, axis=1)", "l = l + tl.sum(p, axis=1)"),)),
     Bug("decode_attention", "attention", "the last cached row never read",

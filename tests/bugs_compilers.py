@@ -1,4 +1,5 @@
-"""Planted bugs of chapter 28's GEMM with a fused GELU epilogue: the tile walk, the epilogue, both GELU forms.
+"""Planted bugs of chapter 28's GEMM with a fused GELU epilogue: the tile's offsets, the epilogue, both GELU
+forms (the walk along K is chapter 05's `linear_tile`, planted in bugs_projections.py).
 The tiny shapes give the interpreter's 64 x 64 x 64 tiles 2 x 8 programs and three K steps, the last partial
 (slots/gemm_epilogue.py); the pre-activations are N(0, 1), where a wrong constant shows."""
 from planted import Bug
@@ -8,20 +9,10 @@ GEMM = [
         (("rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)", "rn = tl.arange(0, BLOCK_N)"),)),
     Bug("gemm_gelu", "gemm_epilogue", "no program offset along M",
         (("rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "rm = tl.arange(0, BLOCK_M)"),)),
-    # K = 131 is three steps of 64: a walk that stops at whole steps drops the last 3 columns of every row
-    Bug("gemm_gelu", "gemm_epilogue", "the last partial K step dropped",
-        (("for k0 in range(0, K, BLOCK_K):", "for k0 in range(0, K - BLOCK_K + 1, BLOCK_K):"),)),
-    Bug("gemm_gelu.tanh", "gemm_epilogue", "the K mask not offset by the step",
-        (("k_ok = (k0 + rk) < K", "k_ok = rk < K"),), out_of_bounds=True),
-    Bug("gemm_gelu", "gemm_epilogue", "the epilogue applied to every K step's partial sums",
-        (("acc = tl.dot(a, b, acc, input_precision=\"ieee\")",
-          "acc = activation(tl.dot(a, b, acc, input_precision=\"ieee\"), ACT)"),
-         ("y = activation(acc, ACT)", "y = acc"))),
-    Bug("gemm_gelu.tanh", "gemm_epilogue", "the epilogue applied before the walk and again after it",
-        (("acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)",
-          "acc = activation(tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32), ACT)"),
-         ("acc = tl.dot(a, b, acc, input_precision=\"ieee\")",
-          "acc = activation(tl.dot(a, b, acc, input_precision=\"ieee\"), ACT)"))),
+    # the walk along K is chapter 05's `linear_tile` (its bugs are bugs_projections.py's): here the tile's
+    # offsets and the epilogue on its finished sums
+    Bug("gemm_gelu.tanh", "gemm_epilogue", "the epilogue applied twice",
+        (("y = activation(acc, ACT)", "y = activation(activation(acc, ACT), ACT)"),)),
     Bug("gemm_gelu", "gemm_epilogue", "the output's row stride is K",
         (("y_ptrs = y_ptr + rm[:, None].to(tl.int64) * N + rn[None, :]",
           "y_ptrs = y_ptr + rm[:, None].to(tl.int64) * K + rn[None, :]"),)),

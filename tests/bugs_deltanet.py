@@ -64,14 +64,14 @@ DELTA_RULE = [
         (("        S = tl.load(s0_ptr + state, mask=smask, other=0.0)\n",
           "        S = tl.zeros([BK, BV], dtype=tl.float32)\n"),)),
     Bug(_REC, "delta_rule", "no decay",
-        (("        S = S * tl.exp(g)                                        # forget a little\n", ""),)),
+        (("    S = S * tl.exp(g)                                        # forget a little\n", ""),)),
     Bug(_REC, "delta_rule", "no beta in the update",
         (("u = beta * (v - tl.sum(S * k[:, None], axis=0))", "u = v - tl.sum(S * k[:, None], axis=0)"),)),
     Bug(_REC, "delta_rule", "the output read before the write",
-        (("        S = S + k[:, None] * u[None, :]                          # write it: rank-1 update\n"
-          "        o = tl.sum(S * q[:, None], axis=0)                       # read with the updated state: [BV]\n",
-          "        o = tl.sum(S * q[:, None], axis=0)\n"
-          "        S = S + k[:, None] * u[None, :]\n"),)),
+        (("    S = S + k[:, None] * u[None, :]                          # write it: rank-1 update\n"
+          "    o = tl.sum(S * q[:, None], axis=0)                       # read with the updated state: [BV]\n",
+          "    o = tl.sum(S * q[:, None], axis=0)\n"
+          "    S = S + k[:, None] * u[None, :]\n"),)),
     Bug(_REC, "delta_rule", "q read at token 0 for every token",
         (("q = tl.load(q_ptr + t * sq + h * DK + rk", "q = tl.load(q_ptr + h * DK + rk"),)),
     Bug(_REC, "delta_rule", "every token's output written at token 0",

@@ -25,28 +25,28 @@ EMBEDDING = [
 
 GEMV = [
     Bug("in_proj", "linear", "no program offset",
-        (("rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)", "rows = tl.arange(0, BLOCK_N)"),)),
+        (("rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)", "rows = tl.arange(0, BLOCK_N)"),)),
     # K loop bugs: the tiny shape K = 2085 (BLOCK_K stops at 2048, so two steps, the last partial)
     Bug("in_proj", "linear", "the K loop never advances",
-        (("        k = k0 + cols\n        k_ok = k < K\n        x = tl.load(x_ptr + k",
-          "        k = cols\n        k_ok = k < K\n        x = tl.load(x_ptr + k"),)),
+        (("        k = k0 + cols\n        k_ok = k < k_hi\n        x = tl.load(x_ptr + k",
+          "        k = cols\n        k_ok = k < k_hi\n        x = tl.load(x_ptr + k"),)),
     Bug("out_proj", "linear", "no K mask on the weight or x",
         (("x = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)                      # [BLOCK_K]",
           "x = tl.load(x_ptr + k).to(tl.float32)"),
          ("mask=row_ok[:, None] & k_ok[None, :], other=0.0,\n                    eviction_policy",
           "mask=row_ok[:, None], other=0.0,\n                    eviction_policy"))),
     Bug("out_proj", "linear", "the last partial K step dropped",
-        (("    for k0 in range(0, K, BLOCK_K):\n        k = k0 + cols",
-          "    for k0 in range(0, K - BLOCK_K + 1, BLOCK_K):\n        k = k0 + cols"),)),
+        (("    for k0 in range(k_lo, k_hi, BLOCK_K):\n        k = k0 + cols",
+          "    for k0 in range(k_lo, k_hi - BLOCK_K + 1, BLOCK_K):\n        k = k0 + cols"),)),
     Bug("gate_up", "linear", "the weight's row stride is BLOCK_K",
         (("row_start = w_ptr + rows.to(tl.int64) * K           #",
           "row_start = w_ptr + rows.to(tl.int64) * BLOCK_K  #"),)),
     Bug("gate_up", "linear", "no row mask on the store",
-        (("tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=row_ok)",
+        (("tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=rows < N)",
           "tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty))"),), out_of_bounds=True),
     Bug("down", "linear", "the accumulator overwritten each K step",
-        (("        acc += w * x[None, :]\n    y = tl.sum(acc, axis=1)",
-          "        acc = w * x[None, :]\n    y = tl.sum(acc, axis=1)"),)),
+        (("        acc += w * x[None, :]\n    return tl.sum(acc, axis=1)",
+          "        acc = w * x[None, :]\n    return tl.sum(acc, axis=1)"),)),
     # the edge "small activations": products of x ~ 3e-4 and W ~ 0.02 are subnormal in fp16
     Bug("down", "linear", "products in fp16/bf16 (no fp32 cast of x and W)",
         (("x = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)                      # [BLOCK_K]",
@@ -86,9 +86,14 @@ GEMM = [   # the tiny shape M = 67 gives two programs along M (BLOCK_M = 64)
           "acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=x_ptr.dtype.element_ty)"),)),
     Bug("down.prefill", "linear", "the dot does not accumulate",
         (("acc = tl.dot(a, b, acc, input_precision=\"ieee\")", "acc = tl.dot(a, b, input_precision=\"ieee\")"),)),
+    # the walk along K at a K that is no whole number of steps (chapters 22, 26 and 28 take it from here)
+    Bug("gate_up.prefill", "linear", "the last partial K step dropped",
+        (("for k0 in range(0, K, BLOCK_K):", "for k0 in range(0, K - BLOCK_K + 1, BLOCK_K):"),)),
+    Bug("out_proj.prefill", "linear", "the K mask not offset by the step",
+        (("k_ok = (k0 + rk) < K", "k_ok = rk < K"),), out_of_bounds=True),
     Bug("down.prefill", "linear", "no M mask on the store",
-        (("tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=m_ok[:, None] & n_ok[None, :])",
-          "tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=n_ok[None, :])"),), out_of_bounds=True),
+        (("tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=(rm < M)[:, None] & (rn < N)[None, :])",
+          "tl.store(y_ptrs, acc.to(y_ptr.dtype.element_ty), mask=(rn < N)[None, :])"),), out_of_bounds=True),
 ]
 
 ROPE = [

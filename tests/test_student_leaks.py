@@ -10,9 +10,9 @@ trailing comments; a line is found where it stands inside a shipped line between
 inside prose and backticks too).
 
 KNOWN holds what ships knowingly, each line named by a digest (this file ships too, so it quotes none): the
-package's shared `@triton.jit` helpers (the kernels import them) and the chapters' worked examples. An entry
-whose line is no longer found fails too, so the list only shrinks; anything else found fails, naming the
-file, the line, the region and the line's digest.
+index and mask idioms the chapters' worked examples share with the solutions, and chapter 01's vector scale,
+which has the shape of the first exercise on purpose. An entry whose line is no longer found fails too, so
+the list only shrinks; anything else found fails, naming the file, the line, the region and the line's digest.
 
 Skips: a chapter cell that stops on an exercise not filled in yet is skipped under nbval, naming it
 (notebooks/conftest.py), as a test is (tests/conftest.py).
@@ -30,53 +30,47 @@ from pathlib import Path
 
 import pytest
 
-from tritonllm_course import regions, student_version
+from helpers import filled
+from tritonllm_course import kernels, regions, student_version
 from tritonllm_course.notebook import runs_exercises_only, unfilled_exercise
 
 ROOT = Path(__file__).resolve().parents[1]
 
 # {shipped file: (why it ships although it holds them, {`_digest` of a region line: the region it is from})}.
-# Digests, not the lines: this file ships in the student version too.
-HELPERS = ("the shared @triton.jit helpers the kernels import: gemv_rows, linear_tile, online_softmax_update and "
-           "delta_rule_step are written out in the regions of linear.py, gemm_epilogue.py, attention.py, delta_rule.py")
-WORKED = "the chapter's small illustrative kernel shares these index and mask lines with the solutions"
+# Digests, not the lines: this file ships in the student version too. Idioms are left (and chapter 01's first
+# pattern): a chapter's worked example shares a line with a solution where the line is the pattern itself (a
+# block's indices, its bounds mask, the running max carried to the next block), never a line of a solution's
+# own logic. What a later chapter builds on is no shipped helper: it stays in its family's region
+# (`kernels.jit_function`).
+INDEX = ("the chapter's own small kernel opens with a block's indices and their bounds mask "
+         "(`program_id * BLOCK + arange`, `< n`), the idiom every tiled kernel starts with")
+RUNNING_MAX = "the running max carried to the next block: the one line every online softmax shares"
 KNOWN = {
-    "tritonllm_course/ladder/naive.py": (
-        "chapter 29's naive GEMV, the ladder's first step, walks K as linear.py's region does", {
-        "d8edba3dee42": "layer_fusion.py:108", "dd3f4e18d6fe": "layer_fusion.py:109", "cec285472e0a": "linear.py:47",
-        "c77aee3efa33": "linear.py:51"}),
-    "tritonllm_course/triton_helpers.py": (HELPERS, {"cfa8f70e3a2a": "attention.py:196",
-        "f2b897216355": "attention.py:198", "f10ba14f10fa": "attention.py:250", "bd6d0ef9df38": "delta_rule.py:65",
-        "73b817747954": "delta_rule.py:66", "418c25b882a1": "delta_rule.py:67", "eff4002269b7": "delta_rule.py:68",
-        "221815eb39db": "gemm_epilogue.py:74", "e8c7049c2d24": "gemm_epilogue.py:75",
-        "06a5813dcf12": "gemm_epilogue.py:80", "1f4d5158604f": "gemm_epilogue.py:81",
-        "0bb67e8d3473": "gemm_epilogue.py:84", "40e3fa2db4e9": "gemm_epilogue.py:85",
-        "d8edba3dee42": "layer_fusion.py:108", "3123a2be7db4": "layer_fusion.py:57", "0861d217e301": "linear.py:40",
-        "cec285472e0a": "linear.py:47", "89074c01cf00": "linear.py:49", "e86ef422a3ec": "linear.py:50",
-        "c77aee3efa33": "linear.py:51"}),
     "notebooks/01_triton_basics.ipynb": (
         "the worked example (a vector scale) has the shape of the first exercise (vector add) on purpose", {
-        "2c428d810eca": "flash_attention.py:73", "8be97e5c9712": "vector_add.py:16",
+        "2c428d810eca": "flash_attention.py:76", "8be97e5c9712": "vector_add.py:16",
         "ed2e25855150": "vector_add.py:17", "ec0648205b28": "vector_add.py:19"}),
-    "notebooks/04_rmsnorm.ipynb": (WORKED, {"144d05ce24b7": "norm_fusion.py:59", "fc07bd76e039": "norm_fusion.py:60"}),
-    "notebooks/05_projections.ipynb": (WORKED, {"d8edba3dee42": "layer_fusion.py:108"}),
-    "notebooks/06_rope.ipynb": (WORKED, {"1587a23474f3": "deltanet_gates.py:39"}),
-    "notebooks/08_attention.ipynb": (WORKED, {"2ec68231055f": "attention.py:120", "fcb4e9038bd2": "attention.py:55",
-        "55c107c59a8d": "attention.py:56"}),
-    "notebooks/10_mlp.ipynb": (WORKED, {"03f741551ae2": "swiglu.py:31"}),
-    "notebooks/14_gates_l2norm.ipynb": (WORKED, {"1587a23474f3": "deltanet_gates.py:39",
+    "notebooks/04_rmsnorm.ipynb": (INDEX, {"144d05ce24b7": "norm_fusion.py:59", "fc07bd76e039": "norm_fusion.py:60"}),
+    "notebooks/05_projections.ipynb": (
+        "the walk along K's column indices (`k0 + cols`), shown on a row sum of squares rather than the GEMV", {
+        "d8edba3dee42": "layer_fusion.py:113"}),
+    "notebooks/06_rope.ipynb": (INDEX, {"1587a23474f3": "deltanet_gates.py:39"}),
+    "notebooks/08_attention.ipynb": (INDEX + "; " + RUNNING_MAX + " (the chapter's numpy version)", {
+        "2ec68231055f": "attention.py:120", "fcb4e9038bd2": "attention.py:55", "55c107c59a8d": "attention.py:56"}),
+    "notebooks/10_mlp.ipynb": (INDEX, {"03f741551ae2": "swiglu.py:31"}),
+    "notebooks/14_gates_l2norm.ipynb": (INDEX, {"1587a23474f3": "deltanet_gates.py:39",
         "3f21be815596": "deltanet_gates.py:40", "868723863314": "deltanet_gates.py:57"}),
-    "notebooks/15_delta_rule.ipynb": (WORKED, {"a3cb0d95709a": "delta_rule.py:59"}),
-    "notebooks/16_delta_rule_chunked.ipynb": (WORKED, {"ba8f3ad37fd6": "delta_rule.py:140"}),
-    "notebooks/21_norm_fusion.ipynb": (WORKED, {"d8edba3dee42": "layer_fusion.py:108",
-        "dd3f4e18d6fe": "layer_fusion.py:109", "cec285472e0a": "linear.py:47"}),
-    "notebooks/23_flash_attention.ipynb": (WORKED, {"2ec68231055f": "attention.py:120",
-        "80ef6ab8c6c4": "attention.py:188"}),
-    "notebooks/28_compilers.ipynb": ("the chapter's GELU (tanh form), written out to compare with Inductor's", {
-        "aaa272cd1a76": "gemm_epilogue.py:45"}),
-    "notebooks/30_troubleshooting.ipynb": (WORKED, {"1587a23474f3": "deltanet_gates.py:39",
+    "notebooks/15_delta_rule.ipynb": ("the loop over the tokens of the chapter's PyTorch recurrence", {
+        "a3cb0d95709a": "delta_rule.py:73"}),
+    "notebooks/16_delta_rule_chunked.ipynb": ("the row and column index grids of a [C, C] triangle", {
+        "ba8f3ad37fd6": "delta_rule.py:151"}),
+    "notebooks/23_flash_attention.ipynb": (
+        "a key block's indices; " + RUNNING_MAX + " (a one-row kernel with the rescale as a switch)", {
+        "2ec68231055f": "attention.py:120", "80ef6ab8c6c4": "attention.py:212"}),
+    "notebooks/30_troubleshooting.ipynb": (INDEX, {"1587a23474f3": "deltanet_gates.py:39",
         "3f21be815596": "deltanet_gates.py:40"}),
-    "tests/test_flash_attention.py": ("the test's own online-softmax loop", {"2ec68231055f": "attention.py:120"}),
+    "tests/test_flash_attention.py": ("the test's own online-softmax loop: " + RUNNING_MAX, {
+        "2ec68231055f": "attention.py:120"}),
 }
 
 
@@ -338,3 +332,30 @@ def test_only_an_unfilled_exercise_skips_and_only_where_the_exercises_run(monkey
     monkeypatch.setenv("TRITONLLM_KERNELS", "auto")
     (course_copy / "solutions").rmdir()
     assert runs_exercises_only()               # a student version: nothing to fall back on
+
+
+@pytest.mark.needs_solutions
+def test_a_later_family_builds_on_the_learners_function_or_names_the_exercise(course_copy, monkeypatch):
+    """What a chapter has the learner write ships in no shared helper: a later family takes it from the
+    learner's module (`kernels.jit_function`). A solution builds on the solution; an exercise on the learner's
+    function once its region is filled in, else on the solution's; with no solutions/ (a student version)
+    an unfilled one stops the later family with NotImplementedYet naming the exercise to fill in first."""
+    for family in ("linear", "splitk"):
+        text = (ROOT / "solutions" / f"{family}.py").read_text()
+        (course_copy / "solutions" / f"{family}.py").write_text(text)
+        (course_copy / "exercises" / f"{family}.py").write_text(regions.make_exercise(text, family))
+    monkeypatch.setenv("TRITONLLM_KERNELS", "auto")
+    solution = kernels.load("linear", "solutions").module.gemv_rows
+    assert kernels.load("splitk", "solutions").module.gemv_rows is solution
+    splitk, linear = course_copy / "exercises" / "splitk.py", course_copy / "exercises" / "linear.py"
+    splitk.write_text(filled(splitk.read_text(), (ROOT / "solutions" / "splitk.py").read_text()))
+    assert kernels.load("splitk").module.gemv_rows is solution                 # linear.py not filled in yet
+    unfilled = linear.read_text()
+    linear.write_text(filled(unfilled, (ROOT / "solutions" / "linear.py").read_text()))
+    mine = kernels.load("splitk").module.gemv_rows
+    assert mine is not solution and Path(mine.fn.__code__.co_filename) == linear
+    linear.write_text(unfilled)
+    shutil.rmtree(course_copy / "solutions")
+    with pytest.raises(kernels.NotImplementedYet, match=r"exercise linear\.py is not implemented yet .*: "
+                                                        r"exercises/splitk\.py builds on its gemv_rows"):
+        kernels.load("splitk")

@@ -6,6 +6,11 @@ Which one runs is chosen by `source=` or the environment variable `TRITONLLM_KER
   solutions  the solution (what the tests and the engine use)
 The learner's module is re-read from disk on every load, so an edit in the editor takes effect at the
 next check without restarting the notebook's kernel.
+
+A `@triton.jit` function one chapter teaches and later chapters' kernels build on (the GEMV's walk along a
+row, the online softmax, the delta rule's step) is written once, in its family's solution region, and the
+later families take it with `jit_function` (a module global their kernels call): the learner's own, once
+written.
 """
 from __future__ import annotations
 
@@ -128,6 +133,9 @@ def _import(kind: str, family: str) -> ModuleType:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
+    except NotImplementedYet:      # it builds on another family's exercise not filled in yet: that one is named
+        sys.modules.pop(name, None)
+        raise
     except (Exception, SystemExit) as e:   # SystemExit too: the learner's module must not end the tools
         sys.modules.pop(name, None)
         raise _import_error(path, e) from e
@@ -177,6 +185,27 @@ def load(family: str, source: str | None = None, function: str | None = None, fa
     loaded = load(family, "solutions")
     loaded.note = f"{message}; using the solution instead"
     return loaded
+
+
+def jit_function(family: str, name: str, caller: str):
+    """The `@triton.jit` function `name` of kernel module `family`, for the kernel module at `caller` (its
+    `__file__`) to call from its kernels, e.g. `online_softmax_update = kernels.jit_function("attention",
+    "online_softmax_update", __file__)` in flash_attention.py: the chapter that teaches it holds it, once.
+
+    A solution builds on the solution. An exercise builds on the learner's module once the regions of `name`
+    are filled in, else (under "auto", with solutions/ there) on the solution; under "exercises", or in a
+    student version, an unfilled one raises NotImplementedYet naming the exercise to fill in first."""
+    if Path(caller).parent.name == "solutions":
+        loaded = load(family, "solutions")
+    else:
+        try:
+            loaded = load(family, "exercises" if selected() == "exercises" else "auto", name)
+        except NotImplementedYet as e:
+            raise NotImplementedYet(f"{e}: {_shown(Path(caller))} builds on its {name}") from None
+    try:
+        return getattr(loaded.module, name)
+    except AttributeError:
+        raise AttributeError(f"{module_path(loaded.source, family)} has no function {name!r}") from None
 
 
 def get(family: str, name: str, source: str | None = None):

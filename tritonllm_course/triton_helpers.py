@@ -1,6 +1,9 @@
-"""`@triton.jit` helpers shared by the solutions (imported, never copied).
+"""`@triton.jit` helpers shared by the solutions (imported, never copied), and the GPUs the kernels are for.
 
-All take and return fp32 blocks: the kernels cast to fp32 right after loading.
+All take and return fp32 blocks: the kernels cast to fp32 right after loading. What a chapter has the
+learner write is no helper here: it lives in that chapter's family, inside its solution region, and later
+families take it from there (`kernels.jit_function`): the online softmax (attention.py), the GEMV's and the
+GEMM's walks along K (linear.py), the delta rule's step (delta_rule.py).
 """
 import contextlib
 import functools
@@ -39,75 +42,6 @@ def l2_normalize_rows(x, eps):
     return x * tl.rsqrt(tl.sum(x * x, axis=1) + eps)[:, None]
 
 
-@triton.jit
-def online_softmax_update(m, l, acc, s, v):
-    """Fold one block of keys into each row's running softmax (the online softmax of FlashAttention).
-
-    m [M]: running max of the row's scores, in log2 units (-inf before the first block)
-    l [M]: running sum of exp2(score - m); acc [M, D]: running sum of exp2(score - m) * v, unnormalised
-    s [M, N]: this block's scores in log2 units (scale * log2(e) folded in), -inf where masked; every
-              row needs a finite score in the first block it sees, or exp2(-inf - -inf) is NaN
-    v [N, D]: the block's values, in their own dtype (bf16/fp16 go to the tensor cores)
-    Returns the new (m, l, acc). When a block raises the max from m to m', everything summed so far was
-    relative to m: alpha = exp2(m - m') rescales l and acc to m' (alpha = 0 on the first block).
-    """
-    m_new = tl.maximum(m, tl.max(s, axis=1))
-    alpha = tl.exp2(m - m_new)
-    p = tl.exp2(s - m_new[:, None])
-    l = l * alpha + tl.sum(p, axis=1)
-    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision="ieee")
-    return m_new, l, acc
-
-
-@triton.jit
-def gemv_rows(x_ptr, w_ptr, rows, N, K, k_lo, k_hi, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """sum over k in [k_lo, k_hi) of W[n, k] * x[k] for the BLOCK_N rows `rows`: fp32 [BLOCK_N] (0 past N).
-
-    W [N, K] row-major, x [K]: the GEMV's walk along a row (the whole row, [0, K), for chapter 05's GEMV;
-    one piece of it for split-K). Each step loads a contiguous BLOCK_K piece of every row (vectorised
-    loads); one fp32 partial sum per lane, reduced across lanes once at the end, not in every step.
-    """
-    row_ok = rows < N
-    row_start = w_ptr + rows.to(tl.int64) * K              # int64: N * K may exceed 2**31 (the LM head)
-    cols = tl.arange(0, BLOCK_K)
-    acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
-    for k0 in range(k_lo, k_hi, BLOCK_K):
-        k = k0 + cols
-        k_ok = k < k_hi
-        x = tl.load(x_ptr + k, mask=k_ok, other=0.0).to(tl.float32)                      # [BLOCK_K]
-        # each weight is read once: evict_first keeps it from pushing x out of the caches
-        w = tl.load(row_start[:, None] + k[None, :], mask=row_ok[:, None] & k_ok[None, :], other=0.0,
-                    eviction_policy="evict_first").to(tl.float32)                       # [BLOCK_N, BLOCK_K]
-        acc += w * x[None, :]
-    return tl.sum(acc, axis=1)
-
-
-@triton.jit
-def linear_tile(x_ptr, w_ptr, rm, rn, M, N, K,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """x[rm, :] @ W[rn, :].T for the BLOCK_M rows `rm` of x [M, K] and the BLOCK_N rows `rn` of W [N, K]:
-    fp32 [BLOCK_M, BLOCK_N] (0 outside M and N).
-
-    The prefill GEMM's walk along K (chapter 05's, shared by chapter 26's autotuned GEMM): each step an x
-    tile [BLOCK_M, BLOCK_K] and a W.T tile [BLOCK_K, BLOCK_N] read in place, multiplied by `tl.dot` in the
-    input dtype (bf16/fp16 on the tensor cores; "ieee": fp32 stays fp32, not tf32), summed in fp32.
-    """
-    rk = tl.arange(0, BLOCK_K)
-    m_ok = rm < M
-    n_ok = rn < N
-    x_ptrs = x_ptr + rm[:, None].to(tl.int64) * K + rk[None, :]          # [BLOCK_M, BLOCK_K]
-    w_ptrs = w_ptr + rn[None, :].to(tl.int64) * K + rk[:, None]          # [BLOCK_K, BLOCK_N]: W read as W.T
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        k_ok = (k0 + rk) < K
-        a = tl.load(x_ptrs, mask=m_ok[:, None] & k_ok[None, :], other=0.0)
-        b = tl.load(w_ptrs, mask=k_ok[:, None] & n_ok[None, :], other=0.0)
-        acc = tl.dot(a, b, acc, input_precision="ieee")
-        x_ptrs += BLOCK_K
-        w_ptrs += BLOCK_K
-    return acc
-
-
 # A decode GEMV launched with PDL holds its whole [rows, K] weight tile in registers, so that every weight
 # load is issued before the wait: PDL_ROWS rows a program, about PDL_ELEMENTS weights a thread
 # (`lab/pdl_chain_probe.py`; the configs of solutions/norm_fusion.py and layer_fusion.py). A K wider than
@@ -137,19 +71,6 @@ def row_tile(w_ptr, rows, N, K, k0, BLOCK_K: tl.constexpr):
     ok = (rows < N)[:, None] & (k < K)[None, :]
     return tl.load(w_ptr + rows.to(tl.int64)[:, None] * K + k[None, :], mask=ok, other=0.0,
                    eviction_policy="evict_first")
-
-
-@triton.jit
-def delta_rule_step(S, q, k, v, g, beta):
-    """One token of the gated delta rule on a state slice S [BK, BV] (fp32; q, k [BK], v [BV], g and beta
-    scalars, all fp32): forget (decay by exp(g)), correct what S predicts for k by beta times the error,
-    then read with q. Returns (S, o [BV]). Chapter 15's recurrence (written out there, as its exercise),
-    for the fused kernels that run it (chapter 22)."""
-    S = S * tl.exp(g)                                        # forget a little
-    u = beta * (v - tl.sum(S * k[:, None], axis=0))          # the prediction's error for k: [BV]
-    S = S + k[:, None] * u[None, :]                          # write it: rank-1 update
-    o = tl.sum(S * q[:, None], axis=0)                       # read with the updated state: [BV]
-    return S, o
 
 
 # Programmatic dependent launch (PDL, sm_90+): a kernel launched with `launch_pdl=True` may start while the

@@ -9,7 +9,8 @@ the same steps in Triton on Qwen3.5, and the course's own after them:
 
 `rungs.RUNGS` is the table: each step a `ModelPath` (the reference model with the course's kernels swapped
 in: the early steps, which the engine never takes) or an `EnginePath` (the engine's levels and options:
-the later ones). `naive.py` holds the only kernel of its own, the one-program-per-output projection.
+the later ones). Its only kernel of its own, the one-program-per-output projection, is chapter 29's exercise
+(`naive_gemv`); `naive.py` runs it on transposed copies of the matrices, one token row at a time.
 `rungs.climb` times and checks every step; `results` writes and draws it; `measure` does both for a
 config, and `python -m tritonllm_course.ladder --out DIR` on a GPU writes DIR/ladder_<gpu>_<date>.{json,md,png}.
 """

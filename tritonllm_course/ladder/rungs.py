@@ -29,7 +29,7 @@ from ..config import Qwen35Config
 from ..demo import KERNEL_OF_OP, every_kernel
 from ..model import Qwen35Model
 from ..swap import swapped
-from .naive import Transposed, per_output_linear, token_by_token
+from .naive import Transposed, token_by_token
 
 PROJECTIONS = ("transposed", "row-major", "gemv", "gemm")
 
@@ -134,7 +134,8 @@ def rungs_for(device) -> tuple[Rung, ...]:
 def kernel_families() -> list[str]:
     """The kernel families (solutions/<family>.py, exercises/<family>.py) the ladder's steps run."""
     from ..engine.plan import slot_names
-    model = {family for family, _ in KERNEL_OF_OP.values()} | {"flash_attention", "flash_decoding", "norm_fusion"}
+    model = {family for family, _ in KERNEL_OF_OP.values()} | {"flash_attention", "flash_decoding", "norm_fusion",
+                                                               "naive_gemv"}
     levels = {p.level for s in RUNGS if isinstance(p := s.path, EnginePath)}
     engine = {slots.get(name).family for level in levels for name in slot_names(level)}
     return sorted(model | engine)
@@ -206,7 +207,7 @@ class ModelRunner:
         p = self.path
         ops = {name: self._counted(fn) for name, fn in every_kernel(self.source).items()}
         if p.projection in ("transposed", "row-major"):
-            gemv = self._counted(per_output_linear)
+            gemv = self._kernel("naive_gemv", "per_output_linear")
             if p.projection == "transposed":
                 gemv = self.transposed = Transposed(self.model.weights, gemv)
             ops["linear"] = token_by_token(gemv)
