@@ -30,8 +30,6 @@ from ..config import Qwen35Config
 from ..reference.quant import quantize
 from ..triton_helpers import FP8_CAPABILITY, gpu_of
 
-# the weight formats the engine runs: the model's own dtype, or 8-bit (reference/quant.py's FORMATS)
-WEIGHT_FORMATS = ("native", "int8", "int8_group", "fp8")
 GROUP_SIZE = 128    # int8_group: the columns one scale covers (chapter 31's choice)
 
 

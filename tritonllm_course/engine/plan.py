@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Union
 
 from ..config import ConfigError
+from ..validate import check_weight_format as check_weight_format_value
 
 
 @dataclass(frozen=True)
@@ -310,13 +311,11 @@ QUANT_SLOTS = {"int8": "", "int8_group": ".group", "fp8": ".fp8"}
 QUANT_LEVELS = ("operators", "fused")      # the levels that run 8-bit weights (see the module doc)
 
 
-def check_weight_format(level: str, weight_format: str) -> None:
-    """ValueError in one line for a format the engine does not know, or one the level does not run
-    (`QUANT_LEVELS`)."""
+def check_weight_format(level: str, weight_format: str, name: str = "weight_format") -> None:
+    """ValueError in one line for a format the engine does not know (naming the argument `name`), or one the
+    level does not run (`QUANT_LEVELS`)."""
     plan_of(level)
-    if not isinstance(weight_format, str) or weight_format not in ("native", *QUANT_SLOTS):
-        raise ValueError(f"weight_format must be one of {('native', *QUANT_SLOTS)}, got {weight_format!r}")
-    if weight_format != "native" and level not in QUANT_LEVELS:
+    if check_weight_format_value(weight_format, name) != "native" and level not in QUANT_LEVELS:
         raise ValueError(f"level {level!r} does not run {weight_format} weights (its fused kernels read every "
                          f"projection's weight in the model dtype): use level 'operators' or 'fused'")
 
