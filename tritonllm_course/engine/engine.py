@@ -216,7 +216,8 @@ class Engine(Forward):
     @classmethod
     def from_pretrained(cls, source, dtype=None, device="cpu", **kwargs) -> "Engine":
         """From a checkpoint directory or hub id (`weights.load_weights`); kwargs as `Engine`. With 8-bit
-        `weight_format` the loaded projections are dropped once quantized: only the embedding table is kept."""
+        `weight_format` the loaded projections are dropped once the engine is built: it keeps their 8-bit copies
+        and the embedding table."""
         _sizes(kwargs.get("max_seq_len", 4096), kwargs.get("prefill_chunk", 512))    # before the weights load
         check_weight_format(kwargs.get("level", "operators"), kwargs.get("weight_format", "native"))
         check_fp8(kwargs.get("weight_format", "native"), torch.device(device))
