@@ -80,6 +80,22 @@ def test_greedy_tokens_and_logits_equal_the_dequantized_reference(weights, rt, f
     assert len(set(tokens)) > 3                                  # a varied path, not one token repeated
 
 
+def test_fp16_mode_runs_8_bit_weights_at_both_levels(weights, rt):
+    """fp16 (a T4's dtype): the residual stream in fp32, and at the fused level every residual add writing the
+    stream's scaled fp16 copy, which ln1 and ln2 (now kernels of their own) read. Both levels: the same tokens,
+    the logits within fp16 rounding."""
+    half = {n: t.half() if t.dtype == torch.float32 and not n.endswith("A_log") else t for n, t in weights.items()}
+    runs = {}
+    for level in ("operators", "fused"):
+        engine = Engine(TINY, half, max_seq_len=40, level=level, weight_format="int8", prefill_chunk=8)
+        assert engine.wide_stream
+        logits = engine.prefill(PROMPT).double().clone()
+        runs[level] = engine.generate(PROMPT, NEW_TOKENS, eos_token_id=None), logits
+    (tokens, a), (fused_tokens, b) = runs.values()
+    assert tokens == fused_tokens
+    assert (a - b).abs().max() <= 1e-2 * a.abs().max()
+
+
 def test_the_weights_are_kept_in_8_bits_and_the_embedding_in_the_model_dtype(weights):
     engine = Engine(TINY, weights, max_seq_len=16, weight_format="int8_group", default_source="reference")
     w = engine.weights
