@@ -203,6 +203,20 @@ def test_the_bench_takes_8_bit_rows_only_where_a_level_runs_them(capsys):
     assert len(err) == 2 and "--weights must be one of" in err[0] and "run no int8 weights" in err[1]
 
 
+def test_the_bench_table_of_an_int8_run_prints_the_int8_floor_and_the_int8_steps():
+    model = engine_bench.byte_model(QWEN35_0_8B, "int8")
+    rows = [engine_bench.Row(engine_bench.FUSED + engine_bench.GRAPH, prefill_ms=9.0, decode_ms={128: 0.6})]
+    result = {"gpu": "Test GPU", "date": "2026-01-01", "dtype": "bfloat16", "model": "random", "versions": "x",
+              "prompt_len": 128, "contexts": [128], "steps": 32, "repeats": 3, "ceiling_gbps": 4000.0,
+              "weights": "int8", **model, "rows": [engine_bench.asdict(r) for r in rows],
+              "levels": engine_bench.levels_markdown("int8")}
+    md = engine_bench.markdown(result)
+    assert f"Bandwidth floor: {model['weight_and_state_bytes']:,} + " in md
+    assert model["weight_and_state_bytes"] == B.bytes_per_token(QWEN35_0_8B, 0, weight_format="int8")
+    assert "The Triton rows read int8 weights" in md and "fast: prefill / decode" not in md
+    assert "| down | `quant_gemm` / `quant_gemv` | `quant_gemm` / `quant_gemv` |" in md
+
+
 def test_kernels_per_token_counts_the_unfused_steps_of_8_bit_weights():
     """At the fused level 8-bit weights put ln1, ln2 and the SwiGLU back into kernels of their own."""
     calls, _ = engine_bench.kernels_per_token(TINY, "fused")

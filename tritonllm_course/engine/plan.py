@@ -379,21 +379,24 @@ def steps_of(level: str) -> tuple[Step, ...]:
     return plan_of(level).steps
 
 
-def levels_markdown() -> str:
+def levels_markdown(weight_format: str = "native") -> str:
     """Which slot every step runs at each level, prefill / decode, side by side (markdown; "-": the
-    level has no such step). A step of one level only sits after the step that precedes it there."""
+    level has no such step). A step of one level only sits after the step that precedes it there. With 8-bit
+    `weight_format`: the levels that run it (`QUANT_LEVELS`), as `quant_plan` changes them."""
+    levels = {level: plan if weight_format == "native" else fitted_plan(level, None, weight_format)
+              for level, plan in LEVELS.items() if weight_format == "native" or level in QUANT_LEVELS}
     order = [s.name for s in STEPS]
-    for plan in LEVELS.values():
+    for plan in levels.values():
         for i, s in enumerate(plan.steps):
             if s.name not in order:
                 order.insert(order.index(plan.steps[i - 1].name) + 1 if i else 0, s.name)
-    by_name = {level: {s.name: s for s in plan.steps} for level, plan in LEVELS.items()}
+    by_name = {level: {s.name: s for s in plan.steps} for level, plan in levels.items()}
 
     def cell(step):
         return "-" if step is None else " / ".join(f"`{n}`" if n else "-" for n in (step.prefill, step.decode))
 
-    lines = ["| step | " + " | ".join(f"{level}: prefill / decode" for level in LEVELS) + " |",
-             "|---" * (len(LEVELS) + 1) + "|"]
-    lines += [f"| {name} | " + " | ".join(cell(by_name[level].get(name)) for level in LEVELS) + " |"
+    lines = ["| step | " + " | ".join(f"{level}: prefill / decode" for level in levels) + " |",
+             "|---" * (len(levels) + 1) + "|"]
+    lines += [f"| {name} | " + " | ".join(cell(by_name[level].get(name)) for level in levels) + " |"
               for name in order]
     return "\n".join(lines)

@@ -405,7 +405,7 @@ def run(args) -> dict:
                                                                            if n in LEVEL_OF})}
     result["kernels_per_token"] = {level: {"slot calls": c, "kernels": k} for level, (c, k) in counts.items()}
     if counts:
-        result["levels"] = levels_markdown()
+        result["levels"] = levels_markdown(fmt)
     for name, row in rows.items():
         if name in LEVEL_OF:
             calls, row.kernels = counts[LEVEL_OF[name]]
