@@ -47,7 +47,7 @@ class Quantized:
         return cls(q.contiguous(), scale.contiguous(), group_size)
 
     @property
-    def shape(self) -> torch.Size:
+    def shape(self) -> torch.Size:     # a weight's shape, as readers of the merged shapes (targets.py) take it
         return self.q.shape
 
     def tensors(self) -> tuple[torch.Tensor, ...]:
