@@ -46,9 +46,9 @@ KERNEL_TESTS = (
     "test_swiglu", "test_fp16_residual",
 )
 MODEL_TESTS = (
-    "test_engine", "test_engine_levels", "test_pdl", "test_ladder", "test_family_gpu", "test_family_bench",
-    "test_generate_cli", "test_reference_model", "test_weights", "test_swap", "test_profiling", "test_layer_times",
-    "test_bad_inputs", "test_foundation",
+    "test_engine", "test_engine_levels", "test_engine_weights", "test_pdl", "test_ladder", "test_family_gpu",
+    "test_family_bench", "test_generate_cli", "test_reference_model", "test_weights", "test_swap", "test_profiling",
+    "test_layer_times", "test_bad_inputs", "test_foundation",
 )
 # checked on the CPU only: what they test does not run on the GPU
 HOST_ONLY = (

@@ -17,7 +17,7 @@ from .config import PRESETS, get_config
 from .generation import check_prompt, stream
 from .model import Qwen35Model
 from .tokenizer import fallback_tokenizer, load_tokenizer
-from .validate import check_sampling, check_seed
+from .validate import WEIGHT_FORMATS, check_sampling, check_seed, check_weight_format
 from .weights import resolve_checkpoint
 
 _DTYPES = ("float32", "float16", "bfloat16")
@@ -47,6 +47,9 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--level", choices=["operators", "fused", "fast"], default="operators",
                    help="triton backend: the engine's optimisation level (one kernel per operator; fusion + "
                         "split-K; the fewest kernels)")
+    p.add_argument("--weights", default="native", metavar="FORMAT",
+                   help=f"triton backend: the projections' weights, one of {', '.join(WEIGHT_FORMATS)}: the "
+                   "model's dtype (native, default), or quantized to 8 bits at load (chapter 31)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
     p.add_argument("--dtype", choices=_DTYPES, default=None,
                    help="default: bfloat16 on cuda, float32 on cpu")
@@ -97,7 +100,8 @@ def _backend(args, model: Qwen35Model, max_seq_len: int):
     from . import kernels
     from .engine import Engine
     try:   # every slot from the source TRITONLLM_KERNELS selects ("auto" when unset), as in the chapters
-        engine = Engine.from_model(model, max_seq_len=max_seq_len, cuda_graph=args.cuda_graph, level=args.level)
+        engine = Engine.from_model(model, max_seq_len=max_seq_len, cuda_graph=args.cuda_graph, level=args.level,
+                                   weight_format=args.weights)
     except kernels.NotImplementedYet as e:
         where = "" if kernels.has_solutions() else "; this copy has no solutions/ to fall back on"
         raise ValueError(f"{e} (TRITONLLM_KERNELS={kernels.selected()}{where})") from None
@@ -105,7 +109,23 @@ def _backend(args, model: Qwen35Model, max_seq_len: int):
     for note in engine.plan.fallbacks:   # fused kernels this config's shapes do not fit: plain ones instead
         print(f"level {args.level}: {note}", file=sys.stderr)
     graph = "CUDA graph" if engine.use_graph else "no CUDA graph"
-    return (lambda _model, ids, n, **options: engine.stream(ids, n, **options)), f"triton, {args.level} ({graph})"
+    weights = "" if args.weights == "native" else f", {args.weights} weights"
+    return ((lambda _model, ids, n, **options: engine.stream(ids, n, **options)),
+            f"triton, {args.level} ({graph}{weights})")
+
+
+def _check_weights(args) -> None:
+    """--weights against --backend, --level and the GPU, before the model loads (a ValueError: exit 2)."""
+    if check_weight_format(args.weights, "--weights") == "native":
+        return
+    if args.backend != "triton":
+        raise ValueError(f"--weights {args.weights} runs on the engine: add --backend triton")
+    from .runtime import setup        # triton after the interpreter is chosen, as in `_backend`
+    setup(quiet=True)
+    from .engine.merged import check_fp8
+    from .engine.plan import check_weight_format as check_level
+    check_level(args.level, args.weights, "--weights")
+    check_fp8(args.weights, torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu")))
 
 
 def _text_arg(text: str, name: str) -> str:
@@ -134,6 +154,7 @@ def run_generate(args) -> int:
         check_seed(args.seed, "--seed")
         if args.prompt is not None:
             _text_arg(args.prompt, "--prompt")
+        _check_weights(args)
         model, root = _build(args)
         if args.prompt is not None:
             tok = _tokenizer(model, root)

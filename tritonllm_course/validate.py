@@ -365,6 +365,18 @@ def check_sampling(temperature, top_k, top_p) -> None:
                          f"a smaller one rounds to 0 and keeps no token), got {top_p!r}")
 
 
+# the engine's weight formats (`Engine(weight_format=...)`, chapter 31): the model's own dtype, or 8-bit
+WEIGHT_FORMATS = ("native", "int8", "int8_group", "fp8")
+
+
+def check_weight_format(weight_format, name: str = "weight_format") -> str:
+    """weight_format as given, else a ValueError naming the argument and the formats (`WEIGHT_FORMATS`):
+    "native" (the projections in the model's dtype, bf16 or fp16), "int8", "int8_group" or "fp8"."""
+    if not isinstance(weight_format, str) or weight_format not in WEIGHT_FORMATS:
+        raise ValueError(f"{name} must be one of {', '.join(WEIGHT_FORMATS)}, got {weight_format!r}")
+    return weight_format
+
+
 def nonfinite_error(kind: str, step: int, dtype, rope: torch.Tensor | None = None,
                     rope_theta: float | None = None) -> ValueError:
     """The error for logits holding `kind` ("NaN" or "inf") at `step` (0: the prompt's), naming the likely

@@ -7,7 +7,8 @@ decode step captured once in a CUDA graph and replayed for every token.
 
 What it does differently from the reference model (`tritonllm_course.model`), which it must match token
 for token:
-- weights merged once at load (`merged.py`): one GEMV per projection group at decode;
+- weights merged once at load (`merged.py`): one GEMV per projection group at decode; optionally quantized
+  to 8 bits there (`weight_format`), the projections then run the dequantizing kernels of chapter 31;
 - every buffer allocated once (`buffers.py`): the cache, the activations, the logits;
 - two paths: prefill (GEMM, chunked delta rule, causal attention, conv over the prompt) and decode (GEMV,
   recurrent delta rule, attention over the cache with the length read from device memory, one conv step),
@@ -40,9 +41,9 @@ from ..weights import check_memory, check_weights, load_weights, random_weights
 from .buffers import Activations, Counters
 from .forward import Forward, Sampling
 from .graph import GraphedStep
-from .merged import EngineWeights, merge_weights
+from .merged import EngineWeights, check_fp8, merge_weights
 from .ops import OpTable
-from .plan import check_limits, fitted_plan
+from .plan import check_limits, check_weight_format, fitted_plan
 
 
 class StreamSuperseded(RuntimeError):
@@ -119,29 +120,40 @@ class Engine(Forward):
     merged:          the merged projections (`self.weights`) of another engine of these weights, shared
                      rather than stacked again (a benchmark's engines of several levels over one model: a
                      27B's merged copies are ~35 GB)
+    weight_format:   "native" (default: the projections in the model's own dtype, bf16 or fp16) or 8-bit,
+                     "int8" (a scale per row), "int8_group" (per row and 128 columns) or "fp8" (e4m3, per row;
+                     sm_89+): the projections and a copy of the LM head quantized once, at load (`merged.py`),
+                     run by the levels "operators" and "fused" (`plan.quant_plan`), refused by "fast". Tokens
+                     may differ from the native weights' (chapter 31's accuracy table)
     """
 
     def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], *, max_seq_len: int = 4096,
                  sources: dict | None = None, default_source: str | None = None, cuda_graph: bool = True,
                  prefill_chunk: int = 512, level: str = "operators", prefill_graph: bool = True,
-                 pdl: bool | None = None, merged: EngineWeights | None = None):
+                 pdl: bool | None = None, merged: EngineWeights | None = None, weight_format: str = "native"):
         max_seq_len, prefill_chunk = _sizes(max_seq_len, prefill_chunk)
+        check_weight_format(level, weight_format)
         check_weights(config, weights)
         check_limits(config)            # shapes no level takes: refused before anything is allocated
         embed = weights["embed_tokens.weight"]
         c = self.config = config
         self.dtype, self.device = embed.dtype, embed.device
+        check_fp8(weight_format, self.device)
         if merged is None:   # the merged projections are a second copy of every layer's projections
-            check_memory(sum(t.numel() * t.element_size() for n, t in weights.items()
-                             if n.startswith("layers.") and n.endswith("proj.weight")), self.device,
-                         "the engine's merged projections")
+            check_memory(sum(t.numel() * (t.element_size() if weight_format == "native" else 1)
+                             for n, t in weights.items() if n.startswith("layers.") and n.endswith("proj.weight")),
+                         self.device, "the engine's merged projections")
         self.cache = Qwen35Cache.allocate(c, max_seq_len, dtype=self.dtype, device=self.device)
         self.max_seq_len = max_seq_len
         if merged is not None and (len(merged.layers) != c.num_hidden_layers or merged.embed is not embed):
             raise ValueError("merged= must be the merged weights of an engine built from these same weights")
-        self.weights = merged if merged is not None else merge_weights(c, weights)
+        if merged is not None and merged.format != weight_format:
+            raise ValueError(f"merged= holds {merged.format} weights; this engine asks for {weight_format}")
+        self.weights = merged if merged is not None else merge_weights(c, weights, weight_format)
+        self.weight_format = weight_format
         self.level = level
-        self.plan = fitted_plan(level, c)   # what each path runs and fuses at this level, fitted once (plan.py)
+        # what each path runs and fuses at this level and weight format, fitted once (plan.py)
+        self.plan = fitted_plan(level, c, weight_format)
         self.ops = OpTable(sources, default_source, level, plan=self.plan)
         if self.device.type == "cpu" and self.dtype == torch.bfloat16 and any(
                 op.source != "reference" for op in self.ops.ops.values()):
@@ -203,8 +215,12 @@ class Engine(Forward):
     # construction ------------------------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, source, dtype=None, device="cpu", **kwargs) -> "Engine":
-        """From a checkpoint directory or hub id (`weights.load_weights`); kwargs as `Engine`."""
+        """From a checkpoint directory or hub id (`weights.load_weights`); kwargs as `Engine`. With 8-bit
+        `weight_format` the loaded projections are dropped once the engine is built: it keeps their 8-bit copies
+        and the embedding table."""
         _sizes(kwargs.get("max_seq_len", 4096), kwargs.get("prefill_chunk", 512))    # before the weights load
+        check_weight_format(kwargs.get("level", "operators"), kwargs.get("weight_format", "native"))
+        check_fp8(kwargs.get("weight_format", "native"), torch.device(device))
         config, weights = load_weights(source, dtype=dtype, device=device)
         return cls(config, weights, **kwargs)
 
@@ -212,6 +228,8 @@ class Engine(Forward):
     def random(cls, config: Qwen35Config, dtype=torch.float32, device="cpu", seed: int = 0, **kwargs) -> "Engine":
         """Random weights of the config's shapes (transformers' initialisation)."""
         _sizes(kwargs.get("max_seq_len", 4096), kwargs.get("prefill_chunk", 512))    # before the weights are made
+        check_weight_format(kwargs.get("level", "operators"), kwargs.get("weight_format", "native"))
+        check_fp8(kwargs.get("weight_format", "native"), torch.device(device))
         return cls(config, random_weights(config, dtype=dtype, device=device, seed=seed), **kwargs)
 
     @classmethod
@@ -455,7 +473,8 @@ class Engine(Forward):
 
     def memory(self) -> dict[str, int]:
         """Bytes of each group of static buffers."""
-        return {"weights (merged)": self.weights.nbytes(), "cache (KV + DeltaNet states)": self.cache.nbytes(),
+        name = "weights (merged)" if self.weight_format == "native" else f"weights (merged, {self.weight_format})"
+        return {name: self.weights.nbytes(), "cache (KV + DeltaNet states)": self.cache.nbytes(),
                 "decode activations": self.decode_act.nbytes(), "prefill activations": self.prefill_act.nbytes(),
                 "RoPE tables": 2 * self.cos.numel() * self.cos.element_size()}
 
@@ -466,7 +485,8 @@ class Engine(Forward):
                  "buffers sized only (meta device)" if self.device.type == "meta" else
                  "decode step launched op by op (no CUDA here)")
         graph += ", with programmatic dependent launch" if self.pdl and self.device.type == "cuda" else ""
-        lines = [f"Engine ({self.level}): {c.num_hidden_layers} layers ({len(c.linear_layers)} DeltaNet, "
+        weights = "" if self.weight_format == "native" else f", {self.weight_format} weights"
+        lines = [f"Engine ({self.level}{weights}): {c.num_hidden_layers} layers ({len(c.linear_layers)} DeltaNet, "
                  f"{len(c.attention_layers)} attention), {self.device.type}, "
                  f"{str(self.dtype).replace('torch.', '')}, cache of {self.max_seq_len} tokens, prompts in chunks "
                  f"of {self.prefill_chunk}; {graph}"]

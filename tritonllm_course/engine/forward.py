@@ -1,6 +1,8 @@
 """The forward arithmetic of the engine: one decode step and one prompt chunk, layer by layer, from the
 kernel slots of the op table, following the fused operators of the plan (`plan.Fusions`); static buffers
-only, so a decode step can be captured in a CUDA graph (the engine, `engine.py`, does that).
+only, so a decode step can be captured in a CUDA graph (the engine, `engine.py`, does that). A projection's
+weight is a tensor or an 8-bit `merged.Quantized`, passed to its slot by `merged.projection_args` (the plan
+runs the quant kernels and only the unfused forms for those).
 
 Optimisation levels (`level`), the benchmark's rows with `cuda_graph`: each a plan (`plan.LEVELS`) of steps,
 the kernel slot each runs, and of what each path fuses (`plan.Fusions`), which the one prefill path and the
@@ -32,6 +34,7 @@ from dataclasses import dataclass
 import torch
 
 from ..runtime import programmatic_launches
+from .merged import projection_args
 
 
 @dataclass(frozen=True)
@@ -73,7 +76,7 @@ class Forward:
             self._final_residual_norm(op, f, a)
         else:
             self._norm(op.final_norm, a.x, w.norm, a.h, getattr(a, "h_wide", None))
-        op.lm_head(x=a.h, weight=w.lm_head, out=ctr.logits)
+        op.lm_head(x=a.h, **projection_args(w.lm_head), out=ctr.logits)
         self._next_token(op, sampling)
         op.advance(steps=ctr.steps)
 
@@ -92,7 +95,7 @@ class Forward:
             self._norm(op.final_norm, a.x[T - 1:], w.norm, self.final, None if wide is None else wide[T - 1:])
             h = self.final
         if last:
-            op.lm_head(x=h, weight=w.lm_head, out=self.counters.logits)             # [1, hidden]: the last token
+            op.lm_head(x=h, **projection_args(w.lm_head), out=self.counters.logits)   # h [1, hidden]: the last token
 
     def _layers(self, op, f, a, T: int, pos, start: int | None) -> None:
         """Every layer over the stream a.x [T, hidden]: ln1 and the merged in-projection, the mixer, the
@@ -118,7 +121,7 @@ class Forward:
                  eps=self.config.rms_norm_eps, out=out, **conv)
         else:
             self._norm(op.ln1, a.x, layer.ln1, a.h, getattr(a, "h_wide", None))
-            proj(x=a.h, weight=layer.mixer_in.weight, out=out)
+            proj(x=a.h, **projection_args(layer.mixer_in.weight), out=out)
         return group
 
     def _attention(self, op, f, a, i, layer, T: int, pos, start: int | None) -> None:
@@ -214,7 +217,7 @@ class Forward:
             if f.swiglu_into_gate_up:
                 op.mlp(x=a.h, gate_up_weight=layer.gate_up.weight, out=a.act)
             else:
-                op.gate_up(x=a.h, weight=layer.gate_up.weight, out=a.gate_up)      # [T, 2 * I] = [gate | up]
+                op.gate_up(x=a.h, **projection_args(layer.gate_up.weight), out=a.gate_up)   # [T, 2 * I]: [gate | up]
                 op.swiglu(gate_up=a.gate_up, out=a.act)
         self._out_proj(op.down, f, a.act, layer.down, a)
         if not (last and f.residual_into_final_norm):
@@ -225,8 +228,8 @@ class Forward:
         `residual_in_epilogue` added to the stream a.x by the projection's epilogue, in place. In fp16 that
         adds a zero residual into a.mixer: the add that follows also writes the fp16 copy of the stream.
         extra: the fused kernel's other inputs (the gated norm's z, weight and eps)."""
-        if not f.residual_in_epilogue:
-            proj(x=x, weight=weight, out=a.mixer, **extra)
+        if not f.residual_in_epilogue:   # the only form with 8-bit weights (no fused kernel reads them)
+            proj(x=x, **projection_args(weight), out=a.mixer, **extra)
         elif self.wide_stream:
             proj(x=x, weight=weight, residual=a.zero, out=a.mixer, **extra)
         else:

@@ -13,6 +13,12 @@ their rows they are one read instead of four:
 Prefill (many tokens) multiplies by the merged matrix too, one GEMM per group: the output [T, 5120] or
 [T, 8224] holds the pieces side by side, and the kernels after it read each piece as a column view,
 each token's piece contiguous and the tokens a whole row apart.
+
+8-bit weights (`Engine(weight_format=...)`, chapter 31): each merged matrix, o_proj / out_proj, down and a copy
+of the LM head are quantized as they are merged (`Quantized`: q and fp32 scales), one layer at a time, so the
+high-precision merged copy of only one matrix lives at once and none is kept. Per-row (and per-row-and-group)
+scales make quantizing the merged matrix the same as quantizing each checkpoint matrix and stacking them. The
+embedding table stays in the model dtype: its rows are gathered, not multiplied, and it is tied to the head.
 """
 from __future__ import annotations
 
@@ -21,20 +27,66 @@ from dataclasses import dataclass, field
 import torch
 
 from ..config import Qwen35Config
+from ..reference.quant import quantize
+from ..triton_helpers import FP8_CAPABILITY, gpu_of
+
+GROUP_SIZE = 128    # int8_group: the columns one scale covers (chapter 31's choice)
+
+
+@dataclass
+class Quantized:
+    """An 8-bit projection weight: q [N, K] (int8 or float8_e4m3fn) and fp32 scales, [N] per row or
+    [N, ceil(K / group_size)] per group (`group_size` None: per row); what `quant_gemv` / `quant_gemm` take."""
+    q: torch.Tensor
+    scale: torch.Tensor
+    group_size: int | None
+
+    @classmethod
+    def of(cls, weight: torch.Tensor, fmt: str) -> "Quantized":
+        q, scale, group_size = quantize(weight, fmt, GROUP_SIZE)
+        return cls(q.contiguous(), scale.contiguous(), group_size)
+
+    @property
+    def shape(self) -> torch.Size:     # a weight's shape, as readers of the merged shapes (targets.py) take it
+        return self.q.shape
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return self.q, self.scale
+
+
+def check_fp8(weight_format: str, device: torch.device) -> None:
+    """fp8 weights on a GPU without fp8 conversions (before sm_89): a ValueError before anything is allocated
+    (the quant kernels would refuse them at the first call)."""
+    gpu = gpu_of(device)
+    if weight_format == "fp8" and gpu is not None and not gpu.fp8:
+        raise ValueError(f"weight_format='fp8' needs an sm_{FP8_CAPABILITY}+ GPU; this one ({gpu.name}) is "
+                         f"sm_{gpu.capability}: use 'int8' or 'int8_group'")
+
+
+def projection_args(weight) -> dict:
+    """The keyword arguments of a projection slot for `weight`: the tensor, or an 8-bit weight's q, scales and
+    group size (the quant slots' signature)."""
+    if isinstance(weight, Quantized):
+        return {"weight": weight.q, "scale": weight.scale, "group_size": weight.group_size}
+    return {"weight": weight}
+
+
+def _tensors(weight) -> tuple[torch.Tensor, ...]:
+    return weight.tensors() if isinstance(weight, Quantized) else (weight,)
 
 
 @dataclass
 class Merged:
-    weight: torch.Tensor                          # [sum of rows, in_features]
+    weight: torch.Tensor | Quantized              # [sum of rows, in_features]
     pieces: dict[str, tuple[int, int]]            # name -> (first row, end row)
 
     @classmethod
-    def stack(cls, parts: dict[str, torch.Tensor]) -> "Merged":
+    def stack(cls, parts: dict[str, torch.Tensor], fmt: str = "native") -> "Merged":
         pieces, start = {}, 0
         for name, w in parts.items():
             pieces[name] = (start, start + w.shape[0])
             start += w.shape[0]
-        return cls(torch.cat(list(parts.values())).contiguous(), pieces)
+        return cls(_converted(torch.cat(list(parts.values())).contiguous(), fmt), pieces)
 
 
 @dataclass
@@ -43,25 +95,27 @@ class LayerWeights:
     ln1: torch.Tensor
     ln2: torch.Tensor
     mixer_in: Merged                              # attention: q|gate|k|v; DeltaNet: qkv|z|b|a
-    mixer_out: torch.Tensor                       # o_proj / out_proj [hidden, heads * head_dim]
+    mixer_out: torch.Tensor | Quantized           # o_proj / out_proj [hidden, heads * head_dim]
     gate_up: Merged                               # gate|up
-    down: torch.Tensor
+    down: torch.Tensor | Quantized
     small: dict[str, torch.Tensor] = field(default_factory=dict)   # norms, conv taps, A_log, dt_bias
 
 
 @dataclass
 class EngineWeights:
     embed: torch.Tensor
-    lm_head: torch.Tensor
+    lm_head: torch.Tensor | Quantized             # 8-bit: a quantized copy of the tied table
     norm: torch.Tensor
     layers: list[LayerWeights]
+    format: str = "native"                        # one of WEIGHT_FORMATS
 
     def nbytes(self) -> int:
-        tensors = {id(t): t for t in (self.embed, self.lm_head, self.norm)}     # a tied head counts once
+        tensors = {id(t): t for t in (self.embed, *_tensors(self.lm_head), self.norm)}   # a tied head counts once
         for layer in self.layers:
-            for t in (layer.ln1, layer.ln2, layer.mixer_in.weight, layer.mixer_out, layer.gate_up.weight,
+            for w in (layer.ln1, layer.ln2, layer.mixer_in.weight, layer.mixer_out, layer.gate_up.weight,
                       layer.down, *layer.small.values()):
-                tensors[id(t)] = t
+                for t in _tensors(w):
+                    tensors[id(t)] = t
         return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
@@ -71,8 +125,14 @@ def deinterleave_query_gate(q_proj: torch.Tensor, heads: int, head_dim: int) -> 
     return per_head[:, 0].reshape(-1, q_proj.shape[1]), per_head[:, 1].reshape(-1, q_proj.shape[1])
 
 
-def merge_weights(config: Qwen35Config, weights: dict[str, torch.Tensor]) -> EngineWeights:
-    """The engine's weights from the checkpoint's (names without prefix, as `weights.load_weights` gives)."""
+def _converted(weight: torch.Tensor, fmt: str) -> torch.Tensor | Quantized:
+    """A projection weight as the engine keeps it: itself ("native"), or quantized to `fmt`."""
+    return weight if fmt == "native" else Quantized.of(weight, fmt)
+
+
+def merge_weights(config: Qwen35Config, weights: dict[str, torch.Tensor], fmt: str = "native") -> EngineWeights:
+    """The engine's weights from the checkpoint's (names without prefix, as `weights.load_weights` gives);
+    the projections and the LM head quantized to `fmt` unless it is "native" (see the module doc)."""
     c = config
     layers = []
     for i, kind in enumerate(c.layer_types):
@@ -81,13 +141,14 @@ def merge_weights(config: Qwen35Config, weights: dict[str, torch.Tensor]) -> Eng
             a = p + "self_attn."
             q, gate = deinterleave_query_gate(weights[a + "q_proj.weight"], c.num_attention_heads, c.head_dim)
             mixer_in = Merged.stack({"q": q, "gate": gate, "k": weights[a + "k_proj.weight"],
-                                     "v": weights[a + "v_proj.weight"]})
-            mixer_out = weights[a + "o_proj.weight"]
+                                     "v": weights[a + "v_proj.weight"]}, fmt)
+            mixer_out = _converted(weights[a + "o_proj.weight"], fmt)
             small = {"q_norm": weights[a + "q_norm.weight"], "k_norm": weights[a + "k_norm.weight"]}
         else:
             a = p + "linear_attn."
-            mixer_in = Merged.stack({n: weights[a + f"in_proj_{n}.weight"] for n in ("qkv", "z", "b", "a")})
-            mixer_out = weights[a + "out_proj.weight"]
+            mixer_in = Merged.stack({n: weights[a + f"in_proj_{n}.weight"] for n in ("qkv", "z", "b", "a")},
+                                     fmt)
+            mixer_out = _converted(weights[a + "out_proj.weight"], fmt)
             small = {"conv": weights[a + "conv1d.weight"].squeeze(1).contiguous(),     # [C, 1, K] -> [C, K]
                      "A_log": weights[a + "A_log"], "dt_bias": weights[a + "dt_bias"],
                      "norm": weights[a + "norm.weight"]}
@@ -95,8 +156,9 @@ def merge_weights(config: Qwen35Config, weights: dict[str, torch.Tensor]) -> Eng
         layers.append(LayerWeights(
             kind=kind, ln1=weights[p + "input_layernorm.weight"], ln2=weights[p + "post_attention_layernorm.weight"],
             mixer_in=mixer_in, mixer_out=mixer_out,
-            gate_up=Merged.stack({"gate": weights[m + "gate_proj.weight"], "up": weights[m + "up_proj.weight"]}),
-            down=weights[m + "down_proj.weight"], small=small))
+            gate_up=Merged.stack({"gate": weights[m + "gate_proj.weight"], "up": weights[m + "up_proj.weight"]},
+                                 fmt),
+            down=_converted(weights[m + "down_proj.weight"], fmt), small=small))
     embed = weights["embed_tokens.weight"]
-    return EngineWeights(embed=embed, lm_head=weights.get("lm_head.weight", embed), norm=weights["norm.weight"],
-                         layers=layers)
+    return EngineWeights(embed=embed, lm_head=_converted(weights.get("lm_head.weight", embed), fmt),
+                         norm=weights["norm.weight"], layers=layers, format=fmt)

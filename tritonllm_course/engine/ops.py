@@ -134,13 +134,14 @@ class OpTable:
     level:   "operators", "fused" or "fast" (`plan.LEVELS`): which plan
     config:  the model's config: where its shapes do not fit a fused kernel of the level, the plain
              kernels run that step (`plan.FALLBACKS`; `fallbacks` says which and why)
-    plan:    the plan already fitted (the engine's): level and config are then not read again
+    weight_format: "native", or the 8-bit format whose quant kernels run the projections (`plan.quant_plan`)
+    plan:    the plan already fitted (the engine's): level, config and weight_format are then not read again
     """
 
     def __init__(self, sources: dict | None = None, default: str | None = None, level: str = "operators",
-                 config=None, plan: Plan | None = None):
+                 config=None, plan: Plan | None = None, weight_format: str = "native"):
         self.level = level
-        self.plan = plan if plan is not None else fitted_plan(level, config)
+        self.plan = plan if plan is not None else fitted_plan(level, config, weight_format)
         self.fallbacks = list(self.plan.fallbacks)
         self.steps = self.plan.steps
         names = slots_of(self.steps)

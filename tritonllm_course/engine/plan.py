@@ -15,6 +15,14 @@ engine follows. Each level's steps are an `edit` of the previous level's:
 Every Qwen3.5 text config runs at every level: where its shapes do not fit a fused kernel (a value head dim
 that is not a power of two, heads wider than FlashAttention's tile), the level runs the plain kernels for
 those steps (`FALLBACKS`, named in the engine's summary); what no level runs is refused (`LIMITS`).
+
+8-bit weights (`fitted_plan(..., weight_format="int8" | "int8_group" | "fp8")`, chapter 31): every projection
+and the LM head run the dequantizing kernels, `quant_gemm` over a prompt and `quant_gemv` at decode
+(`quant_plan`). The fused kernels that read a projection's weight in the model dtype (the norm-folded
+projections, gate/up with its SwiGLU, split-K) have no 8-bit version: at the fused level the projections fall
+back to the plain quant kernels, ln1, ln2 and the SwiGLU to kernels of their own (a line in `fallbacks`);
+FlashAttention, FlashDecoding and the final residual norm stay. The fast level fuses a projection into
+nearly every step, so it is refused with 8-bit weights rather than reduced to the fused level in disguise.
 """
 from __future__ import annotations
 
@@ -22,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable, Union
 
 from ..config import ConfigError
+from ..validate import check_weight_format as check_weight_format_value
 
 
 @dataclass(frozen=True)
@@ -297,18 +306,55 @@ FALLBACKS = (
 )
 
 
-def fitted_plan(level: str, config=None) -> Plan:
+# the formats of 8-bit weights (reference/quant.py's FORMATS) -> the suffix of their quant slots (slots/quant.py)
+QUANT_SLOTS = {"int8": "", "int8_group": ".group", "fp8": ".fp8"}
+QUANT_LEVELS = ("operators", "fused")      # the levels that run 8-bit weights (see the module doc)
+
+
+def check_weight_format(level: str, weight_format: str, name: str = "weight_format") -> None:
+    """ValueError in one line for a format the engine does not know (naming the argument `name`), or one the
+    level does not run (`QUANT_LEVELS`)."""
+    plan_of(level)
+    if check_weight_format_value(weight_format, name) != "native" and level not in QUANT_LEVELS:
+        raise ValueError(f"level {level!r} does not run {weight_format} weights (its fused kernels read every "
+                         f"projection's weight in the model dtype): use level 'operators' or 'fused'")
+
+
+def quant_plan(plan: Plan, level: str, weight_format: str) -> Plan:
+    """`plan` with every projection and the LM head on the quant kernels of `weight_format`; at the fused level
+    the norm-folded projections and gate/up + SwiGLU undone (see the module doc)."""
+    sfx = QUANT_SLOTS[weight_format]
+    gemm, gemv = f"quant_gemm{sfx}", f"quant_gemv{sfx}"
+    changes: dict[str, Edit] = {name: {"prefill": gemm, "decode": gemv}
+                                for name in ("attn_in_proj", "dn_in_proj", "o_proj", "out_proj", "down")}
+    changes["lm_head"] = {"prefill": gemv, "decode": gemv}          # the last position's row only
+    gate_up = Step("gate_up", "every layer", gemm, gemv)
+    if level == "operators":
+        changes["gate_up"] = gate_up
+        return replace(plan, steps=edit(plan.steps, changes))
+    changes.update({"ln1": {"decode": "ln1"}, "ln2": {"decode": "ln2"},
+                    "mlp": (gate_up, Step("swiglu", "every layer", "swiglu.merged", "swiglu.merged"))})
+    unfused = dict(norm_into_projection=False, swiglu_into_gate_up=False)
+    return replace(plan, steps=edit(plan.steps, changes), prefill=replace(plan.prefill, **unfused),
+                   decode=replace(plan.decode, **unfused),
+                   fallbacks=(*plan.fallbacks, f"projections: plain {weight_format} kernels (no fused kernel reads "
+                                               "8-bit weights; ln1, ln2 and the SwiGLU run on their own)"))
+
+
+def fitted_plan(level: str, config=None, weight_format: str = "native") -> Plan:
     """The plan of `level` for `config`: `FALLBACKS` applied where its shapes do not fit a fused kernel, one
-    line per fallback in `fallbacks` saying what runs the plain kernels and why. No config: the level as it
+    line per fallback in `fallbacks` saying what runs the plain kernels and why; with 8-bit weights, the quant
+    kernels for the projections (`quant_plan`; a level that runs none refused). No config: the level as it
     is."""
     plan = plan_of(level)
+    check_weight_format(level, weight_format)
     for fallback in FALLBACKS:
         why = config is not None and level in fallback.levels and fallback.misfit(config)
         if why:
             paths = {path: replace(getattr(plan, path), **undone) for path, undone in fallback.fusions.items()}
             plan = replace(plan, steps=edit(plan.steps, fallback.steps), **paths,
                            fallbacks=(*plan.fallbacks, f"{fallback.what}: plain kernels ({why})"))
-    return plan
+    return plan if weight_format == "native" else quant_plan(plan, level, weight_format)
 
 
 def slots_of(steps) -> list[str]:
@@ -333,21 +379,24 @@ def steps_of(level: str) -> tuple[Step, ...]:
     return plan_of(level).steps
 
 
-def levels_markdown() -> str:
+def levels_markdown(weight_format: str = "native") -> str:
     """Which slot every step runs at each level, prefill / decode, side by side (markdown; "-": the
-    level has no such step). A step of one level only sits after the step that precedes it there."""
+    level has no such step). A step of one level only sits after the step that precedes it there. With 8-bit
+    `weight_format`: the levels that run it (`QUANT_LEVELS`), as `quant_plan` changes them."""
+    levels = {level: plan if weight_format == "native" else fitted_plan(level, None, weight_format)
+              for level, plan in LEVELS.items() if weight_format == "native" or level in QUANT_LEVELS}
     order = [s.name for s in STEPS]
-    for plan in LEVELS.values():
+    for plan in levels.values():
         for i, s in enumerate(plan.steps):
             if s.name not in order:
                 order.insert(order.index(plan.steps[i - 1].name) + 1 if i else 0, s.name)
-    by_name = {level: {s.name: s for s in plan.steps} for level, plan in LEVELS.items()}
+    by_name = {level: {s.name: s for s in plan.steps} for level, plan in levels.items()}
 
     def cell(step):
         return "-" if step is None else " / ".join(f"`{n}`" if n else "-" for n in (step.prefill, step.decode))
 
-    lines = ["| step | " + " | ".join(f"{level}: prefill / decode" for level in LEVELS) + " |",
-             "|---" * (len(LEVELS) + 1) + "|"]
-    lines += [f"| {name} | " + " | ".join(cell(by_name[level].get(name)) for level in LEVELS) + " |"
+    lines = ["| step | " + " | ".join(f"{level}: prefill / decode" for level in levels) + " |",
+             "|---" * (len(levels) + 1) + "|"]
+    lines += [f"| {name} | " + " | ".join(cell(by_name[level].get(name)) for level in levels) + " |"
               for name in order]
     return "\n".join(lines)

@@ -4,18 +4,36 @@ the measured copy bandwidth, the time no kernel can beat.
 
 `slot_bytes` counts the steps of a plan: the profiler passes the plan its engine fitted (`engine.plan`), so a
 level whose fused kernels a config does not fit is counted as it runs.
+
+`weight_format` (the engine's, `Engine(weight_format=...)`): with 8-bit weights every projection and the LM head
+count one byte a weight plus their fp32 scales (one per row; int8_group one per row and 128 columns), so the
+floor of an int8 run is the int8 floor. The embedding row stays in the model dtype, as the engine keeps it.
 """
 from __future__ import annotations
 
 import torch
 
 from ..config import Qwen35Config
+from ..engine.merged import GROUP_SIZE
+from ..validate import WEIGHT_FORMATS
 from ..engine.plan import STEPS
 from .benchmark import ceiling_gbps
 
 
 # --- the byte model ----------------------------------------------------------------------------------------
-def step_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> dict[str, int]:
+def matrix_bytes(rows: int, cols: int, element: int, weight_format: str = "native") -> int:
+    """The bytes of a [rows, cols] projection weight as the engine keeps it: `element` bytes a weight, or one
+    byte and its fp32 scales (a row's, or a row's per GROUP_SIZE columns for int8_group)."""
+    if weight_format not in WEIGHT_FORMATS:
+        raise ValueError(f"weight_format must be one of {WEIGHT_FORMATS}, got {weight_format!r}")
+    if weight_format == "native":
+        return rows * cols * element
+    scales = rows * (-(-cols // GROUP_SIZE) if weight_format == "int8_group" else 1)
+    return rows * cols + 4 * scales
+
+
+def step_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16,
+               weight_format: str = "native") -> dict[str, int]:
     """HBM bytes one greedy decode token moves in each step of the engine (`engine.plan.STEPS` names), all
     the step's calls of the token together.
 
@@ -26,7 +44,8 @@ def step_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> dict
     `context` is the cache length the step attends to, the new token included; the logits written by the
     LM head; one embedding row. Not counted: activations (under 0.1 MB a token: the residual stream, the
     projections' outputs, the logits' re-read by the argmax) and the RoPE tables' rows.
-    For Qwen3.5-0.8B in bf16 the total is 1,544,820,416 + 12,288 * context.
+    For Qwen3.5-0.8B in bf16 the total is 1,544,820,416 + 12,288 * context. With 8-bit weights
+    (`weight_format`) the projections and the LM head are counted by `matrix_bytes`.
     """
     if context < 0:
         raise ValueError(f"context must be >= 0 cached tokens, got {context}")
@@ -40,10 +59,13 @@ def step_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> dict
     HV = c.linear_num_value_heads
     dn_in_rows = c.conv_dim + c.linear_value_dim + 2 * HV                  # merged [qkv | z | b | a]
     conv_state = c.conv_dim * c.linear_conv_kernel_dim * e                 # as many columns as taps
+
+    def mat(rows, cols):
+        return matrix_bytes(rows, cols, e, weight_format)
     return {
         "embedding": H * e,
         "ln1": n * H * e,
-        "attn_in_proj": na * attn_in_rows * H * e,
+        "attn_in_proj": na * mat(attn_in_rows, H),
         "q_norm": na * c.head_dim * e,
         "k_norm": na * c.head_dim * e,
         "q_rope": 0,
@@ -51,21 +73,21 @@ def step_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> dict
         "cache_kv_write": na * kv_token,
         "attention": na * kv_token * context,
         "output_gate": 0,
-        "o_proj": na * H * q_width * e,
-        "dn_in_proj": nd * dn_in_rows * H * e,
+        "o_proj": na * mat(H, q_width),
+        "dn_in_proj": nd * mat(dn_in_rows, H),
         "conv": nd * (conv_state + 2 * conv_state),                        # taps; state read and written
         "gates": nd * HV * (f32 + e),                                      # A_log (fp32), dt_bias
         "delta_rule": nd * 2 * HV * c.linear_key_head_dim * c.linear_value_head_dim * f32,
         "gated_rmsnorm": nd * c.linear_value_head_dim * f32,
-        "out_proj": nd * H * c.linear_value_dim * e,
+        "out_proj": nd * mat(H, c.linear_value_dim),
         "attn_residual": 0,
         "ln2": n * H * e,
-        "gate_up": n * 2 * c.intermediate_size * H * e,
+        "gate_up": n * mat(2 * c.intermediate_size, H),
         "swiglu": 0,
-        "down": n * c.intermediate_size * H * e,
+        "down": n * mat(H, c.intermediate_size),
         "mlp_residual": 0,
         "final_norm": H * e,
-        "lm_head": c.vocab_size * H * e + c.vocab_size * e,                # the tied table; logits written
+        "lm_head": mat(c.vocab_size, H) + c.vocab_size * e,                # the tied table; logits written
         "argmax": 0,
         "advance": 0,
     }
@@ -79,7 +101,8 @@ FUSED_SLOT_PARTS = {"fused_rmsnorm_linear.conv": ("dn_in_proj", "conv")}
 FOLDED = "(folded into other kernels)"
 
 
-def slot_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16, steps=STEPS) -> dict[str, int]:
+def slot_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16, steps=STEPS,
+               weight_format: str = "native") -> dict[str, int]:
     """`step_bytes` summed per kernel slot of a decode path: `steps` is a level's step table
     (`engine.plan.LEVELS`), e.g. at the operators level `in_proj` = both in-projections.
 
@@ -87,7 +110,7 @@ def slot_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16, steps=S
     without a row of its own (ln1's weight in the in-projections; at the fast level the gates and the gated
     norm's weight) goes under `FOLDED`, a few KB a token, so that the values always sum to the token's bytes.
     """
-    per_step = step_bytes(config, context, dtype)
+    per_step = step_bytes(config, context, dtype, weight_format)
     out: dict[str, int] = {}
     counted: set[str] = set()
     for s in steps:
@@ -101,12 +124,13 @@ def slot_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16, steps=S
     return out
 
 
-def bytes_per_token(config: Qwen35Config, context: int, dtype=torch.bfloat16) -> int:
+def bytes_per_token(config: Qwen35Config, context: int, dtype=torch.bfloat16, weight_format: str = "native") -> int:
     """HBM bytes of one decode token at `context` cached tokens (the new one included): see `step_bytes`."""
-    return sum(step_bytes(config, context, dtype).values())
+    return sum(step_bytes(config, context, dtype, weight_format).values())
 
 
-def floor_us(config: Qwen35Config, context: int, gbps: float | None = None, dtype=torch.bfloat16) -> float:
+def floor_us(config: Qwen35Config, context: int, gbps: float | None = None, dtype=torch.bfloat16,
+             weight_format: str = "native") -> float:
     """The bandwidth floor of one decode token in us: its bytes at `gbps` (default: this GPU's measured
     copy bandwidth, `benchmark.ceiling_gbps()`)."""
     if gbps is None:
@@ -114,4 +138,4 @@ def floor_us(config: Qwen35Config, context: int, gbps: float | None = None, dtyp
             raise ValueError("no GPU here to measure the copy bandwidth: pass gbps, e.g. the one on record, "
                              "benchmark.recorded_ceiling().gbps")
         gbps = ceiling_gbps()
-    return bytes_per_token(config, context, dtype) / (gbps * 1e9) * 1e6
+    return bytes_per_token(config, context, dtype, weight_format) / (gbps * 1e9) * 1e6

@@ -40,6 +40,9 @@ move at context L (`measure.bytes_model.bytes_per_token`; for Qwen3.5-0.8B in bf
 as a percentage of the measured time. Time to the first token is recorded at every context length too.
 `--config` takes the shapes of another size of the family (`config.FAMILY`, docs/family.md), random weights;
 its results go to OUT/engine_<config>_<gpu>_<date>/.
+`--weights int8` (or int8_group, fp8) runs the Triton rows from 8-bit weights (`Engine(weight_format=...)`,
+chapter 31) at the levels that take them (operators, fused; by default only those rows run): the byte model,
+and so the floor, counts the 8-bit weights and their scales; results go to OUT/engine_int8_<gpu>_<date>/.
 Kernels per decode token: the slot calls of one traced decode step of each level (an engine of the
 real shapes on the meta device, no memory) and the kernels they launch (`OpTable.launches`).
 Results: markdown, JSON and a PNG plot in OUT/engine_<gpu>_<date>/, rewritten after every system, so a
@@ -62,12 +65,13 @@ from .. import kernels
 from ..config import FAMILY, PRESETS, QWEN35_0_8B, Qwen35Config
 from ..demo import meta_weights
 from ..engine import Engine
-from ..engine.plan import levels_markdown
+from ..engine.plan import QUANT_LEVELS, levels_markdown
 from ..hf_compat import hf_model, weights_from_hf
 from ..model import Qwen35Model
 from ..reference import precision
 from ..runtime import no_launch_overlap, setup
 from ..safe_files import atomic_write_text, results_folder, save_figure
+from ..validate import WEIGHT_FORMATS, check_weight_format
 from ..weights import resolve_checkpoint
 from .benchmark import ceiling_gbps, gpu_tag
 from .bytes_model import bytes_per_token
@@ -91,12 +95,13 @@ NOTES = {
 }
 
 
-def byte_model(config) -> dict:
-    """The bf16 decode token's HBM bytes as a + b * context (`measure.bytes_model.bytes_per_token`): the
-    weights and states `a`, the KV cache's bytes per cached token `b`; kept in a result, which its table
-    and plot read."""
-    fixed = bytes_per_token(config, 0)
-    return {"weight_and_state_bytes": fixed, "kv_bytes_per_token": bytes_per_token(config, 1) - fixed}
+def byte_model(config, weight_format: str = "native") -> dict:
+    """The bf16 decode token's HBM bytes as a + b * context (`measure.bytes_model.bytes_per_token`, with the
+    projections in `weight_format`): the weights and states `a`, the KV cache's bytes per cached token `b`;
+    kept in a result, which its table and plot read."""
+    fixed = bytes_per_token(config, 0, weight_format=weight_format)
+    return {"weight_and_state_bytes": fixed,
+            "kv_bytes_per_token": bytes_per_token(config, 1, weight_format=weight_format) - fixed}
 
 
 # Qwen3.5-0.8B's (docs/qwen35.md §6): what a result written before the byte model was kept in it means
@@ -122,13 +127,13 @@ class Row:
     error: str = ""
 
 
-def kernels_per_token(config=None, level: str = "operators") -> tuple[int, int]:
+def kernels_per_token(config=None, level: str = "operators", weight_format: str = "native") -> tuple[int, int]:
     """(slot calls, kernel launches) of one decode step at `level`, traced from an engine of the config's
     shapes (default Qwen3.5-0.8B) on the meta device: PyTorch references on weights without memory, so
     it runs anywhere in about a second and leaves no engine behind."""
     config = config or QWEN35_0_8B
     engine = Engine(config, meta_weights(config), max_seq_len=2, default_source="reference", cuda_graph=False,
-                    prefill_chunk=1, level=level)
+                    prefill_chunk=1, level=level, weight_format=weight_format)
     engine.prefill([0])
     with engine.tracing() as calls:
         engine.decode()
@@ -149,12 +154,20 @@ def same_tokens(engine, other, prompt: list[int], new_tokens: int = 32) -> dict:
     return out
 
 
-def systems_named(names) -> list[str]:
-    """The systems of `names` (`SYSTEMS` or `ALIASES`), in `SYSTEMS` order."""
+def systems_named(names, weight_format: str = "native") -> list[str]:
+    """The systems of `names` (`SYSTEMS` or `ALIASES`), in `SYSTEMS` order; None: all of them, or with 8-bit
+    weights the Triton rows of the levels that run them (`plan.QUANT_LEVELS`). A row of a level that does not
+    run `weight_format` is a ValueError."""
+    if names is None:
+        names = [n for n in SYSTEMS if weight_format == "native" or LEVEL_OF.get(n) in QUANT_LEVELS]
     unknown = [n for n in names if n not in SYSTEMS and n not in ALIASES]
     if unknown:
         raise ValueError(f"unknown systems {unknown}; choose from {list(SYSTEMS)} (or {list(ALIASES)})")
     wanted = {ALIASES.get(n, n) for n in names}
+    refused = [n for n in SYSTEMS if n in wanted and n in LEVEL_OF and weight_format != "native"
+               and LEVEL_OF[n] not in QUANT_LEVELS]
+    if refused:
+        raise ValueError(f"{refused} run no {weight_format} weights (levels {list(QUANT_LEVELS)} do)")
     return [n for n in SYSTEMS if n in wanted]
 
 
@@ -236,8 +249,12 @@ def markdown(result: dict) -> str:
     ceiling, contexts = result["ceiling_gbps"], result["contexts"]
     c0 = contexts[0]
     fixed, per_kv = (recorded_bytes(result, 0), recorded_bytes(result, 1) - recorded_bytes(result, 0))
+    fmt = result.get("weights", "native")
+    weights = "" if fmt == "native" else (f" The Triton rows read {fmt} weights (every projection and the LM "
+                                          f"head); the floor counts those and their scales.")
     lines = [f"# {_model_name(result)} on {result['gpu']}, {result['date']}", "",
-             f"{result['dtype']}, batch 1, greedy, random weights of the real shapes; {result['versions']}. "
+             f"{result['dtype']}, batch 1, greedy, random weights of the real shapes; {result['versions']}."
+             f"{weights} "
              f"Prefill: {result['prompt_len']}-token prompt, time to the first token. Decode: mean time per "
              f"token over {result['steps']} tokens after a prompt of L tokens, median of {result['repeats']} "
              f"runs; every system hands each token to the host as it comes. Bandwidth floor: "
@@ -366,12 +383,14 @@ def run(args) -> dict:
     contexts = sorted(set(args.contexts) | {args.prompt_len})
     date = datetime.date.today().isoformat()
     config_name = getattr(args, "config", None)
+    fmt = getattr(args, "weights", "native")
     named = f"{config_name}_" if config_name and config_name != "qwen3.5-0.8b" else ""
+    named += "" if fmt == "native" else f"{fmt}_"
     folder = Path(args.out) / f"engine_{named}{gpu_tag()}_{date}"
     hf, weights, config = build(args.model, args.seed, config_name)
     result = {"gpu": torch.cuda.get_device_name(), "date": date, "dtype": "bfloat16", "model": args.model,
               "config": config_name or ("qwen3.5-0.8b" if args.model == "random" else str(args.model)),
-              **byte_model(config),
+              "weights": fmt, **byte_model(config, fmt),
               "versions": f"torch {torch.__version__}, triton {triton.__version__}, transformers "
                           f"{transformers.__version__}",
               "prompt_len": args.prompt_len, "contexts": contexts, "steps": args.steps, "repeats": args.repeats,
@@ -381,12 +400,12 @@ def run(args) -> dict:
     max_len = max(contexts) + args.steps + 8
     engines = {}                                       # (level, pdl) -> the engine its rows share
     merged = None                                      # the merged projections, shared by every engine
-    rows = {name: Row(name, note=NOTES.get(name, "")) for name in systems_named(args.systems)}
-    counts = {level: kernels_per_token(config, level) for level in sorted({LEVEL_OF[n] for n in rows
+    rows = {name: Row(name, note=NOTES.get(name, "")) for name in systems_named(args.systems, fmt)}
+    counts = {level: kernels_per_token(config, level, fmt) for level in sorted({LEVEL_OF[n] for n in rows
                                                                            if n in LEVEL_OF})}
     result["kernels_per_token"] = {level: {"slot calls": c, "kernels": k} for level, (c, k) in counts.items()}
     if counts:
-        result["levels"] = levels_markdown()
+        result["levels"] = levels_markdown(fmt)
     for name, row in rows.items():
         if name in LEVEL_OF:
             calls, row.kernels = counts[LEVEL_OF[name]]
@@ -406,7 +425,8 @@ def run(args) -> dict:
             return _engine_runner(ref_engine.compile(fullgraph=True), graph=False)
         key = LEVEL_OF[name], name.endswith(PDL)
         if key not in engines:   # the kernels TRITONLLM_KERNELS selects ("auto": yours where filled in)
-            engines[key] = Engine(config, weights, max_seq_len=max_len, level=key[0], pdl=key[1], merged=merged)
+            engines[key] = Engine(config, weights, max_seq_len=max_len, level=key[0], pdl=key[1], merged=merged,
+                                  weight_format=fmt)
             merged = engines[key].weights
             print(f"    {key[0]}: {kernels.sources_line(engines[key].ops.sources())}", file=sys.stderr)
         return _engine_runner(engines[key], graph=GRAPH in name)
@@ -444,13 +464,13 @@ def run(args) -> dict:
     return result
 
 
-def measure(systems=SYSTEMS, contexts=(128, 1024, 4096), prompt_len: int = 128, steps: int = 32,
+def measure(systems=None, contexts=(128, 1024, 4096), prompt_len: int = 128, steps: int = 32,
             repeats: int = 3, out: str | Path = "results", model: str = "random", budget_s: float = 420.0,
-            seed: int = 0, config: str | None = None) -> dict:
+            seed: int = 0, config: str | None = None, weights: str = "native") -> dict:
     """`tritonllm-course bench` from Python (a GPU only); returns the result dict (see `markdown`, `plot`)."""
-    return run(argparse.Namespace(systems=list(systems), contexts=list(contexts), prompt_len=prompt_len,
-                                  steps=steps, repeats=repeats, out=str(out), model=model, budget_s=budget_s,
-                                  seed=seed, config=config))
+    return run(argparse.Namespace(systems=None if systems is None else list(systems), contexts=list(contexts),
+                                  prompt_len=prompt_len, steps=steps, repeats=repeats, out=str(out), model=model,
+                                  budget_s=budget_s, seed=seed, config=config, weights=weights))
 
 
 # --- the command line --------------------------------------------------------------------------------------
@@ -468,8 +488,12 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     p.add_argument("--prompt-len", type=int, default=128, help="prompt of the prefill measurement")
     p.add_argument("--steps", type=int, default=32, help="tokens generated per decode measurement")
     p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--systems", nargs="+", choices=SYSTEMS + tuple(ALIASES), default=list(SYSTEMS),
-                   metavar="SYSTEM", help=f"a subset of: {'; '.join(SYSTEMS)}")
+    p.add_argument("--systems", nargs="+", choices=SYSTEMS + tuple(ALIASES), default=None,
+                   metavar="SYSTEM", help=f"a subset of: {'; '.join(SYSTEMS)} (default: all; with 8-bit --weights "
+                   "the Triton rows of the levels that run them)")
+    p.add_argument("--weights", default="native", metavar="FORMAT",
+                   help=f"the Triton rows' projection weights, one of {', '.join(WEIGHT_FORMATS)}: the model "
+                   "dtype (native, default) or 8-bit")
     p.add_argument("--budget-s", type=float, default=420.0,
                    help="start no new system after this many seconds (default 420)")
     p.add_argument("--seed", type=int, default=0)
@@ -485,6 +509,12 @@ def run_bench(args) -> int:
     if args.config and args.model != "random":
         print(f"tritonllm-course bench: error: --config {args.config} gives the shapes of random weights; the "
               f"checkpoint {args.model} brings its own config: leave --config out", file=sys.stderr)
+        return 2
+    try:
+        check_weight_format(args.weights, "--weights")
+        systems_named(args.systems, args.weights)
+    except ValueError as e:
+        print(f"tritonllm-course bench: error: {e}", file=sys.stderr)
         return 2
     rt = setup(quiet=True)
     if not rt.on_gpu:

@@ -198,7 +198,7 @@ def decode_breakdown(engine, steps: int = 8, prompt_len: int = 64,
     calls = traced_calls(engine, prompt_len)
     per_slot = slot_kernels(engine)
     context = prompt_len + 2 + (steps + 1) / 2 + steps     # the profiled run follows the timed one
-    nbytes = slot_bytes(engine.config, round(context), engine.dtype, engine.plan.steps)
+    nbytes = slot_bytes(engine.config, round(context), engine.dtype, engine.plan.steps, engine.weight_format)
     use_graph = engine.use_graph
     runs = {}
     try:
