@@ -17,7 +17,7 @@ from tritonllm_course.config import QWEN35_0_8B, TINY
 from tritonllm_course.demo import meta_weights
 from tritonllm_course.engine import Engine
 from tritonllm_course.engine import engine as engine_module
-from tritonllm_course.engine.merged import GROUP_SIZE, Quantized
+from tritonllm_course.engine.merged import GROUP_SIZE, Quantized, merge_bytes, merge_weights
 from tritonllm_course.engine.plan import fitted_plan
 from tritonllm_course.generation import generate
 from tritonllm_course.hf_compat import hf_model, weights_from_hf
@@ -108,6 +108,26 @@ def test_the_weights_are_kept_in_8_bits_and_the_embedding_in_the_model_dtype(wei
     assert w.nbytes() < native.weights.nbytes()
     assert "int8_group weights" in engine.summary() and "weights (merged, int8_group)" in engine.memory()
 
+
+
+@pytest.mark.parametrize("fmt", ("native",) + FORMATS)
+def test_the_memory_check_counts_every_matrix_the_merge_allocates(weights, fmt):
+    """`merge_bytes`, what the engine checks against the device's memory before merging, is at least what the
+    merge keeps (native: exactly the stacked copies, the DeltaNet's in_proj_qkv/z/b/a among them; a single
+    projection is kept as it is) and, for 8-bit weights, no more than that plus one transient copy in fp32."""
+    merged = merge_weights(TINY, weights, fmt)
+    given = {t.untyped_storage().data_ptr() for t in weights.values()}
+    kept = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+            for layer in merged.layers for part in (layer.mixer_in.weight, layer.mixer_out, layer.gate_up.weight,
+                                                    layer.down, merged.lm_head)
+            for t in (part.tensors() if isinstance(part, Quantized) else (part,))}
+    new = sum(n for ptr, n in kept.items() if ptr not in given)
+    need = merge_bytes(TINY, weights, fmt)
+    if fmt == "native":
+        assert need == new > 0
+    else:
+        largest = max(t.numel() for n, t in weights.items() if _projection(n) or n == "embed_tokens.weight")
+        assert new <= need <= new + largest * (4 + weights["embed_tokens.weight"].element_size())
 
 def test_reference_sources_run_the_8_bit_weights_too(weights):
     """The quant slots' PyTorch source (the whole weight dequantized, then `F.linear`) gives the same tokens."""

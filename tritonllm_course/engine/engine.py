@@ -41,7 +41,7 @@ from ..weights import check_memory, check_weights, load_weights, random_weights
 from .buffers import Activations, Counters
 from .forward import Forward, Sampling
 from .graph import GraphedStep
-from .merged import EngineWeights, check_fp8, merge_weights
+from .merged import EngineWeights, check_fp8, merge_bytes, merge_weights
 from .ops import OpTable
 from .plan import check_limits, check_weight_format, fitted_plan
 
@@ -140,9 +140,7 @@ class Engine(Forward):
         self.dtype, self.device = embed.dtype, embed.device
         check_fp8(weight_format, self.device)
         if merged is None:   # the merged projections are a second copy of every layer's projections
-            check_memory(sum(t.numel() * (t.element_size() if weight_format == "native" else 1)
-                             for n, t in weights.items() if n.startswith("layers.") and n.endswith("proj.weight")),
-                         self.device, "the engine's merged projections")
+            check_memory(merge_bytes(c, weights, weight_format), self.device, "the engine's merged projections")
         self.cache = Qwen35Cache.allocate(c, max_seq_len, dtype=self.dtype, device=self.device)
         self.max_seq_len = max_seq_len
         if merged is not None and (len(merged.layers) != c.num_hidden_layers or merged.embed is not embed):

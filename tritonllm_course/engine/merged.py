@@ -130,6 +130,43 @@ def _converted(weight: torch.Tensor, fmt: str) -> torch.Tensor | Quantized:
     return weight if fmt == "native" else Quantized.of(weight, fmt)
 
 
+def _merged_pieces(config: Qwen35Config) -> list[tuple[str, ...]]:
+    """The checkpoint's projection names as the merge groups them: a tuple per engine matrix (several names:
+    stacked into a new matrix; one: kept as it is when native)."""
+    groups = []
+    for i, kind in enumerate(config.layer_types):
+        p = f"layers.{i}."
+        if kind == "full_attention":
+            a = p + "self_attn."
+            groups += [(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"), (a + "o_proj.weight",)]
+        else:
+            a = p + "linear_attn."
+            groups += [tuple(a + f"in_proj_{n}.weight" for n in ("qkv", "z", "b", "a")), (a + "out_proj.weight",)]
+        m = p + "mlp."
+        groups += [(m + "gate_proj.weight", m + "up_proj.weight"), (m + "down_proj.weight",)]
+    return groups
+
+
+def merge_bytes(config: Qwen35Config, weights: dict[str, torch.Tensor], fmt: str = "native") -> int:
+    """The most memory `merge_weights` allocates beside the checkpoint's tensors, for the check before it runs.
+    Native: the stacked matrices (a single projection is kept, not copied). 8-bit: every projection and the LM
+    head's copy at one byte a weight plus fp32 scales (a row's, or a row's per group of GROUP_SIZE), and the
+    largest transient of the quantizer: a stacked copy in the model's dtype and an fp32 copy of one matrix."""
+    total, transient = 0, 0
+    head = weights.get("lm_head.weight", weights["embed_tokens.weight"])
+    for names in _merged_pieces(config) + ([("lm_head.weight",)] if fmt != "native" else []):
+        parts = [head if n == "lm_head.weight" else weights[n] for n in names]
+        rows, cols = sum(t.shape[0] for t in parts), parts[0].shape[1]
+        stacked = rows * cols * parts[0].element_size() if len(parts) > 1 else 0
+        if fmt == "native":
+            total += stacked
+            continue
+        scales = rows * (-(-cols // GROUP_SIZE) if fmt == "int8_group" else 1) * 4
+        total += rows * cols + scales
+        transient = max(transient, stacked + rows * cols * 4)
+    return total + transient
+
+
 def merge_weights(config: Qwen35Config, weights: dict[str, torch.Tensor], fmt: str = "native") -> EngineWeights:
     """The engine's weights from the checkpoint's (names without prefix, as `weights.load_weights` gives);
     the projections and the LM head quantized to `fmt` unless it is "native" (see the module doc)."""
