@@ -18,7 +18,7 @@ channel, `scale [N]`) or one per row and `group_size` columns (per group, `scale
   before it joins the fp32 accumulator.
 
 fp8 needs no special case under the CPU interpreter: its loads and conversions are exact there in triton
-3.5, 3.7 and 3.9 (tests/test_quant.py, in `make test-window`).
+3.5, 3.7 and 3.9 (tests/kernels/test_quant.py, in `make test-window`).
 
 Unmeasured: the block sizes are chosen by the bytes-in-flight argument above, not yet timed on a GPU.
 """

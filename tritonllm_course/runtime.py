@@ -160,7 +160,7 @@ def pdl_args() -> dict:
 def no_launch_overlap():
     """The PDL kernels, with their launch parameters, launched without the attribute: each starts only
     when the one before has finished. What PDL itself changes is then the timing alone: the outputs are
-    bit-identical (tests/test_pdl.py, `tritonllm-course bench`)."""
+    bit-identical (tests/model/test_pdl.py, `tritonllm-course bench`)."""
     global _OVERLAP
     before, _OVERLAP = _OVERLAP, False
     try:

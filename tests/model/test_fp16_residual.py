@@ -1,6 +1,6 @@
 """fp16 mode: the residual stream in fp32 (Qwen's stream outgrows fp16's 65,504), in the reference model and
-in the engine at every level; bf16 and fp32 keep the model dtype (tests/test_reference_model.py,
-tests/test_engine*.py cover them unchanged).
+in the engine at every level; bf16 and fp32 keep the model dtype (tests/model/test_reference_model.py,
+tests/model/test_engine*.py cover them unchanged).
 
 The weights of `overflowing` make the stream overflow fp16 on purpose: gate_proj = up_proj, so the MLP's
 silu(g) * g >= 0, and a few rows of down_proj set large and positive, so every layer adds about +27,000

@@ -26,7 +26,7 @@ from tritonllm_course.hf_compat import hf_model, weights_from_hf
 from tritonllm_course.model import Qwen35Model
 from tritonllm_course.weights import write_hub_checkpoint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PROMPT = [5, 17, 301, 42, 7, 99, 256, 3, 64, 128, 11]
 
 

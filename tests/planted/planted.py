@@ -3,14 +3,14 @@ in a scratch course, so that `check` runs it exactly as it runs a learner's kern
 
 A `Bug` names the slot whose check must catch it and the edits that make it: (old, new) pairs, each old
 text found exactly once in the solution, so a bug that no longer applies (the solution changed) fails
-loudly instead of testing nothing. The tables live in tests/bugs_<topic>.py.
+loudly instead of testing nothing. The tables live in tests/planted/bugs_<topic>.py.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)

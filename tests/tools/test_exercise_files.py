@@ -11,7 +11,7 @@ from helpers import filled
 from tritonllm_course.runtime import runtime
 from tritonllm_course import cli, exercise_files, kernels, regions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.needs_solutions
 
 

@@ -12,7 +12,7 @@ import pytest
 from helpers import filled
 from tritonllm_course import cli, regions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.needs_solutions
 IDENTITY = {"GIT_AUTHOR_NAME": "Course", "GIT_AUTHOR_EMAIL": "course@example.org",
             "GIT_COMMITTER_NAME": "Course", "GIT_COMMITTER_EMAIL": "course@example.org"}

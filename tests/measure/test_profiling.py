@@ -1,6 +1,6 @@
 """The profiling helpers of chapter 20: the byte model against docs/qwen35.md §6, kernel calls per token
 against the engine's step table, the traced calls with their layers, the attribution of a trace's kernels
-to slots (to layers: tests/test_layer_times.py), and the GPU breakdown."""
+to slots (to layers: tests/measure/test_layer_times.py), and the GPU breakdown."""
 import json
 from collections import Counter
 

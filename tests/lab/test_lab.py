@@ -10,15 +10,12 @@ import importlib.util
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 LAB = ROOT / "lab"
-if str(ROOT) not in sys.path:       # as `python -m lab.<probe>` from the root: lab.common importable
-    sys.path.insert(0, str(ROOT))
 PROBES = sorted(p.stem for p in LAB.glob("*.py") if p.name not in ("__init__.py", "common.py"))
 PARTS = ("Question:", "Method:", "Result:", "Verdict:")
 

@@ -1,4 +1,4 @@
-"""The check catches the bugs learners make: each bug of tests/bugs_*.py, planted in a copy of its
+"""The check catches the bugs learners make: each bug of tests/planted/bugs_*.py, planted in a copy of its
 solution and run as a filled-in exercise, fails `check` on every run (fresh random inputs each time).
 A bug that passes even once means the check would tell a learner a broken kernel is right."""
 import importlib

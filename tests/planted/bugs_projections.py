@@ -240,7 +240,7 @@ SAMPLING = [   # ties are planted by the slot; tiny 1 has 3 blocks (masked in th
 
 BUGS = EMBEDDING + GEMV + GEMM + ROPE + KV_CACHE + RESIDUAL + SWIGLU + SAMPLING
 
-# the interpreter names an access past a tensor for these (tests/test_planted_bugs.py requires the mark)
+# the interpreter names an access past a tensor for these (tests/planted/test_planted_bugs.py requires the mark)
 BUGS = out_of_bounds(BUGS,
                      "embedding: the table's row stride is the block width",
                      "embedding: the output row indexed by the id, not the token",

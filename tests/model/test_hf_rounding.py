@@ -1,6 +1,6 @@
 """`match_hf_rounding`: the operators whose bf16 results depend on where and in which order they round,
 computed as transformers' torch path computes them, so that the reference model in bf16 reproduces
-transformers' bf16 logits (tests/test_reference_model.py). On the CPU the results are bit-identical to
+transformers' bf16 logits (tests/model/test_reference_model.py). On the CPU the results are bit-identical to
 transformers' own functions; in fp64 the variants compute the same function as the default operators.
 """
 import torch

@@ -4,17 +4,10 @@ Under the interpreter (programs one after another, atomics sequential) these che
 mapping, the reset across calls and the arithmetic, not races: see the probe's docstring. On a GPU the probe
 runs the same comparisons itself (its `check` in its JSON).
 """
-import sys
-from pathlib import Path
-
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:       # as `python -m lab.<probe>` from the root: lab.common importable
-    sys.path.insert(0, str(ROOT))
-
-from lab import deltanet_head_fusion_probe as probe  # noqa: E402
-from tritonllm_course.config import TINY  # noqa: E402
+from lab import deltanet_head_fusion_probe as probe   # the course root on sys.path: tests/lab/conftest.py
+from tritonllm_course.config import TINY
 
 pytestmark = pytest.mark.needs_solutions      # the probe runs the fast level's in-projection from solutions/
 

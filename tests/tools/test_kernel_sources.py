@@ -8,7 +8,7 @@ from helpers import filled
 from tritonllm_course import cli, kernels, regions
 from tritonllm_course.engine.ops import OpTable
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_sources_line_counts_what_was_loaded():

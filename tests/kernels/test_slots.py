@@ -38,7 +38,7 @@ def test_catalog_lists_the_21_operators():
 
 def test_gpu_plan_holds_the_interpreters_plan():
     """On a GPU the check runs the small odd shapes and edges too: the planted bugs are proven on them
-    (tests/test_planted_bugs.py, under the interpreter), and the real shapes alone are block-aligned."""
+    (tests/planted/test_planted_bugs.py, under the interpreter), and the real shapes alone are block-aligned."""
     from tritonllm_course.checking import plan_cases
 
     for s in slots.all_slots():

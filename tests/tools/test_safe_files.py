@@ -13,7 +13,7 @@ from tritonllm_course import cli, safe_files
 from tritonllm_course.colab import SETUP_CELL
 from tritonllm_course.safe_files import UnsafeWrite, atomic_write_bytes, atomic_write_text
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def leftovers(folder: Path) -> list[str]:

@@ -17,7 +17,7 @@ import torch
 from tritonllm_course import kernels
 from tritonllm_course.runtime import pdl_args, pdl_supported, programmatic_launches
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _pdl_kernels(path: Path) -> list[str]:

@@ -34,7 +34,7 @@ from helpers import filled
 from tritonllm_course import kernels, regions, student_version
 from tritonllm_course.notebook import runs_exercises_only, unfilled_exercise
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # {shipped file: (why it ships although it holds them, {`_digest` of a region line: the region it is from})}.
 # Digests, not the lines: this file ships in the student version too. Idioms are left (and chapter 01's first
@@ -69,7 +69,7 @@ KNOWN = {
         "2ec68231055f": "attention.py:120", "80ef6ab8c6c4": "attention.py:212"}),
     "notebooks/30_troubleshooting.ipynb": (INDEX, {"1587a23474f3": "deltanet_gates.py:39",
         "3f21be815596": "deltanet_gates.py:40"}),
-    "tests/test_flash_attention.py": ("the test's own online-softmax loop: " + RUNNING_MAX, {
+    "tests/kernels/test_flash_attention.py": ("the test's own online-softmax loop: " + RUNNING_MAX, {
         "2ec68231055f": "attention.py:120"}),
 }
 
@@ -194,11 +194,13 @@ def test_the_student_version_holds_no_solution_line(student):
 
 @pytest.mark.needs_solutions
 def test_what_gives_a_solution_away_is_withheld(student):
-    for path in ("solutions", "tests/planted.py", "tests/bugs_attention.py", "tests/test_planted_bugs.py",
-                 "lab/attention_launch_probe.py", "lab/common.py", "tests/test_lab.py"):
+    for path in ("solutions", "tests/planted/planted.py", "tests/planted/bugs_attention.py",
+                 "tests/planted/test_planted_bugs.py", "lab/attention_launch_probe.py", "lab/common.py",
+                 "tests/lab/test_lab.py", "tests/planted", "tests/lab"):
         assert student_version.withheld(path), path
         assert not (student / path).exists(), path
-    for path in ("lab/README.md", "lab/results", "tests/conftest.py", "exercises/rmsnorm.py", "notebooks"):
+    for path in ("lab/README.md", "lab/results", "tests/conftest.py", "tests/helpers.py",
+                 "tests/kernels/test_rope.py", "exercises/rmsnorm.py", "notebooks"):
         assert not student_version.withheld(path), path
         assert (student / path).exists(), path
 
@@ -206,27 +208,29 @@ def test_what_gives_a_solution_away_is_withheld(student):
 def test_no_shipped_test_imports_what_is_withheld():
     """A test that imports a withheld module (planted, a bugs_ table, a lab probe) would stop the student
     version's suite at collection: it is withheld too."""
-    tests = ROOT / "tests"
-    for path in sorted(tests.glob("*.py")):
-        if student_version.withheld(f"tests/{path.name}"):
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if student_version.withheld(rel):
             continue
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
             for name in names:
-                top = name.split(".")[0]
-                module = f"tests/{top}.py" if (tests / f"{top}.py").is_file() else f"{name.replace('.', '/')}.py"
-                assert not student_version.withheld(module), \
-                    f"tests/{path.name}:{node.lineno} imports {name}, which the student version leaves out"
+                module = [m for m in student_version.module_files(name).split() if (ROOT / m).is_file()]
+                assert not any(student_version.withheld(m) for m in module), \
+                    f"{rel}:{node.lineno} imports {name}, which the student version leaves out"
 
 
 def test_a_failure_naming_a_withheld_file_names_it():
     """What tests/conftest.py skips a failed test of a student version for: the withheld file it names."""
     named = student_version.withheld_named
-    assert named("planted: tests/test_planted_bugs.py does not exist", ROOT) == "tests/test_planted_bugs.py"
+    assert named("planted: tests/planted/test_planted_bugs.py does not exist", ROOT) == \
+        "tests/planted/test_planted_bugs.py"
+    assert named(student_version.module_files("planted") + "No module named 'planted'", ROOT) == \
+        "tests/planted/planted.py"
     assert named(f"cannot open {ROOT}/lab/common.py", ROOT) == "lab/common.py"
     assert named(f"{ROOT}/solutions/rope.py differs", ROOT) == "solutions/rope.py"
-    assert named("tests/test_rope.py:3: 0.5 != 0.25", ROOT) is None             # shipped: a real failure
+    assert named("tests/kernels/test_rope.py:3: 0.5 != 0.25", ROOT) is None             # shipped: a real failure
     assert named("/elsewhere/lab/common.py is missing", ROOT) is None          # not this course's
     assert named("no file named at all", ROOT) is None
 
@@ -314,8 +318,8 @@ def test_a_chapter_cell_needing_an_unfilled_exercise_is_skipped_naming_it(tmp_pa
     assert "cell 1 needs an exercise not filled in yet: exercise vector_add.py is not implemented yet" in skips[0]
     assert "cell 2 follows cells that cannot run here: vector_add.py unfilled (cell 1)" in skips[1]
     assert "NameError: name 'add' is not defined" in skips[1], skips
-    assert "cell 0 needs tests/planted.py, which the student version leaves out" in skips[2], skips
-    assert "cell 1 follows cells that cannot run here: tests/planted.py left out (cell 0)" in skips[3], skips
+    assert "cell 0 needs tests/planted/planted.py, which the student version leaves out" in skips[2], skips
+    assert "cell 1 follows cells that cannot run here: tests/planted/planted.py left out (cell 0)" in skips[3], skips
     assert "cell 1 needs solutions/vector_add.py, which the student version leaves out" in skips[4], skips
 
 

@@ -13,7 +13,7 @@ import pytest
 from helpers import filled
 from tritonllm_course import cli, regions
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.needs_solutions
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tritonllm_course.student_version import withheld
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 spec = importlib.util.spec_from_file_location("gpu_parts", ROOT / "scripts" / "gpu_parts.py")
 gpu_parts = importlib.util.module_from_spec(spec)
 sys.modules["gpu_parts"] = gpu_parts          # its dataclasses look their module up there
@@ -20,11 +20,12 @@ spec.loader.exec_module(gpu_parts)
 
 
 def _stem(entry: str) -> str:
-    return Path(entry.partition(" -k ")[0]).stem
+    """A part's entry as the lists name test files: its path under tests/, less .py (`kernels/test_slots`)."""
+    return Path(entry.partition(" -k ")[0]).relative_to("tests").with_suffix("").as_posix()
 
 
 def test_every_test_file_is_in_one_part_or_host_only():
-    files = {p.stem for p in (ROOT / "tests").glob("test_*.py")}
+    files = {p.relative_to(ROOT / "tests").with_suffix("").as_posix() for p in (ROOT / "tests").rglob("test_*.py")}
     placed = {}
     for name in gpu_parts.FULL:
         for entry in gpu_parts.PARTS[name].tests:

@@ -1,5 +1,5 @@
 """The quick GPU check's kernel half (scripts/gpu_check.sh quick): every ready slot once, at its first real
-shape, in the GPU's dtype and in fp16 (a T4's), one trial, no edge inputs. tests/test_slots.py runs the full
+shape, in the GPU's dtype and in fp16 (a T4's), one trial, no edge inputs. tests/kernels/test_slots.py runs the full
 check (every shape, every edge); this one finds in a minute a kernel that no longer compiles or computes."""
 import pytest
 import torch

@@ -2,7 +2,7 @@
 level under its CUDA graph equal the course's fp32 reference model's and transformers' own, on a cut-down
 depth (four layers of the size's pattern: three DeltaNet layers, then attention), random weights (its
 initialisation), fp32 with TF32 off. The full-depth sizes run in bf16 in `measure.family`'s benchmark;
-on the CPU `tests/test_configs.py` runs each size's head structure (`config.miniature`) on every level.
+on the CPU `tests/model/test_configs.py` runs each size's head structure (`config.miniature`) on every level.
 """
 import pytest
 import torch

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 MAX_LINE = 120
 SKIPPED_DIRS = {".git", ".venv", "__pycache__", ".ipynb_checkpoints", ".pytest_cache", "build", "dist"}
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "tritonllm_course"
 ENGINE_MAX_LINES = 500
 
@@ -112,7 +112,7 @@ def where(path: Path, line: int) -> str:
 def test_every_module_has_a_floor():
     mods = modules()
     missing = sorted(name for name in mods if floor_of(name) is None)
-    assert not missing, f"modules on no floor of FLOORS (tests/test_house.py): {missing}"
+    assert not missing, f"modules on no floor of FLOORS (tests/tools/test_house.py): {missing}"
 
 
 def test_imports_only_flow_down():
@@ -185,7 +185,7 @@ def test_the_floors_read_relative_imports(written, floor, tmp_path):
 def family_rows() -> list[str]:
     """The table of CONTRIBUTING.md's map, one row per kernel family, from the slots: the solution, the slot
     spec, the reference modules its slots check against, its own test file (else the generic check of
-    every slot, `tests/test_slots.py`) and the chapters that teach it."""
+    every slot, `tests/kernels/test_slots.py`) and the chapters that teach it."""
     from tritonllm_course import slots
     families: dict[str, tuple[set, set]] = {}
     for slot in slots.all_slots():
@@ -198,11 +198,13 @@ def family_rows() -> list[str]:
             if module.startswith(f"{PACKAGE}.reference."):
                 refs.add(module.rsplit(".", 1)[1])
     rows = ["| family | solution (`solutions/`) | slot (`tritonllm_course/slots/`) | reference "
-            "(`tritonllm_course/reference/`) | test (`tests/`) | chapter (`notebooks/`) |", "|---|---|---|---|---|---|"]
+            "(`tritonllm_course/reference/`) | test (`tests/`) | chapter (`notebooks/`) |",
+            "|---|---|---|---|---|---|"]
     for family, (chapters, refs) in sorted(families.items()):
         if not refs and (ROOT / PACKAGE / "reference" / f"{family}.py").exists():
             refs = {family}       # a slot whose reference wraps the module's own (sampling's seeded draws)
-        test = f"test_{family}.py" if (ROOT / "tests" / f"test_{family}.py").exists() else "test_slots.py"
+        own = sorted((ROOT / "tests").glob(f"*/test_{family}.py")) or [ROOT / "tests" / "kernels" / "test_slots.py"]
+        test = own[0].relative_to(ROOT / "tests").as_posix()      # its topic's folder, then the file
         rows.append(f"| {family} | `{family}.py` | `{family}.py` | " + ", ".join(f"`{r}.py`" for r in sorted(refs))
                     + f" | `{test}` | " + ", ".join(sorted(chapters)) + " |")
     return rows

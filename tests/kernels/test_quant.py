@@ -217,7 +217,7 @@ def test_fp8_is_refused_on_a_gpu_before_sm_89():
 
 def test_fp8_slots_are_not_run_on_a_gpu_before_sm_89():
     """On a T4 the fp8 slots are reported "not run", naming the capability, rather than failed: the check a
-    learner runs there, and tests/test_slots.py, skip them; the interpreter runs them anywhere."""
+    learner runs there, and tests/kernels/test_slots.py, skip them; the interpreter runs them anywhere."""
     from types import SimpleNamespace
 
     from tritonllm_course import slots
@@ -310,7 +310,7 @@ def test_kernels_compile_within_every_gpus_limits():
     import sys
     from pathlib import Path
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     env["PYTHONPATH"] = os.pathsep.join([str(root), env.get("PYTHONPATH", "")])
     done = subprocess.run([sys.executable, "-c", _COMPILE], env=env, cwd=root, capture_output=True, text=True,
                           timeout=600)

@@ -230,7 +230,7 @@ BUGS = [
           "out = tl.sum(w[:, None] * acc, axis=0) / tl.max(w * l, axis=0)"),)),
 ]
 
-# the interpreter names an access past a tensor for these (tests/test_planted_bugs.py requires the mark)
+# the interpreter names an access past a tensor for these (tests/planted/test_planted_bugs.py requires the mark)
 BUGS = out_of_bounds(BUGS,
                      "causal_mask_gen: no key mask on the store",
                      "softmax_mask: mask row of the score row, not row % T",

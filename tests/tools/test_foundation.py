@@ -12,7 +12,7 @@ from tritonllm_course.checking import check, check_fn
 from tritonllm_course.colab import SETUP_CELL
 from tritonllm_course.notebooks_tools import first_code_cell, notebooks
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SOLUTION_PATH = ROOT / "solutions" / "vector_add.py"
 SOLUTION = SOLUTION_PATH.read_text() if SOLUTION_PATH.exists() else ""   # "": a student version
 
@@ -183,7 +183,7 @@ def test_environment_yml_pip_section_equals_requirements():
 
 
 def test_notebooks_have_the_standard_first_cell():
-    """(That they carry no outputs is tests/test_notebook_metadata.py's: in a learner's folder they may.)"""
+    """(That they carry no outputs is tests/tools/test_notebook_metadata.py's: in a learner's folder they may.)"""
     import nbformat
     assert notebooks(), "no chapters found"
     for path in notebooks():
