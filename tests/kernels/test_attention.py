@@ -1,4 +1,4 @@
-"""Gated attention (chapter 08) beyond the generic slot checks: the op-by-op pipeline equals the fused
+"""Gated attention (chapter 08_attention) beyond the generic slot checks: the op-by-op pipeline equals the fused
 kernels, decode equals prefill's last row, the checks catch the classic GQA and mask bugs, bad input
 is named, and (GPU) decode attention replays from a CUDA graph with the length in device memory."""
 import math

@@ -1,4 +1,4 @@
-"""The autotuned projections beyond the generic slot checks: the search spaces (chapter 05's hand-picked
+"""The autotuned projections beyond the generic slot checks: the search spaces (chapter 05_projections's hand-picked
 configs inside them; every GPU config computing the right result under the interpreter), the pruning rules,
 the GEMM's bucketed key, the autotuner's cache (a second call with the same key benchmarks nothing),
 `restore_value` and `reset_to_zero`, bad input, the model, the GPU measurements' plumbing.
@@ -296,14 +296,14 @@ def test_subprocess_programs_are_valid_python():
 @pytest.mark.timing
 @pytest.mark.parametrize("N,K", DECODE)
 def test_tuned_gemv_is_within_10_percent_of_chapter_05(N, K):
-    """Chapter 05's config is in the space, so the autotuner's pick is at least as fast on its own timing
+    """Chapter 05_projections's config is in the space, so the autotuner's pick is at least as fast on its own timing
     (do_bench: one launch after an L2 flush). Timed here as the course times (CUDA-graph replay), a
-    different pick may come out a few percent either way. The LM head gets 15%: chapter 05 measured
+    different pick may come out a few percent either way. The LM head gets 15%: chapter 05_projections measured
     114 to 129 us for the same kernel from run to run."""
     us = B.side_by_side({"tuned": AT.autotuned_gemv, "hand": LIN.gemv}, B._input_sets(N, K, torch.bfloat16))
     tuned, hand = us["tuned"], us["hand"]
     slack = 1.15 if N == 248320 else 1.10
-    assert tuned <= slack * hand, f"{N} x {K}: tuned {tuned:.2f} us, chapter 05 {hand:.2f} us"
+    assert tuned <= slack * hand, f"{N} x {K}: tuned {tuned:.2f} us, chapter 05_projections {hand:.2f} us"
 
 
 @pytest.mark.gpu
@@ -312,13 +312,13 @@ def test_tuned_gemv_is_within_10_percent_of_chapter_05(N, K):
 def test_tuned_gemm_is_within_15_percent_of_chapter_05(N, K):
     """As the GEMV's: the autotuner's do_bench times one launch after an L2 flush, the course a CUDA-graph
     replay of 16 weights; at M = 128 the kernels take 6 to 9 us and the two orders of the configs differ
-    by up to 12.5% (H200, 2026-11-30: 8.91 us for the pick, 7.92 us for chapter 05's tile)."""
+    by up to 12.5% (H200, 2026-11-30: 8.91 us for the pick, 7.92 us for chapter 05_projections's tile)."""
     gen = torch.Generator(device="cuda").manual_seed(0)
     sets = [{"x": torch.randn(128, K, generator=gen, device="cuda").bfloat16(),
              "weight": (0.02 * torch.randn(N, K, generator=gen, device="cuda")).bfloat16()} for _ in range(16)]
     us = B.side_by_side({"tuned": AT.autotuned_gemm, "hand": LIN.gemm}, sets)
     tuned, hand = us["tuned"], us["hand"]
-    assert tuned <= 1.15 * hand, f"{N} x {K}, M = 128: tuned {tuned:.2f} us, chapter 05 {hand:.2f} us"
+    assert tuned <= 1.15 * hand, f"{N} x {K}, M = 128: tuned {tuned:.2f} us, chapter 05_projections {hand:.2f} us"
 
 
 @pytest.mark.gpu

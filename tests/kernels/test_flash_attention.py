@@ -1,4 +1,4 @@
-"""FlashAttention (chapter 23) beyond the generic slot check: every tile configuration gives the
+"""FlashAttention (chapter 23_flash_attention) beyond the generic slot check: every tile configuration gives the
 reference, whatever the positions; blocks after the newest position are never read; large scores do
 not overflow; a kernel without the rescale or with the mask off by one fails; bad input is named; and
 (GPU) bf16 against PyTorch's scaled_dot_product_attention at the real shapes, fp32 at head_dim 256."""
@@ -100,7 +100,7 @@ def test_large_scores_do_not_overflow(fa):
 
 
 def test_decode_shape_and_chapter_08_agree(fa):
-    """T = 1 works (the model may route decode here) and equals chapter 08's two-pass kernel."""
+    """T = 1 works (the model may route decode here) and equals chapter 08_attention's two-pass kernel."""
     attn = kernels.load("attention", "solutions").module
     q, k, v = _qkv(1, 29, seed=5)
     pos = torch.tensor([28], device=DEV)

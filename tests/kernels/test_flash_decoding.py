@@ -1,8 +1,8 @@
-"""FlashDecoding (chapter 25) beyond the generic slot check: any number of splits gives the reference,
+"""FlashDecoding (chapter 25_flash_decoding) beyond the generic slot check: any number of splits gives the reference,
 including lengths off the step size, length 1 and lengths that leave most splits empty; partials of empty
 splits are never read; merging the kernel's own partials is the full softmax to rounding, and merging
 them without the rescale is caught; bad input is named; and (GPU) one captured CUDA graph replays with a
-changing length in device memory, against chapter 08's kernel and in fp32."""
+changing length in device memory, against chapter 08_attention's kernel and in fp32."""
 import math
 
 import pytest

@@ -1,5 +1,5 @@
 """The gated RMSNorm beyond the generic slot check (against transformers' module, the plain-w
-convention, bad input), and chapter 17's whole DeltaNet layer assembled from the course's kernels
+convention, bad input), and chapter 17_deltanet_layer's whole DeltaNet layer assembled from the course's kernels
 against transformers' Qwen3_5GatedDeltaNet: a prefill, then decode steps continuing from its cache."""
 import inspect
 
@@ -69,7 +69,7 @@ def test_bad_arguments_are_named():
         gated_rms_norm(x, x.half(), randn(16))
 
 
-# --- chapter 17: the layer from kernels -----------------------------------------------------------
+# --- chapter 17_deltanet_layer: the layer from kernels -----------------------------------------------------------
 def _cache_kwarg(layer):
     return "cache_params" if "cache_params" in inspect.signature(layer.forward).parameters else "cache"
 

@@ -1,4 +1,4 @@
-"""Chapter 28's GEMM with a fused GELU epilogue beyond the generic slot checks: bad input, both GELU forms
+"""Chapter 28_compilers's GEMM with a fused GELU epilogue beyond the generic slot checks: bad input, both GELU forms
 against PyTorch's, large |x| where tanh saturates, empty shapes, K not a multiple of the block, the GEMV and
 the GEMM on one token, the GPU configs compiled for sm_90, and the measurement's plumbing on the CPU."""
 import pytest
@@ -103,7 +103,7 @@ def test_no_activation_is_the_projection():
 
 
 def test_gpu_configs_are_tensor_core_tiles_that_fit(monkeypatch):
-    """Chapter 05's configs (linear.gemm_config, gemv_config), which gemm_epilogue takes."""
+    """Chapter 05_projections's configs (linear.gemm_config, gemv_config), which gemm_epilogue takes."""
     monkeypatch.setattr(kernels.load("linear").module, "_shared_memory", lambda device: 64 * 1024)   # a T4's 64 KB
     for M, N, K in [(2, 3584, 1024), (128, 3584, 1024), (128, 4096, 8192), (512, 1024, 3584)]:
         cfg = GE.gemm_gelu_config(M, N, K, torch.bfloat16, torch.device("cuda", 0))
@@ -195,7 +195,7 @@ def test_the_measurement_needs_a_gpu(tmp_path, capsys):
 
 
 def test_layer_tail_is_the_models_layer_end():
-    """`layer_tail` (what Inductor compiles in chapter 28) computes the reference model's output gate,
+    """`layer_tail` (what Inductor compiles in chapter 28_compilers) computes the reference model's output gate,
     o_proj, residual + ln2, MLP and residual, at small widths."""
     from tritonllm_course.measure.compiler_bench import layer_tail, layer_tail_inputs
     args = layer_tail_inputs(3, hidden=32, heads=2, head_dim=16, intermediate=48, dtype=torch.float64,

@@ -1,4 +1,4 @@
-"""The static KV cache (chapter 07) beyond the generic slot checks: bad input, the overflow guard, a
+"""The static KV cache (chapter 07_kv_cache) beyond the generic slot checks: bad input, the overflow guard, a
 prefill followed by decode steps through one position tensor updated in place, and (GPU) the same
 inside a CUDA graph."""
 import pytest

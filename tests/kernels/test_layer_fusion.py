@@ -1,4 +1,4 @@
-"""Chapter 22's fused kernels beyond the generic slot checks: the residual add in the projections' epilogue
+"""Chapter 22_layer_fusion's fused kernels beyond the generic slot checks: the residual add in the projections' epilogue
 (in place, every GPU tile configuration), the q/k norm + RoPE + cache write (only its cache rows, only
 the rotary dims, Qwen's pairs, a position past the cache), the decode kernels' bad input."""
 import pytest
@@ -31,7 +31,7 @@ def test_linear_residual_updates_the_stream_in_place(M):
 
 
 def test_gpu_gemv_residual_config():
-    """Chapter 05's programs on the GPU (run by the interpreter on a CPU): 2 rows, 16 elements a thread,
+    """Chapter 05_projections's programs on the GPU (run by the interpreter on a CPU): 2 rows, 16 elements a thread,
     K in one step or several plus a tail."""
     for N, K in [(1024, 2048), (1024, 3584)]:
         cfg = FUSION.gemv_residual_config(N, K)

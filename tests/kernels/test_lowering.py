@@ -1,4 +1,4 @@
-"""`tritonllm_course.lowering` (chapter 28): a course kernel compiled for an H200 on this machine, every stage
+"""`tritonllm_course.lowering` (chapter 28_compilers): a course kernel compiled for an H200 on this machine, every stage
 read back, and what the compiler is told (divisibility hints) and decides (layouts, pipelining, the
 tensor-core instruction per GPU generation). Under the CPU interpreter the compile runs in a fresh process."""
 import pytest

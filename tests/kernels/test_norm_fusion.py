@@ -1,5 +1,5 @@
-"""Chapter 21's fused kernels beyond the generic slot checks: each equals the unfused sequence of the course's
-own kernels, the norm statistic covers the whole row, the GPU launch configurations, an fp32 residual
+"""Chapter 21_norm_fusion's fused kernels beyond the generic slot checks: each equals the unfused sequence of the
+course's own kernels, the norm statistic covers the whole row, the GPU launch configurations, an fp32 residual
 stream, transformers' modules, bad input; on a GPU, CUDA-graph capture and the launch saved."""
 import pytest
 import torch

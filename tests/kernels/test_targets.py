@@ -2,7 +2,7 @@
 within each GPU's limits; the config functions and the autotuner's pruning choosing by capability.
 
 The compile runs in one fresh process without the interpreter, once for the module (about a hundred and fifty
-compilations): a T4 in fp16 (the least shared memory, no PDL, no bf16) at every level with chapter 26's
+compilations): a T4 in fp16 (the least shared memory, no PDL, no bf16) at every level with chapter 26_autotune's
 autotuned projections, and an H100/H200 in bf16 (the PDL kernels) at the fast level. `tritonllm-course targets`
 compiles the rest (sm_80, sm_86, sm_89, both dtypes, every level)."""
 import pytest

@@ -57,14 +57,14 @@ def test_scripts_parse_and_the_sweep_plots(tmp_path):
 # prefetch is inline PTX, compiled out there. On the GPU each probe records its own check in its JSON.
 PROBES_CHECKED = {
     "gemv_persistent_probe.py": "a persistent, software-pipelined GEMV",
-    "l2_prefetch_probe.py": "chapter 05's GEMV that prefetches the next weight into L2",
+    "l2_prefetch_probe.py": "chapter 05_projections's GEMV that prefetches the next weight into L2",
     "mlp_block_probe.py": "the MLP sublayer as one kernel",
     "layer_phases_probe.py": "the fast level's kernels as phases of one kernel",
     "gemv_bounds_probe.py": "a GEMV cut down step by step (the x-only form's row sums too)",
     "gemv_tma_probe.py": "a GEMV over a tensor descriptor, tiles past both edges",
     "unrolled_gemv_probe.py": "the fused GEMV's two walks along K",
     "pdl_chain_probe.py": "the whole-tile GEMV in every PDL mode (the PDL calls are no-ops there)",
-    "qkv_merge_probe.py": "chapter 05's projections, merged and separate (the merged GEMV bit for bit)",
+    "qkv_merge_probe.py": "chapter 05_projections's projections, merged and separate (the merged GEMV bit for bit)",
     "rope_trig_probe.py": "RoPE from a cos/sin table and from tl.cos / tl.sin in fp32 and fp64",
     "pdl_variants_probe.py": "the LM head's GEMV with and without the PDL calls",
     "flash_decoding_prefetch_probe.py": "FlashDecoding with the past rows loaded before the wait, odd lengths",

@@ -1,5 +1,5 @@
-"""The ladder of chapter 29 (`tritonllm_course.ladder`): its naive projection, its table of steps, every step's
-greedy tokens against the reference model's, and its results.
+"""The ladder of chapter 29_naive_to_fast (`tritonllm_course.ladder`): its naive projection, its table of steps, every
+step's greedy tokens against the reference model's, and its results.
 
 On the CPU the kernels run in Triton's interpreter at the tiny config in fp32: every step must give the
 reference model's tokens (the steps whose one change is the CUDA graph or PDL run the code of the step before

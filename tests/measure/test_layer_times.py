@@ -1,4 +1,4 @@
-"""The engine per layer (chapter 20, `measure/layer_times.py`): each kernel of a trace placed on the call that
+"""The engine per layer (chapter 20_profile, `measure/layer_times.py`): each kernel of a trace placed on the call that
 launched it and that call's layer, a trace or a labelling that does not fit the calls refused (planted:
 a call list shifted by one, labels shifted by one call), the parts adding up to the step, every level's
 structure under the interpreter on the tiny model and, on the meta device, at the real shapes."""

@@ -1,4 +1,4 @@
-"""The profiling helpers of chapter 20: the byte model against docs/qwen35.md §6, kernel calls per token
+"""The profiling helpers of chapter 20_profile: the byte model against docs/qwen35.md §6, kernel calls per token
 against the engine's step table, the traced calls with their layers, the attribution of a trace's kernels
 to slots (to layers: tests/measure/test_layer_times.py), and the GPU breakdown."""
 import json

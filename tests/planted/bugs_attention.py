@@ -1,5 +1,5 @@
-"""Planted bugs of chapters 08, 23 and 25: the attention pipeline op by op, fused decode and prefill
-attention, the output gate, FlashAttention and FlashDecoding."""
+"""Planted bugs of chapters 08_attention, 23_flash_attention and 25_flash_decoding: the attention pipeline op by op,
+fused decode and prefill attention, the output gate, FlashAttention and FlashDecoding."""
 from planted import Bug, out_of_bounds
 
 

@@ -1,4 +1,4 @@
-"""Planted bugs of chapters 01 and 04: the vector add and the RMSNorms."""
+"""Planted bugs of chapters 01_triton_basics and 04_rmsnorm: the vector add and the RMSNorms."""
 from planted import Bug
 
 BUGS = [

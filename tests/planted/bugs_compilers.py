@@ -1,5 +1,5 @@
-"""Planted bugs of chapter 28's GEMM with a fused GELU epilogue: the tile's offsets, the epilogue, both GELU
-forms (the walk along K is chapter 05's `linear_tile`, planted in bugs_projections.py).
+"""Planted bugs of chapter 28_compilers's GEMM with a fused GELU epilogue: the tile's offsets, the epilogue, both GELU
+forms (the walk along K is chapter 05_projections's `linear_tile`, planted in bugs_projections.py).
 The tiny shapes give the interpreter's 64 x 64 x 64 tiles 2 x 8 programs and three K steps, the last partial
 (slots/gemm_epilogue.py); the pre-activations are N(0, 1), where a wrong constant shows."""
 from planted import Bug
@@ -9,7 +9,7 @@ GEMM = [
         (("rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)", "rn = tl.arange(0, BLOCK_N)"),)),
     Bug("gemm_gelu", "gemm_epilogue", "no program offset along M",
         (("rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)", "rm = tl.arange(0, BLOCK_M)"),)),
-    # the walk along K is chapter 05's `linear_tile` (its bugs are bugs_projections.py's): here the tile's
+    # the walk along K is chapter 05_projections's `linear_tile` (its bugs are bugs_projections.py's): here the tile's
     # offsets and the epilogue on its finished sums
     Bug("gemm_gelu.tanh", "gemm_epilogue", "the epilogue applied twice",
         (("y = activation(acc, ACT)", "y = activation(activation(acc, ACT), ACT)"),)),

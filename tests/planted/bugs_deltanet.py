@@ -1,5 +1,5 @@
-"""Planted bugs of chapters 13-18's DeltaNet kernels: the conv1d, the gates and the L2 norm of q and k,
-the gated delta rule (recurrent and chunked), the gated RMSNorm and the decode counters."""
+"""Planted bugs of chapters 13_conv1d to 18_cuda_graphs's DeltaNet kernels: the conv1d, the gates and the L2 norm of q
+and k, the gated delta rule (recurrent and chunked), the gated RMSNorm and the decode counters."""
 from planted import Bug, out_of_bounds
 
 _P, _D = "conv1d_prefill", "conv1d_decode"

@@ -1,4 +1,5 @@
-"""Planted bugs of chapters 21, 22, 24 and 26: the fused kernels, the split-K GEMV, the autotuned projections."""
+"""Planted bugs of chapters 21_norm_fusion, 22_layer_fusion, 24_split_k and 26_autotune: the fused kernels, the split-K
+GEMV, the autotuned projections."""
 from planted import Bug, out_of_bounds
 
 NF, LF, D, S, A = "norm_fusion", "layer_fusion", "delta_rule", "splitk", "autotune"
@@ -219,7 +220,7 @@ BUGS = [
         (("tl.store(o_ptr + (t * HV + hv) * DV + rv, o.to(o_ptr.dtype.element_ty), mask=mv)\n    tl.store(st_ptr",
           "tl.store(o_ptr + (t * HV + h) * DV + rv, o.to(o_ptr.dtype.element_ty), mask=mv)\n    tl.store(st_ptr"),)),
 
-    # DeltaNet gates + chunked delta rule (the chunked kernels of chapter 16) ----------------------------------------
+    # DeltaNet gates + chunked delta rule (the chunked kernels of chapter 16_delta_rule_chunked) ----------------------
     Bug("gated_delta_chunked.gates", D, "A with its diagonal (i >= j)",
         (("A = tl.where(i > j, tl.dot(k, tl.trans(k)", "A = tl.where(i >= j, tl.dot(k, tl.trans(k)"),)),
     Bug("gated_delta_chunked.gates", D, "the scan: the state not decayed over the chunk",

@@ -86,7 +86,8 @@ GEMM = [   # the tiny shape M = 67 gives two programs along M (BLOCK_M = 64)
           "acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=x_ptr.dtype.element_ty)"),)),
     Bug("down.prefill", "linear", "the dot does not accumulate",
         (("acc = tl.dot(a, b, acc, input_precision=\"ieee\")", "acc = tl.dot(a, b, input_precision=\"ieee\")"),)),
-    # the walk along K at a K that is no whole number of steps (chapters 22, 26 and 28 take it from here)
+    # the walk along K at a K that is no whole number of steps (chapters 22_layer_fusion, 26_autotune and
+    # 28_compilers take it from here)
     Bug("gate_up.prefill", "linear", "the last partial K step dropped",
         (("for k0 in range(0, K, BLOCK_K):", "for k0 in range(0, K - BLOCK_K + 1, BLOCK_K):"),)),
     Bug("out_proj.prefill", "linear", "the K mask not offset by the step",

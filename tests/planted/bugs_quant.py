@@ -1,4 +1,4 @@
-"""Planted bugs of the 8-bit weight projections (chapter 31): the dequantizing GEMV and GEMM."""
+"""Planted bugs of the 8-bit weight projections (chapter 31_weight_quant): the dequantizing GEMV and GEMM."""
 from planted import Bug
 
 _W_LOAD = 'eviction_policy="evict_first").to(tl.float32)'

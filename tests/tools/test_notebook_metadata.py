@@ -122,7 +122,7 @@ def _run_first_cell(root, monkeypatch):
 
 def test_the_first_cell_goes_into_notebooks_after_a_colab_restart(tmp_path, monkeypatch, fake_colab):
     """After a runtime restart the course is still installed (the first cell finds it and installs nothing),
-    but the kernel starts in /content: the cell must change into notebooks/ again (chapter 27 reads
+    but the kernel starts in /content: the cell must change into notebooks/ again (chapter 27_finale reads
     ../results/) and put the course folder on sys.path, every time it runs."""
     root = tmp_path / "tritonllm-course"
     (root / "notebooks").mkdir(parents=True)

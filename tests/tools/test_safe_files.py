@@ -248,7 +248,7 @@ def test_a_chapter_saved_while_the_chapters_are_synced_is_kept_as_saved(chapters
     saved = chapters[0].read_text().replace("my own set-up", "saved in Jupyter meanwhile")
     checked = notebooks_tools.safe_files.check_writable
 
-    def save_then_check(path, root):       # the learner saves chapter 01 after it was read, before it is written
+    def save_then_check(path, root):   # the learner saves 01_triton_basics after it was read, before it is written
         if path == chapters[0]:
             chapters[0].write_text(saved)
         return checked(path, root)

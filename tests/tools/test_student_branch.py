@@ -85,7 +85,7 @@ def test_the_student_branch_updates_and_a_learner_merges_it(course, tmp_path, ca
     (learner / "exercises" / "vector_add.py").write_text(mine)
     git(learner, "commit", "-q", "-am", "my vector add")
     # the course changes: a line above the exercise's region, and a new chapter note
-    (course / "solutions" / "vector_add.py").write_text('"""Chapter 01."""\n' + solution)
+    (course / "solutions" / "vector_add.py").write_text('"""Chapter 01_triton_basics."""\n' + solution)
     (course / "README.md").write_text((course / "README.md").read_text() + "\nA new note.\n")
     git(course, "commit", "-q", "-am", "a change to the course")
     first = git(course, "rev-parse", "student")
@@ -98,7 +98,7 @@ def test_the_student_branch_updates_and_a_learner_merges_it(course, tmp_path, ca
     # the learner merges the update: their code and the course's change, no conflict
     git(learner, "pull", "-q", "--no-rebase", "--no-edit")
     merged = (learner / "exercises" / "vector_add.py").read_text()
-    assert merged == '"""Chapter 01."""\n' + mine
+    assert merged == '"""Chapter 01_triton_basics."""\n' + mine
     assert (learner / "README.md").read_text().endswith("A new note.\n") and not (learner / "solutions").exists()
 
 

@@ -10,8 +10,8 @@ trailing comments; a line is found where it stands inside a shipped line between
 inside prose and backticks too).
 
 KNOWN holds what ships knowingly, each line named by a digest (this file ships too, so it quotes none): the
-index and mask idioms the chapters' worked examples share with the solutions, and chapter 01's vector scale,
-which has the shape of the first exercise on purpose. An entry whose line is no longer found fails too, so
+index and mask idioms the chapters' worked examples share with the solutions, and chapter 01_triton_basics's vector
+scale, which has the shape of the first exercise on purpose. An entry whose line is no longer found fails too, so
 the list only shrinks; anything else found fails, naming the file, the line, the region and the line's digest.
 
 Skips: a chapter cell that stops on an exercise not filled in yet is skipped under nbval, naming it
@@ -37,8 +37,8 @@ from tritonllm_course.notebook import runs_exercises_only, unfilled_exercise
 ROOT = Path(__file__).resolve().parents[2]
 
 # {shipped file: (why it ships although it holds them, {`_digest` of a region line: the region it is from})}.
-# Digests, not the lines: this file ships in the student version too. Idioms are left (and chapter 01's first
-# pattern): a chapter's worked example shares a line with a solution where the line is the pattern itself (a
+# Digests, not the lines: this file ships in the student version too. Idioms are left (and chapter 01_triton_basics's
+# first pattern): a chapter's worked example shares a line with a solution where the line is the pattern itself (a
 # block's indices, its bounds mask, the running max carried to the next block), never a line of a solution's
 # own logic. What a later chapter builds on is no shipped helper: it stays in its family's region
 # (`kernels.jit_function`).

@@ -134,7 +134,7 @@ _widget_probe()
 
 
 # The longest one cell may take, the probe's included: a cell past it fails the test, named. The slowest cell of a
-# widget chapter takes about 25 s on a loaded 2-core CPU (in 27_finale), and a whole widget chapter 34-86 s on
+# widget chapter takes about 25 s on a loaded 2-core CPU (in 27_finale), and a whole widget chapter takes 34-86 s on
 # the H200: 240 s is ten times the one and well above the other.
 CELL_LIMIT_S = 240
 # The longest the kernel may take to send what a cell printed after its reply (nbclient's default is 4 s, and
