@@ -37,11 +37,11 @@ test: $(STAMP)
 WINDOW ?= 3.5.0 3.9.0
 # the kernels' families whole; of the engine, the runs end to end (tokens against transformers through the
 # command line, a chat's chunks and turns, seeded sampling): a few minutes a version on two cores
-WINDOW_TESTS ?= tests/test_rmsnorm.py tests/test_rope.py tests/test_attention.py tests/test_delta_rule.py \
-	tests/test_quant.py \
-	tests/test_engine.py::test_cli_triton_backend_gives_transformers_greedy_tokens \
-	tests/test_engine.py::test_prompt_chunks_and_chat_turns_continue_the_same_sequence \
-	tests/test_engine.py::test_sampling_is_seeded_through_the_sampling_kernel
+WINDOW_TESTS ?= tests/kernels/test_rmsnorm.py tests/kernels/test_rope.py tests/kernels/test_attention.py \
+	tests/kernels/test_delta_rule.py tests/kernels/test_quant.py \
+	tests/model/test_engine.py::test_cli_triton_backend_gives_transformers_greedy_tokens \
+	tests/model/test_engine.py::test_prompt_chunks_and_chat_turns_continue_the_same_sequence \
+	tests/model/test_engine.py::test_sampling_is_seeded_through_the_sampling_kernel
 test-window: $(STAMP)
 	@set -e; for v in $(WINDOW); do \
 		$(PY) scripts/install.py --venv $(VENV) --window $$v; \
@@ -54,8 +54,8 @@ test-window: $(STAMP)
 # within 120 characters, exercises/ matches solutions/. (`make test` reads the chapters as committed instead:
 # the outputs a learner's JupyterLab saves are the learner's.)
 release-check: $(STAMP)
-	TRITONLLM_RELEASE_CHECK=1 $(PY) -m pytest -q -p no:cacheprovider -o addopts= tests/test_notebook_metadata.py \
-		tests/test_style.py
+	TRITONLLM_RELEASE_CHECK=1 $(PY) -m pytest -q -p no:cacheprovider -o addopts= \
+		tests/tools/test_notebook_metadata.py tests/tools/test_style.py
 	$(VENV)/bin/tritonllm-course make-exercises --check
 
 exercises: $(STAMP)   ## regenerate exercises/ from solutions/

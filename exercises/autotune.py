@@ -1,19 +1,19 @@
-"""Autotuned projections (chapter 26): chapter 05's decode GEMV and prefill GEMM, their launch parameters
-chosen by measuring on the GPU at hand instead of by hand.
+"""Autotuned projections (chapter 26_autotune): chapter 05_projections's decode GEMV and prefill GEMM, their launch
+parameters chosen by measuring on the GPU at hand instead of by hand.
 
 `@triton.autotune(configs=..., key=...)` wraps a kernel. The first call with a new value of the key (here
 the weight's N and K, and for the GEMM the prompt length's bucket; Triton adds the dtypes of the tensor
 arguments) runs every config that survives pruning, times each with `do_bench`, and caches the fastest
 for that key; every later call with that key launches the cached one straight away.
 
-- `gemv_configs`: the GEMV's search space around chapter 05's hand-picked tiles (2 rows, 16 elements a
+- `gemv_configs`: the GEMV's search space around chapter 05_projections's hand-picked tiles (2 rows, 16 elements a
   thread), which it contains, so tuning can only match or beat them on the autotuner's own timing.
 - `select_gemv_configs`: the pruning rule, run before any benchmark: no step along K wider than K needs,
   and no grid with fewer programs than the GPU has SMs.
 - `bucket_m`: the GEMM's tuning key for a prompt of M tokens. Keyed on M itself, every new prompt length
   would be tuned again; keyed on its power-of-two bucket, a handful of tunings cover every length.
 - Benchmarking runs each config on the caller's buffers: harmless here, every config writes the same `out`.
-  A kernel that accumulates or updates in place needs `reset_to_zero=` / `restore_value=` (chapter 26).
+  A kernel that accumulates or updates in place needs `reset_to_zero=` / `restore_value=` (chapter 26_autotune).
 
 Under the CPU interpreter there is no GPU to time: the course patches a CPU timer into the autotuner
 (`runtime._install_cpu_benchmarker`), so the mechanics (pruning, benchmarking, caching) run as on a GPU,
@@ -30,7 +30,7 @@ import triton.testing
 
 from tritonllm_course import kernels, triton_helpers as helpers, validate
 
-# chapter 05's walks along K, from the learner's linear.py once written (`kernels.jit_function`)
+# chapter 05_projections's walks along K, from the learner's linear.py once written (`kernels.jit_function`)
 gemv_rows = kernels.jit_function("linear", "gemv_rows", __file__)
 linear_tile = kernels.jit_function("linear", "linear_tile", __file__)
 
@@ -44,7 +44,7 @@ INTERPRETER_GEMM_CONFIGS = [triton.Config({"BLOCK_M": bm, "BLOCK_N": 64, "BLOCK_
 def gemv_configs() -> list[triton.Config]:
     """The GEMV's search space on a GPU: tiles of BLOCK_N rows x BLOCK_K columns per step.
 
-    Chapter 05 measured 2 rows and 16 elements per thread (two 16-byte loads of bf16) as best, with a
+    Chapter 05_projections measured 2 rows and 16 elements per thread (two 16-byte loads of bf16) as best, with a
     BLOCK_K of 512 to 2048 depending on the shape. Around it: 1 to 8 rows, BLOCK_K 512, 1024 or 2048, and
     8 or 16 elements per thread, which sets num_warps = BLOCK_N x BLOCK_K / (32 x elements), kept to 1-16
     warps. num_stages (software pipelining, for loads feeding tl.dot) stays at its default of 3.
@@ -78,7 +78,7 @@ def bucket_m(M: int) -> int:
 def gemm_configs() -> list[triton.Config]:
     """The prefill GEMM's search space on a GPU: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages).
 
-    Chapter 05's three hand-picked configs (M <= 128 with N < 4096 or N >= 4096; M >= 256), thinner and
+    Chapter 05_projections's three hand-picked configs (M <= 128 with N < 4096 or N >= 4096; M >= 256), thinner and
     wider tiles beside them, and 16- and 32-row tiles for short prompts. Every side >= 16 (tl.dot).
     """
     tiles = [(16, 64, 128, 4, 4), (32, 64, 128, 4, 4), (64, 32, 128, 4, 5), (64, 64, 128, 4, 4),

@@ -1,4 +1,4 @@
-"""The DeltaNet gates and the L2 norm of q and k (chapter 14): the small operators around the delta rule.
+"""The DeltaNet gates and the L2 norm of q and k (chapter 14_gates_l2norm): the small operators around the delta rule.
 
 Gates, per (token, value head):
     beta = sigmoid(b)                                   the write strength, in (0, 1)

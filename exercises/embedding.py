@@ -1,4 +1,4 @@
-"""Embedding lookup (operator 1, chapter 03): out[t, :] = weight[ids[t], :], a row gather.
+"""Embedding lookup (operator 1, chapter 03_embedding): out[t, :] = weight[ids[t], :], a row gather.
 
 The table is [vocab, hidden] = [248320, 1024], 508 MB in bf16 and also the tied LM head, but one call
 reads only the T rows its tokens name: 2 KB per token. There is no arithmetic at all, so the kernel is

@@ -1,13 +1,13 @@
-"""FlashAttention for prefill (chapter 23): scores, causal mask, scaled softmax and P . V in one kernel,
+"""FlashAttention for prefill (chapter 23_flash_attention): scores, causal mask, scaled softmax and P . V in one kernel,
 one pass over the keys and values, nothing of size [T, S] ever written.
 
 Shapes (batch 1, tokens first): q [T, heads, head_dim] at positions pos [T]; k, v [S, kv_heads, head_dim]
 (the keys at positions 0 .. S-1, the new tokens included); out [T, heads, head_dim].
 
-GQA as rows, as in chapter 08: a program owns one KV head g and BLOCK_M rows, row r = token r // G,
+GQA as rows, as in chapter 08_attention: a program owns one KV head g and BLOCK_M rows, row r = token r // G,
 query head g * G + r % G. Every K and V tile it loads serves the G query heads of the group at once.
 
-Online softmax (chapter 08's `attention.online_softmax_update`): per row a running max m, a running sum
+Online softmax (chapter 08_attention's `attention.online_softmax_update`): per row a running max m, a running sum
 l = sum exp2(s - m) and an unnormalised accumulator acc = sum exp2(s - m) v, rescaled by exp2(m - m')
 whenever a key block raises the max to m'; one division by l at the end. Scores are in log2 units
 (scale * log2(e) folded into one multiply), so every exponential is an exp2.
@@ -28,7 +28,7 @@ from tritonllm_course import kernels, triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import pdl_enter, sigmoid
 
-# chapter 08's online softmax, from the learner's attention.py once written (`kernels.jit_function`)
+# chapter 08_attention's online softmax, from the learner's attention.py once written (`kernels.jit_function`)
 online_softmax_update = kernels.jit_function("attention", "online_softmax_update", __file__)
 
 LOG2E = math.log2(math.e)
@@ -77,7 +77,7 @@ def flash_attention_kernel(q_ptr, k_ptr, v_ptr, pos_ptr, out_ptr, gate_ptr, T, S
 
 def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted: bool = False,
                  shared_bytes: int | None = None) -> dict:
-    """Tile sizes and launch parameters (reasoned for an H200; chapter 23 measures the alternatives).
+    """Tile sizes and launch parameters (reasoned for an H200; chapter 23_flash_attention measures the alternatives).
 
     Rows per program (BLOCK_M): 64 when that still gives half a wave of programs (for Qwen3.5 from
     T = 528 on: 2 KV heads x 4T / 64 row blocks >= 66), else 32 or 16, so a 128-token prompt has 64
@@ -88,8 +88,8 @@ def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted
     interpreter a program costs about the same whatever its size: there, 32 rows and 16 keys, so small
     tests still cross several blocks.
     Long prompts in bf16/fp16, once 128-row blocks alone make a full wave (Qwen3.5: T >= 2112), take
-    128 x 64 tiles on 8 warps (196 KB of tiles, past the budget but within the H200's 227 KB): chapter 23's
-    tile table measured 147 us at T = 4096 against 293 us for 64 x 64 (H200, 2026-11-30).
+    128 x 64 tiles on 8 warps (196 KB of tiles, past the budget but within the H200's 227 KB): chapter
+    23_flash_attention's tile table measured 147 us at T = 4096 against 293 us for 64 x 64 (H200, 2026-11-30).
     shared_bytes: the GPU's shared memory a block (None: an H200's). Where it is less than the budget (an
     A100's 163 KB, an RTX card's or an L4's 99 KB, a T4's 64 KB) the tiles fit in it instead: no 128-row
     tiles, fewer keys per step, down to 16.

@@ -1,13 +1,13 @@
-"""FlashDecoding (chapter 25): decode attention split along the cache, then an exact merge.
+"""FlashDecoding (chapter 25_flash_decoding): decode attention split along the cache, then an exact merge.
 
 One new token, q [heads, head_dim], over the first `length` rows of the static cache
 [max_len, kv_heads, head_dim] (token-first), `length` a 1-element int tensor in device memory.
 
-Chapter 08's fused kernel has one program per KV head: 2 programs for Qwen3.5, 2 of an H200's 132 SMs.
+Chapter 08_attention's fused kernel has one program per KV head: 2 programs for Qwen3.5, 2 of an H200's 132 SMs.
 Here the cache is cut into `num_splits` chunks and two kernels run:
 
 1. `flash_decoding_split_kernel`, grid (KV heads, splits): a program attends with the G query heads of
-   its KV head (the rows of a 16-row tile, as in chapter 08) over its chunk only, and writes fp32
+   its KV head (the rows of a 16-row tile, as in chapter 08_attention) over its chunk only, and writes fp32
    partials per (head, split): the max m_i of its scores (log2 units), the sum l_i of exp2(s - m_i),
    and the unnormalised output acc_i = sum exp2(s - m_i) v.
 2. `flash_decoding_merge_kernel`, grid (heads, head_dim blocks): with M = max_i m_i and
@@ -30,7 +30,7 @@ from tritonllm_course import kernels, triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import pdl_enter, sigmoid
 
-# chapter 08's online softmax, from the learner's attention.py once written (`kernels.jit_function`)
+# chapter 08_attention's online softmax, from the learner's attention.py once written (`kernels.jit_function`)
 online_softmax_update = kernels.jit_function("attention", "online_softmax_update", __file__)
 
 LOG2E = math.log2(math.e)
@@ -85,9 +85,9 @@ def flash_decoding_merge_kernel(acc_ptr, m_ptr, l_ptr, length_ptr, out_ptr, gate
 
 def decoding_config(max_len: int, KV: int, D: int, element_size: int, device: torch.device,
                     interpreted: bool = False) -> dict:
-    """Split count and tiles (reasoned for an H200; chapter 25 measures them).
+    """Split count and tiles (reasoned for an H200; chapter 25_flash_decoding measures them).
 
-    BLOCK_N = 64 cache rows per step, as chapter 08's decode loop. Splits: one program per SM at most
+    BLOCK_N = 64 cache rows per step, as chapter 08_attention's decode loop. Splits: one program per SM at most
     (KV x splits <= SMs; 66 splits per KV head on an H200): every program then has its own SM and its
     K/V stream, and a 16,384-token cache gives each split 249 rows, 4 steps of 64. Fewer when the cache has
     fewer blocks. num_stages: as many [64, 256] K and V tiles in flight as SMEM_BUDGET holds (3 in bf16,

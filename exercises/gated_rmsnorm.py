@@ -1,4 +1,4 @@
-"""The gated RMSNorm at the end of every Gated DeltaNet layer (chapter 17):
+"""The gated RMSNorm at the end of every Gated DeltaNet layer (chapter 17_deltanet_layer):
 
     y = x / sqrt(mean(x^2) + eps) * w * silu(z)         per value head of D = 128, eps = 1e-6
 

@@ -1,22 +1,22 @@
-"""A projection with its activation fused into the epilogue (chapter 28): `y = gelu(x @ W.T)` in one kernel.
+"""A projection with its activation fused into the epilogue (chapter 28_compilers): `y = gelu(x @ W.T)` in one kernel.
 
 Unfused, a GEMM writes its [M, N] output to HBM and an elementwise kernel reads it back, applies GELU and
 writes it again: two extra passes over the output and a second launch. Fused, each program applies the
 activation to its fp32 tile of sums while they are still in registers, and stores once.
 
 - `gemm_gelu_kernel`: the source article's kernel in the course's layout (W [N, K], nn.Linear's), one
-  BLOCK_M x BLOCK_N tile of y per program, chapter 05's walk along K with `tl.dot` (`linear_tile`), then
+  BLOCK_M x BLOCK_N tile of y per program, chapter 05_projections's walk along K with `tl.dot` (`linear_tile`), then
   the epilogue.
-- `gemv_gelu_kernel`: one token (M = 1): chapter 05's walk along the weight's rows (`gemv_rows`), the same
+- `gemv_gelu_kernel`: one token (M = 1): chapter 05_projections's walk along the weight's rows (`gemv_rows`), the same
   epilogue. A tensor-core tile would compute 15 rows of padding for every row of the token.
-- `gelu_kernel`: GELU alone, elementwise: the unfused pair's second kernel, timed in chapter 28.
+- `gelu_kernel`: GELU alone, elementwise: the unfused pair's second kernel, timed in chapter 28_compilers.
 - The epilogue (`activation`, ACT a compile-time constant): 0 none (the plain projection, to time what the
   epilogue itself costs), 1 GELU with `tl.math.erf`, 2 the tanh form. Triton 3 has no `tl.math.tanh`;
   the tanh form is written with the sigmoid, since 0.5 * (1 + tanh(u)) = sigmoid(2u): one exponential,
   and a sigmoid that saturates to 0 or 1 for any |u| where (e^2u - 1) / (e^2u + 1) is inf / inf = NaN.
 
-Launch parameters (`gemm_gelu_config`, `gemv_gelu_config`) are chapter 05's, chosen there on an H200 in
-bf16; chapter 28 measures the fused kernels against cuBLAS plus `torch.nn.functional.gelu`
+Launch parameters (`gemm_gelu_config`, `gemv_gelu_config`) are chapter 05_projections's, chosen there on an H200 in
+bf16; chapter 28_compilers measures the fused kernels against cuBLAS plus `torch.nn.functional.gelu`
 (`tritonllm_course/measure/compiler_bench.py`).
 """
 import torch
@@ -27,7 +27,7 @@ from tritonllm_course import kernels, validate
 from tritonllm_course.runtime import runtime
 from tritonllm_course.triton_helpers import sigmoid
 
-# chapter 05's walks along K, from the learner's linear.py once written (`kernels.jit_function`)
+# chapter 05_projections's walks along K, from the learner's linear.py once written (`kernels.jit_function`)
 gemv_rows = kernels.jit_function("linear", "gemv_rows", __file__)
 linear_tile = kernels.jit_function("linear", "linear_tile", __file__)
 
@@ -65,7 +65,7 @@ def activation(x, ACT: tl.constexpr):
 def gemm_gelu_kernel(x_ptr, w_ptr, y_ptr, M, N, K, ACT: tl.constexpr,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """y[M, N] = act(x[M, K] @ W[N, K].T), one BLOCK_M x BLOCK_N tile of y per program, grid (M tiles, N tiles)."""
-    # BEGIN EXERCISE: this program's rows rm (axis 0) and columns rn (axis 1); chapter 05's `linear_tile`
+    # BEGIN EXERCISE: this program's rows rm (axis 0) and columns rn (axis 1); chapter 05_projections's `linear_tile`
     #   walks K into one fp32 accumulator
     raise NotImplementedError("exercise gemm_epilogue.py, gemm_gelu_kernel: not implemented yet")
     # END EXERCISE
@@ -78,7 +78,7 @@ def gemm_gelu_kernel(x_ptr, w_ptr, y_ptr, M, N, K, ACT: tl.constexpr,
 @triton.jit
 def gemv_gelu_kernel(x_ptr, w_ptr, y_ptr, N, K, ACT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """One token: y[n] = act(sum_k W[n, k] x[k]) for this program's BLOCK_N rows. Given complete: chapter
-    05's GEMV with the GEMM's epilogue."""
+    05_projections's GEMV with the GEMM's epilogue."""
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = gemv_rows(x_ptr, w_ptr, rows, N, K, 0, K, BLOCK_N, BLOCK_K)                  # fp32 [BLOCK_N]
     tl.store(y_ptr + rows, activation(acc, ACT).to(y_ptr.dtype.element_ty), mask=rows < N)
@@ -94,12 +94,12 @@ def gelu_kernel(x_ptr, y_ptr, n, ACT: tl.constexpr, BLOCK: tl.constexpr):
 
 
 def gemv_gelu_config(N: int, K: int, interpreted: bool = False) -> dict:
-    """Chapter 05's GEMV tiles (`linear.gemv_config`)."""
+    """Chapter 05_projections's GEMV tiles (`linear.gemv_config`)."""
     return kernels.get("linear", "gemv_config")(N, K, interpreted)
 
 
 def gemm_gelu_config(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device) -> dict:
-    """Chapter 05's GEMM tiles (`linear.gemm_config`: every side >= 16 for tl.dot, the pipeline's stages
+    """Chapter 05_projections's GEMM tiles (`linear.gemm_config`: every side >= 16 for tl.dot, the pipeline's stages
     capped by shared memory). Under the interpreter few, large tiles."""
     if device.type != "cuda":
         block_m = min(64, max(16, triton.next_power_of_2(M)))
@@ -126,7 +126,7 @@ def linear_act(x: torch.Tensor, weight: torch.Tensor, act: str = "gelu", out: to
     x:      [M, K] float, contiguous, weight's dtype
     weight: [N, K] row-major (nn.Linear layout)
     out:    optional [M, N] buffer in x's dtype
-    config: launch parameters; None picks by M (the GEMV for one token, chapter 05's GEMM tiles otherwise);
+    config: launch parameters; None picks by M (the GEMV for one token, chapter 05_projections's GEMM tiles otherwise);
             a dict with BLOCK_M runs the GEMM with those tiles at any M (the article's 128 x 128 x 32 included)
     """
     code = _act(act)

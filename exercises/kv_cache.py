@@ -1,4 +1,4 @@
-"""The static KV cache of the gated attention layers (operators 18 and 19, chapter 07).
+"""The static KV cache of the gated attention layers (operators 18 and 19, chapter 07_kv_cache).
 
 Each of the 6 attention layers owns two buffers allocated once, K and V, each [max_len, kv_heads,
 head_dim] = [max_len, 2, 256] in the model dtype. Row p holds the token at position p.
@@ -96,7 +96,7 @@ def kv_cache_read(k_cache: torch.Tensor, v_cache: torch.Tensor, length,
     length:           int, or a 1-element int tensor in device memory (tokens in the cache)
     k_out, v_out:     [rows, kv_heads, head_dim] buffers; rows past `length` are set to 0. Allocated with
                       rows = length when None (which reads a device `length` on the host: a sync).
-    returns (k_out, v_out). Chapter 08's decode attention reads the cache in place instead.
+    returns (k_out, v_out). Chapter 08_attention's decode attention reads the cache in place instead.
     """
     _check_cache(k_cache, v_cache)
     max_len, kv_heads, head_dim = k_cache.shape

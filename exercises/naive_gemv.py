@@ -1,5 +1,5 @@
-"""The ladder's naive projection (chapter 29): one program per output element (on a GPU), the weight read at
-whatever strides it has.
+"""The ladder's naive projection (chapter 29_naive_to_fast): one program per output element (on a GPU), the weight read
+at whatever strides it has.
 
 `per_output_linear` is a GEMV whose program n computes y[n] alone: its one warp walks the weight's row n in
 steps of 32 elements, one element per lane, and sums once at the end. Stored row-major ([N, K], the PyTorch
@@ -7,8 +7,8 @@ layout), the 32 lanes of a step read 32 neighbouring elements (one 64-byte piece
 coalesce). Stored transposed ([K, N], as the source article's engine keeps its matrices, viewed here as
 [N, K] with strides (1, N)), they read 32 elements N apart: 32 separate 32-byte sectors for 64 useful bytes.
 The kernel is the same for both layouts; only the strides differ, so the ladder's first step measures
-coalescing and nothing else. It is chapter 05's walk along a row (`linear.gemv_rows`) at any strides and
-without the eviction hint: written here, in chapter 29, by the learner too.
+coalescing and nothing else. It is chapter 05_projections's walk along a row (`linear.gemv_rows`) at any strides and
+without the eviction hint: written here, in chapter 29_naive_to_fast, by the learner too.
 
 Under the CPU interpreter programs run one after another at milliseconds each, whatever their size: there a
 program takes 64 outputs and a whole row per step (the sums are the same; a GPU's memory system is what the

@@ -1,4 +1,4 @@
-"""Fusion, the norm in the projection (chapter 21): operators the model runs back to back, done in one
+"""Fusion, the norm in the projection (chapter 21_norm_fusion): operators the model runs back to back, done in one
 kernel each.
 
     residual + RMSNorm          h = residual + x; normed = rms_norm(h)       (ln2, and ln1 of the next layer)
@@ -21,18 +21,18 @@ extra memory traffic. The alternative, a first pass that writes inv_rms for all 
 either a second launch (the cost fusion removes) or a grid-wide wait inside one kernel. The statistic
 must cover the whole row: the loop accumulates it over every K tile and applies it after the loop.
 
-- Decode: `fused_gemv_kernel`, chapter 05's GEMV (a program owns BLOCK_N rows of W and walks K) with
+- Decode: `fused_gemv_kernel`, chapter 05_projections's GEMV (a program owns BLOCK_N rows of W and walks K) with
   two compile-time options: HAS_NORM folds the RMSNorm in, GATED reads the matching rows of a second
   weight (up) and stores silu(gate) * up. A third, CONV, runs the DeltaNet conv's step on the outputs
   that feed it: a program owns those channels whole, their state included.
-- Prefill: `fused_gemm_kernel`, chapter 05's tensor-core GEMM with the same two options: the x tile is
+- Prefill: `fused_gemm_kernel`, chapter 05_projections's tensor-core GEMM with the same two options: the x tile is
   scaled by (1 + w) in fp32 and rounded to the input dtype before `tl.dot` (as the model rounds its
   normed activations), each row's sum of squares accumulates beside it, and the epilogue applies inv_rms
   and the SwiGLU.
 - `residual_rms_norm_kernel`: one program per row (or a few short rows) adds, stores the new residual
   stream, and normalises the stored values: the unfused pair's second read of the stream disappears.
 The residual add in the projections' epilogues and the per-head kernels: solutions/layer_fusion.py
-(chapter 22).
+(chapter 22_layer_fusion).
 """
 
 import torch
@@ -128,7 +128,7 @@ def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps, conv
     instead of one in all, for the registers that hold them.
     CONV (the DeltaNet in-projection): outputs n < C go on through the depthwise conv's step, y[n] =
     silu(sum_i conv_w[n, i] * window[n, i]), their state [C, KC] rolled in place.
-    PDL (programmatic dependent launch, chapter 18): the next kernel may launch at once; the first step's
+    PDL (programmatic dependent launch, chapter 18_cuda_graphs): the next kernel may launch at once; the first step's
     weight tiles (with PDL the whole walk is one step) are loaded before the wait for the kernel that
     wrote x: no kernel writes weights, so they stream in while that kernel still runs.
     """
@@ -215,7 +215,7 @@ def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = Fa
                       gated: bool = False, conv: bool = False, pdl: bool = False) -> dict:
     """Launch parameters of the fused GEMV for an [N, K] weight (gated: N rows in each of two weights).
 
-    Chapter 05's config without the norm; with it, four rows a program (eight gated) in steps of 256, to
+    Chapter 05_projections's config without the norm; with it, four rows a program (eight gated) in steps of 256, to
     share the norm's extra loads (`lab/gemv_sweep.py`). The walk along K unrolled up to MAX_UNROLLED_STEPS
     steps, but not with the conv's epilogue: its registers (`lab/unrolled_gemv_probe.py`). Under the CPU
     interpreter 64 x 64 tiles, so small shapes still take several K steps.
@@ -241,8 +241,8 @@ def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = Fa
 
 
 def fused_gemm_config(M: int, N: int, K: int, gated: bool, dtype: torch.dtype, device: torch.device) -> dict:
-    """Launch parameters of the fused GEMM (tensor-core tiles, every side >= 16): ungated, chapter 05's tiles
-    for its wide matrices (the in-projections); gated (two accumulators, two weight tiles), 64-column tiles,
+    """Launch parameters of the fused GEMM (tensor-core tiles, every side >= 16): ungated, chapter 05_projections's
+    tiles for its wide matrices (the in-projections); gated (two accumulators, two weight tiles), 64-column tiles,
     64-row ones near M = 128 (112 programs for 132 SMs). Stages capped by shared memory. Measured:
     `lab/prefill_probe.py`.
     """

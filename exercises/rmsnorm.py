@@ -1,4 +1,4 @@
-"""Zero-centred RMSNorm (operators 14 and 15, chapter 04): y = x / rms(x) * (1 + w), fp32 statistics.
+"""Zero-centred RMSNorm (operators 14 and 15, chapter 04_rmsnorm): y = x / rms(x) * (1 + w), fp32 statistics.
 
 One kernel serves every zero-centred norm of Qwen3.5: ln1 and ln2 (input_layernorm and
 post_attention_layernorm, over hidden = 1024), the final norm, and q_norm / k_norm (per head, over

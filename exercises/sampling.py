@@ -1,4 +1,4 @@
-"""Choosing the next token (operator 17): a two-stage argmax, and a sampler built on it (chapter 12).
+"""Choosing the next token (operator 17): a two-stage argmax, and a sampler built on it (chapter 12_sampling).
 
 Greedy decoding is an argmax over the 248,320 logits of the last position. One program per row would
 leave 131 of the H200's 132 SMs idle and read 0.5 MB serially, so the argmax runs in two stages:

@@ -1,4 +1,4 @@
-"""SwiGLU (operator 11): `silu(gate) * up`, the activation between the MLP's two projections (chapter 10).
+"""SwiGLU (operator 11): `silu(gate) * up`, the activation between the MLP's two projections (chapter 10_mlp).
 
     gate, up = x @ W_gate.T, x @ W_up.T      [T, 3584] each (operator 10)
     h        = silu(gate) * up               [T, 3584]      (this kernel)

@@ -1,4 +1,4 @@
-"""Vector add: the first Triton kernel of the course (chapter 01).
+"""Vector add: the first Triton kernel of the course (chapter 01_triton_basics).
 
 One program handles one block of BLOCK_SIZE consecutive elements. The mask keeps the last block from
 reading or writing past the end when n is not a multiple of BLOCK_SIZE.

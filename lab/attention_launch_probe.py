@@ -3,7 +3,7 @@
     python -m lab.attention_launch_probe [OUTDIR]   (on an sm_90 GPU; writes
                                                      OUTDIR/attention_launch_probe_<gpu>_<date>.json)
 
-Question: under PDL the fast level's attention layer runs three kernels at decode, chapter 22's q/k norm +
+Question: under PDL the fast level's attention layer runs three kernels at decode, chapter 22_layer_fusion's q/k norm +
 RoPE + cache write, FlashDecoding's split kernel and its merge, whose increments add up to ~10 us a layer
 at 128 cached tokens against a 0.5 us floor (`pdl_step_profile`, 2026-12-02). Can one launch do all three?
 `flash_decoding_fused` below: program (KV head, split) as the split kernel's; each split normalises and
@@ -30,9 +30,9 @@ interpreter).
 Two launches, re-run the same day (lab/results/attention_launch_probe_nvidia-h200_2026-12-02_two_launches.json):
 the three kernels 626.9, 628.7 / 656.2, 654.1, the one launch 700.4, 702.0 / 794.9, 801.7, two launches 618.0,
 622.3 / 651.3, 650.5: 7.6 us a token at 128 cached tokens (1.2%), 4 at 4,096, six kernels fewer a token.
-Verdict: not adopted: the engine keeps chapter 22's prologue and solutions/flash_decoding.py's two kernels.
-The two launches gain 1%, which does not yet pay for moving chapter 22's exercise into chapter 25's split
-kernel; it is the first candidate when the attention chapters are next rewritten.
+Verdict: not adopted: the engine keeps chapter 22_layer_fusion's prologue and solutions/flash_decoding.py's two kernels.
+The two launches gain 1%, which does not yet pay for moving chapter 22_layer_fusion's exercise into chapter
+25_flash_decoding's split kernel; it is the first candidate when the attention chapters are next rewritten.
 What one launch would need first is a merge spread over programs, which is the second kernel again.
 """
 
@@ -46,7 +46,7 @@ from tritonllm_course import kernels, validate
 from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import pdl_launch_dependents, pdl_wait, sigmoid
 
-online_softmax_update = kernels.load("attention", "solutions").module.online_softmax_update    # chapter 08's
+online_softmax_update = kernels.load("attention", "solutions").module.online_softmax_update    # chapter 08_attention's
 
 CONTEXTS = (128, 4096)
 REPEATS = 2
@@ -95,7 +95,7 @@ def _merge_partials(acc_ptr, m_ptr, l_ptr, head, d, d_ok, used, num_splits, D, B
 def _normed_rotated(row_ptr, rows_ok, w, wp, c, s, d, partner, rot, d_ok, half, D, eps):
     """Rows [R, BLOCK_D] at row_ptr [R, 1] (one head each), RMS-normalised with the weight w = 1 + weight
     (wp at the rotation partners) and rotated (rotate-half RoPE on the dims where rot, by c and s), in fp32:
-    chapter 22's q/k prologue on a tile of heads."""
+    chapter 22_layer_fusion's q/k prologue on a tile of heads."""
     x = tl.load(row_ptr + d[None, :], mask=rows_ok[:, None] & d_ok[None, :], other=0.0).to(tl.float32)
     xp = tl.load(row_ptr + partner[None, :], mask=rows_ok[:, None] & rot[None, :], other=0.0).to(tl.float32)
     inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)[:, None]                        # per head: [R, 1]
@@ -112,7 +112,7 @@ def flash_decoding_fused_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr, si
                                 BLOCK_S: tl.constexpr, MERGE_D: tl.constexpr, MERGE: tl.constexpr = True,
                                 PDL: tl.constexpr = False):
     """An attention layer's decode step after its projection, in one launch. Program (g, split), as the
-    split kernel's: q's G heads of KV head g normalised and rotated (chapter 22's prologue), rounded to the
+    split kernel's: q's G heads of KV head g normalised and rotated (chapter 22_layer_fusion's prologue), rounded to the
     cache's dtype as the prologue kernel would store them; the split holding the new row (length - 1) also
     normalises and rotates k, writes it and v into the cache, then reads them back with the rest of its
     rows; its partials stored, it counts itself done in count[g]. The split that counts last merges the
@@ -188,7 +188,7 @@ def flash_decoding_fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_we
                          out: torch.Tensor | None = None, num_splits: int | None = None,
                          partials: torch.Tensor | None = None, counts: torch.Tensor | None = None,
                          merge_kernel: bool = False) -> torch.Tensor:
-    """A decode token's attention after the projection, one launch for three: chapter 22's q/k norm, RoPE
+    """A decode token's attention after the projection, one launch for three: chapter 22_layer_fusion's q/k norm, RoPE
     and cache write, the split attention, and the merge with the output gate (by the last split of each
     KV head to finish, counted with an atomic).
 
@@ -310,7 +310,7 @@ def engine_us(variant, context: int, tokens: int = 64) -> dict:
 
 
 def check() -> float:
-    """The one launch against chapter 22's prologue kernel and the split and merge kernels, at odd shapes
+    """The one launch against chapter 22_layer_fusion's prologue kernel and the split and merge kernels, at odd shapes
     (GQA 3:1, head_dim 24, partial rotary, 3 splits with the new row in the last, one of length 1), the
     same counts buffer twice: the largest relative error (under the interpreter the same bits)."""
     from tritonllm_course.reference.rope import rope_cache

@@ -49,7 +49,7 @@ from tritonllm_course import kernels, validate
 from tritonllm_course.runtime import pdl_args, programmatic_launches, runtime
 from tritonllm_course.triton_helpers import pdl_launch_dependents, pdl_wait, sigmoid, softplus
 
-delta_rule_step = kernels.load("delta_rule", "solutions").module.delta_rule_step      # chapter 15's
+delta_rule_step = kernels.load("delta_rule", "solutions").module.delta_rule_step      # chapter 15_delta_rule's
 
 NF = kernels.load("norm_fusion", "solutions").module        # the fast level's in-projection, called as a function
 CONTEXTS = (128, 4096)

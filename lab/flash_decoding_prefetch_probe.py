@@ -30,7 +30,7 @@ from lab import common
 from tritonllm_course import kernels
 from tritonllm_course.triton_helpers import pdl_launch_dependents, pdl_wait
 
-online_softmax_update = kernels.load("attention", "solutions").module.online_softmax_update    # chapter 08's
+online_softmax_update = kernels.load("attention", "solutions").module.online_softmax_update    # chapter 08_attention's
 
 CONTEXTS = (128, 4096)
 

@@ -2,18 +2,18 @@
 
     python -m lab.gemv_bounds_probe [OUTDIR]     (on a GPU; writes OUTDIR/gemv_bounds_<gpu>_<date>.json)
 
-Question: a decode GEMV of 4-17 MB reaches 35-65% of the bandwidth (chapter 05); the LM head (509 MB) all
+Question: a decode GEMV of 4-17 MB reaches 35-65% of the bandwidth (chapter 05_projections); the LM head (509 MB) all
 of it. Where does the rest of a small GEMV's time go?
-Method: chapter 05's GEMV at each decode shape, with its launch config, is cut down step by step, each form
+Method: chapter 05_projections's GEMV at each decode shape, with its launch config, is cut down step by step, each form
 launched 64 times back to back in one CUDA graph (time per launch, `common.per_launch_us`):
   - `hbm`:      the GEMV over distinct copies of the weight (past L2), as in the decode step;
-  - `l2`:       the same weight every launch, loaded `evict_first` as chapter 05 does (does L2 keep it?);
+  - `l2`:       the same weight every launch, loaded `evict_first` as chapter 05_projections does (does L2 keep it?);
   - `l2_keep`:  the same weight every launch, loaded `evict_last`: the bytes come from L2 (the weight is
                 at most 17 MB of the H200's 50 MB);
   - `x_only`:   the same grid and loop, x loaded, no weight: a program's round trips without the bytes;
   - `store_only`: the same grid, nothing loaded, y stored: launching the grid;
   - `one_program`: one program storing one value: a launch in a graph, nothing else.
-The GEMV forms compute the same y (checked against fp64 and bit for bit against chapter 05's).
+The GEMV forms compute the same y (checked against fp64 and bit for bit against chapter 05_projections's).
 Result: NVIDIA H200, 2026-11-30 (lab/results/gemv_bounds_nvidia-h200_2026-11-30.json), us a launch; one
 program storing one value: 0.76 us.
   shape (programs)     grid, y stored   + x loaded   + weight from L2   from HBM (% of ceiling)
@@ -26,8 +26,8 @@ From HBM rather than L2 adds 0.6-0.9 us a GEMV (`evict_first` or `evict_last`: t
 weight either way); the rest is there without any weight: the launch, scheduling the grid's programs
 (2.5 us for 4112 of them) and each program's round trip to memory for x and back.
 Verdict: nothing to adopt (a measurement): it showed that the bytes are not what a decode GEMV waits on,
-so the work went to fewer kernels (chapters 21-22's fusions, solutions/*_fusion.py) and to kernels that keep
-more loads in flight (lab/gemv_tma_probe.py: not adopted; lab/unrolled_gemv_probe.py: adopted).
+so the work went to fewer kernels (chapters 21_norm_fusion and 22_layer_fusion's fusions, solutions/*_fusion.py) and to
+kernels that keep more loads in flight (lab/gemv_tma_probe.py: not adopted; lab/unrolled_gemv_probe.py: adopted).
 """
 import torch
 import triton
@@ -43,8 +43,8 @@ MODES = {"hbm": 0, "l2": 0, "l2_keep": 1, "x_only": 2, "store_only": 3}
 @triton.jit
 def gemv_form_kernel(x_ptr, w_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                      MODE: tl.constexpr):
-    """Chapter 05's GEMV walk, y = W x (x [K], W [N, K], y [N]). MODE 0: weights evict_first (chapter 05);
-    1: weights evict_last; 2: no weights (y = sum of x, per row); 3: nothing loaded (y = 0)."""
+    """Chapter 05_projections's GEMV walk, y = W x (x [K], W [N, K], y [N]). MODE 0: weights evict_first (chapter
+    05_projections); 1: weights evict_last; 2: no weights (y = sum of x, per row); 3: nothing loaded (y = 0)."""
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     row_ok = rows < N
     if MODE == 3:

@@ -1,24 +1,24 @@
-"""Can a persistent, software-pipelined GEMV beat chapter 05's one-program-per-row-block GEMV at decode?
+"""Can a persistent, software-pipelined GEMV beat chapter 05_projections's one-program-per-row-block GEMV at decode?
 
     python -m lab.gemv_persistent_probe [OUTDIR]    (on a GPU; PROBE_S=seconds bounds it, default 240)
     (scripts/gpu_extras.sh gemv runs it with the config sweep)
 
-Question: chapter 05's GEMV launches one program per 2 rows: 2,560 to 4,112 programs for the layer
+Question: chapter 05_projections's GEMV launches one program per 2 rows: 2,560 to 4,112 programs for the layer
 projections, about 1.2 to 2 waves of the GPU, each program one round trip to memory. Would a fixed grid
 that keeps the next blocks' weights in flight do better?
 Method: a fixed grid (P programs per SM) walks the row blocks, whole rows in one tile (BLOCK_K >= K), x
 loaded once per program; the walk is a flat loop that Triton can software-pipeline (`tl.range(...,
 num_stages=STAGES)`): the next blocks' weights are in flight while this block is reduced. 1-8 rows a
 block, 16 or 32 elements a thread, 1-4 stages, 1-8 programs per SM, timed as the course times (a CUDA
-graph over enough weights to pass L2, bf16) beside chapter 05's GEMV on the same inputs. Writes
+graph over enough weights to pass L2, bf16) beside chapter 05_projections's GEMV on the same inputs. Writes
 OUTDIR/gemv_persistent_<gpu>_<date>.json. The tests run the kernel under the CPU interpreter (`check`).
 Result: NVIDIA H200, 2026-11-30 (lab/results/gemv_persistent_nvidia-h200_2026-11-30.json, 80-128 configs
-a shape): slower than chapter 05's GEMV at every decode shape, best config against it 4.75 vs 4.42 us
+a shape): slower than chapter 05_projections's GEMV at every decode shape, best config against it 4.75 vs 4.42 us
 (5120 x 1024), 6.34 vs 6.09 us (8224 x 1024), 5.82 vs 5.50 us (7168 x 1024), 3.16 vs 2.90 us
 (1024 x 2048), 4.02 vs 3.73 us (1024 x 3584), 118 vs 114 us (LM head). The best grids were the largest
-(8 programs an SM at most shapes, one row a block): the closer to chapter 05's many small programs, the
+(8 programs an SM at most shapes, one row a block): the closer to chapter 05_projections's many small programs, the
 faster.
-Verdict: not adopted: slower at every shape, so chapter 05's `gemv` (solutions/linear.py) and its
+Verdict: not adopted: slower at every shape, so chapter 05_projections's `gemv` (solutions/linear.py) and its
 `gemv_config` stay as they are.
 """
 import os
@@ -113,7 +113,7 @@ def main(out):
         best = sorted((r for r in rows if "us" in r), key=lambda r: r["us"])
         res["cases"].append({"N": N, "K": K, "chapter05_us": hand, "chapter05_GBps": N * K * 2 / hand / 1e3,
                              "best": best[:6], "all": rows})
-        print(f"{N} x {K}: chapter 05 {hand:.2f} us; best persistent {best[0] if best else None}", flush=True)
+        print(f"{N} x {K}: 05_projections {hand:.2f} us; best persistent {best[0] if best else None}", flush=True)
         common.save(path, res)
 
 

@@ -3,8 +3,9 @@
     python -m lab.gemv_sweep [OUTDIR]      (on a GPU; SWEEP_S=seconds bounds the run, default 300)
     python -m lab.gemv_sweep --plot JSON   (anywhere: the PNG beside the JSON)
 
-Question: chapter 05's GEMV and chapters 21-22's fused GEMVs (RMSNorm folded in, gated, with the residual)
-take configs reasoned from the plain GEMV; is any other config faster at Qwen3.5-0.8B's decode shapes?
+Question: chapter 05_projections's GEMV and chapters 21_norm_fusion and 22_layer_fusion's fused GEMVs (RMSNorm
+folded in, gated, with the residual) take configs reasoned from the plain GEMV; is any other config faster at
+Qwen3.5-0.8B's decode shapes?
 Method: rows per program 1-16, columns per step 256-2048, 8-64 elements per thread (which sets num_warps);
 each config timed as the course times (`benchmark.time_calls`: a CUDA graph over enough weights to pass
 L2), bf16. Writes OUTDIR/gemv_sweep_<gpu>_<date>.json (every config; the hand-picked one and the best)

@@ -1,9 +1,9 @@
-"""Can a GEMV whose weight tiles stream into shared memory through Hopper's TMA beat chapter 05's at decode?
+"""Can a GEMV whose weight tiles stream into shared memory through Hopper's TMA beat chapter 05_projections's at decode?
 
     python -m lab.gemv_tma_probe [OUTDIR]     (on a Hopper GPU; writes OUTDIR/gemv_tma_<gpu>_<date>.json)
     TMA_S=seconds bounds the sweep (default 300)
 
-Question: lab/gemv_bounds_probe.py found chapter 05's GEMV waiting on its grid, not its bytes: thousands of
+Question: lab/gemv_bounds_probe.py found chapter 05_projections's GEMV waiting on its grid, not its bytes: thousands of
 small programs, each holding its few KB of weights in registers, so an SM has only ~40 KB in flight and
 the weight arrives in two or three rounds, one memory round trip each. Would more bytes in flight per SM,
 held in shared memory instead of registers, shorten it?
@@ -12,15 +12,15 @@ Method: a fixed grid (1-2 programs per SM) walks its row blocks and K tiles in o
 software-pipelined (`tl.range(num_stages=S)`), so S tiles per program are in flight without holding a
 register: up to ~200 KB an SM. Rows past N and columns past K come back as zeros (the descriptor's
 bounds). Timed as lab/gemv_bounds_probe.py times (64 launches over distinct copies of the weight in one
-CUDA graph, `common.per_launch_us`) beside chapter 05's GEMV in the same run, at the decode shapes, every
+CUDA graph, `common.per_launch_us`) beside chapter 05_projections's GEMV in the same run, at the decode shapes, every
 config that fits shared memory; each result checked against fp64. The tests run the kernel under the CPU
 interpreter (`check`).
 Result: NVIDIA H200, 2026-11-30 (lab/results/gemv_tma_nvidia-h200_2026-11-30.json, 150 configs): slower
-than chapter 05 at every shape, best against it 6.64 vs 5.78 us (8224 x 1024), 6.33 vs 5.45 (7168 x 1024),
+than chapter 05_projections at every shape, best against it 6.64 vs 5.78 us (8224 x 1024), 6.33 vs 5.45 (7168 x 1024),
 5.70 vs 4.55 (5120 x 1024), 5.87 vs 3.72 (1024 x 3584), 4.40 vs 2.92 (1024 x 2048), always with 2
 programs an SM and 4 stages (better than 3, and than 6); small tiles stay bound by their per-tile round
 trips, large ones did no better.
-Verdict: not adopted: chapter 05's `gemv` (solutions/linear.py) stays. More loads in flight did pay off
+Verdict: not adopted: chapter 05_projections's `gemv` (solutions/linear.py) stays. More loads in flight did pay off
 later in the simpler form of an unrolled walk along K (lab/unrolled_gemv_probe.py).
 """
 import os

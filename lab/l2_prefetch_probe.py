@@ -11,19 +11,19 @@ does the next kernel read them from L2?
 Method: a chain that has one DeltaNet layer's decode projections (in-projection 8224 x 1024, out
 2048 -> 1024, gate/up 7168 x 1024, down 3584 -> 1024), LAYERS distinct copies so the chain passes L2, in
 one CUDA graph, bf16:
-  - `chapter05`: chapter 05's GEMV, nothing else;
+  - `chapter05`: chapter 05_projections's GEMV, nothing else;
   - `in-kernel d=D`: the same GEMV, each program first asks L2 for its share of the weights D ops ahead;
   - `in-kernel d=D,f=F`: only the first fraction F of them (what the next kernel's first waves read);
   - `side xP`: a P-program prefetch kernel for op i+1 on a second stream, forked as op i starts;
   - `resident`: one layer's weights (43 MB, inside L2) over and over: what a perfect prefetch could reach.
-Each variant's outputs are compared bit for bit with chapter 05's (a prefetch changes no arithmetic).
+Each variant's outputs are compared bit for bit with chapter 05_projections's (a prefetch changes no arithmetic).
 The tests run the prefetching GEMV under the CPU interpreter with the prefetch compiled out (`check`).
 Result: NVIDIA H200, 2026-11-30 (lab/results/l2_prefetch_nvidia-h200_2026-11-30.json, 8 layers): slower
-everywhere, the outputs bit-identical. Chapter 05's chain 18.2 us a layer (56% of the ceiling); with the
+everywhere, the outputs bit-identical. Chapter 05_projections's chain 18.2 us a layer (56% of the ceiling); with the
 whole next weight 35.6 us, its first quarter 29.9, two projections ahead 36.6, from a second stream
 25.2 (132 programs) and 29.6 (16). `resident` took 18.2 us too, but 43 MB read `evict_first` do not stay
 in a 50 MB L2, so that row says little (lab/gemv_bounds_probe.py measures L2 against HBM properly).
-Verdict: not adopted: the decode GEMVs (chapter 05's `gemv`, solutions/linear.py, and the fused ones)
+Verdict: not adopted: the decode GEMVs (chapter 05_projections's `gemv`, solutions/linear.py, and the fused ones)
 prefetch nothing: every variant was 1.4-2x slower, and what a GEMV waits on is not its bytes from HBM
 (lab/gemv_bounds_probe.py: from HBM rather than L2 adds only 0.6-0.9 us).
 """
@@ -36,7 +36,7 @@ import triton.language as tl
 from lab import common
 from tritonllm_course import kernels
 
-gemv_rows = kernels.load("linear", "solutions").module.gemv_rows      # chapter 05's walk along a row
+gemv_rows = kernels.load("linear", "solutions").module.gemv_rows      # chapter 05_projections's walk along a row
 
 LAYER = [(8224, 1024), (1024, 2048), (7168, 1024), (1024, 3584)]   # [N, K] of each decode projection
 LAYERS = int(os.environ.get("LAYERS", "8"))                           # 8 x 43 MB: well past L2's 50 MB
@@ -64,14 +64,14 @@ def prefetch_share(base, total, share, part, THREADS: tl.constexpr):
 def gemv_prefetch_kernel(x_ptr, w_ptr, y_ptr, N, K, pf_base, pf_bytes, pf_share,
                          BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PREFETCH: tl.constexpr,
                          THREADS: tl.constexpr):
-    """Chapter 05's GEMV (y = W x; x [K], W [N, K], y [N]) that first asks L2 for its share of another
+    """Chapter 05_projections's GEMV (y = W x; x [K], W [N, K], y [N]) that first asks L2 for its share of another
     weight (pf_bytes at address pf_base, pf_share bytes per program)."""
     pid = tl.program_id(0)
     if PREFETCH:
         done = prefetch_share(pf_base, pf_bytes, pf_share, pid, THREADS)
         tl.store(y_ptr + tl.arange(0, THREADS) * 0, done.to(y_ptr.dtype.element_ty), mask=done != 0)  # never
     rows = pid * BLOCK_N + tl.arange(0, BLOCK_N)
-    y = gemv_rows(x_ptr, w_ptr, rows, N, K, 0, K, BLOCK_N, BLOCK_K)                     # chapter 05's walk
+    y = gemv_rows(x_ptr, w_ptr, rows, N, K, 0, K, BLOCK_N, BLOCK_K)                     # chapter 05_projections's walk
     tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=rows < N)
 
 
@@ -83,7 +83,7 @@ def prefetch_kernel(base, total, share, sink_ptr, THREADS: tl.constexpr):
 
 
 def gemv_prefetch(x, w, y, cfg, nxt=None, fraction=1.0, interpreted=False):
-    """y = w x with chapter 05's launch config `cfg`; with `nxt` (a weight), ask L2 for the first `fraction`
+    """y = w x with chapter 05_projections's launch config `cfg`; with `nxt` (a weight), ask L2 for the first `fraction`
     of it first."""
     N, K = w.shape
     grid = (triton.cdiv(N, cfg["BLOCK_N"]),)

@@ -7,7 +7,7 @@ start while the one before it drains, and load its weights (which no kernel writ
 input. Does that hide the gaps and ramps between the decode step's GEMVs?
 Method: the chain is the decode step's 97 GEMV shapes (24 layers of in-projection, out-projection,
 gate/up, down, and the LM head), each reading the previous one's output, in one CUDA graph; the same
-GEMV as chapter 05, the PDL variants a constexpr MODE: 0 plain, 1 wait at the top, 2 first weight tile
+GEMV as chapter 05_projections, the PDL variants a constexpr MODE: 0 plain, 1 wait at the top, 2 first weight tile
 loaded before the wait, 3 and 4 as 1 and 2 with the next kernel let launch only after this one's store,
 5 as 2 with no early trigger, 9 mode 2 for the one-wave GEMVs and 5 for the others. The chain runs
 modes 0, 1, 2, 3, 4, 9 and 0 again (`mode0_again`); then four of its shapes alone in modes 0, 2 and 4,

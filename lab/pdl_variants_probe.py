@@ -3,7 +3,7 @@
     python -m lab.pdl_variants_probe [OUTDIR]   (on an sm_90 GPU; writes OUTDIR/pdl_variants_probe_<gpu>_<date>.json)
 
 Question: `pdl_step_profile` attributes the PDL decode step's time kernel by kernel. Two slots lose under
-PDL: the LM head (248,320 x 1024 at chapter 05's tile of 2 rows: 124,160 programs, each running the
+PDL: the LM head (248,320 x 1024 at chapter 05_projections's tile of 2 rows: 124,160 programs, each running the
 trigger and the wait) and the recurrence (its state loaded before the wait). Is the LM head's loss the cost
 of the PDL calls at its tile, and which tile or launch wins it back? Do the recurrence's state load and
 trigger sit where they should, and do the 1024-row out-projections want other tiles under the overlap?
@@ -11,11 +11,11 @@ Method: (1) the LM head's GEMV (solutions/linear.py `gemv_kernel`) alone, after 
 replayed from a CUDA graph over weight copies past L2, at several (rows, BLOCK_K, warps): without PDL, with
 the PDL code but no overlap, with PDL. (2) The engine's fast decode step (random weights of the real
 shapes, bf16, its CUDA graph) at 128 and 4,096 cached tokens: as it is (the LM head launched without PDL);
-the LM head with PDL, at chapter 05's tile and at the best PDL tile of (1); the 1024-row out-projections
+the LM head with PDL, at chapter 05_projections's tile and at the best PDL tile of (1); the 1024-row out-projections
 (o_proj, out_proj, down, the residual in their epilogue) at 2 and 8 rows a program. Us per token by CUDA
 events over 64 replays; each variant's greedy tokens against the engine's as it is.
 Result: NVIDIA H200, 2026-12-02 (lab/results/pdl_variants_probe_nvidia-h200_2026-12-02.json). (1) The
-LM head alone: chapter 05's tile (2 rows, BLOCK_K 512, 2 warps) 114.7 us without the PDL calls, 152.2
+LM head alone: chapter 05_projections's tile (2 rows, BLOCK_K 512, 2 warps) 114.7 us without the PDL calls, 152.2
 with them, overlapping or not; every other tile is as fast with them as without, and slower than 114.7:
 16 x 512 on 4 warps 131.6, 4 x 1024 on 4 137.5, 8-32 rows 161-179 us. (2) The engine, us per token at 128
 / 4,096 cached tokens: as it is 625.0 / 653.7; the LM head with PDL 661.6 / 688.3, at the best PDL tile

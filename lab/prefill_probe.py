@@ -9,7 +9,7 @@ chunked delta rule's first kernel (16 us a layer). Which chunk sizes and tiles w
 Method: three measurements, each timed as the course times (CUDA graph over enough inputs to pass L2,
 bf16, Qwen3.5-0.8B's shapes):
 1. the chunked delta rule at T = 128, 512 and 4096 for every chunk size and value block;
-2. the GEMM + residual at M = 128, N = 1024: chapter 22's tiles against other tiles and against a split-K
+2. the GEMM + residual at M = 128, N = 1024: chapter 22_layer_fusion's tiles against other tiles and against a split-K
    version (`gemm_residual_splitk_kernel` below: K cut in SPLIT pieces, every piece's fp32 tile written to
    a workspace, and the last piece of a tile to arrive, counted with an atomic, sums the pieces in a fixed
    order and adds the residual: one launch, bit-identical from run to run);
@@ -19,13 +19,13 @@ Writes OUTDIR/prefill_probe_<gpu>_<date>.json. The tests run the split-K kernel 
 Result: NVIDIA H200, 2026-11-30 (lab/results/prefill_probe_nvidia-h200_2026-11-30.json). 1. The three
 kernels of the chunked rule together, chunks of 16 / 32 / 64 tokens (value blocks of 16): T = 128
 18.2 / 19.0 / 27.1 us, T = 512 42.3 / 34.7 / 36.7 us, T = 4096 301 / 245 / 259 us. 2. The GEMM + residual
-at K = 2048 / 3584: chapter 22's 64 x 32 x 128 tiles 7.8 / 11.4 us, 64 x 16 tiles in steps of 256
+at K = 2048 / 3584: chapter 22_layer_fusion's 64 x 32 x 128 tiles 7.8 / 11.4 us, 64 x 16 tiles in steps of 256
 7.5 / 10.7 us, split-K (best of 2-8 pieces, 3 both times) 7.7 / 9.7 us, cuBLAS + add 8.0 / 9.5 us.
-3. The gated GEMM: chapter 21's 64 x 64 tiles were the best of seven tilings (9.6 us).
+3. The gated GEMM: chapter 21_norm_fusion's 64 x 64 tiles were the best of seven tilings (9.6 us).
 Verdict: adopted: chunks of 16 tokens for prompts up to 128 (`chunk_size_for`, solutions/delta_rule.py,
 32 beyond) and 64 x 16 x 256 tiles for the 1024-row GEMM + residual (`gemm_residual_config`,
 solutions/layer_fusion.py). Not adopted: the split-K GEMM, whose workspace and counters bought 1 us at one
-shape only (chapter 24); the gated GEMM's tiles, already the best.
+shape only (chapter 24_split_k); the gated GEMM's tiles, already the best.
 """
 import os
 import time
@@ -213,7 +213,7 @@ def main(out):
                                        "stages": stages, "programs": programs, "us": us,
                                        "rel_err": common.rel_err(y, ref)})
                 print("split-K", N, K, case["splitk"][-1], flush=True)
-        print(f"gemm+residual {N} x {K}: chapter 22 {base} us, torch {torch_us} us", flush=True)
+        print(f"gemm+residual {N} x {K}: chapter 22_layer_fusion {base} us, torch {torch_us} us", flush=True)
         save()
 
     # 3. gate/up + SwiGLU at M = 128 (no norm)

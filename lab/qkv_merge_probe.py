@@ -3,11 +3,11 @@
     python -m lab.qkv_merge_probe [OUTDIR]     (on a GPU; writes OUTDIR/qkv_merge_<gpu>_<date>.json)
 
 Question: the source article's §2.2 says that merging the Q, K and V projections into one kernel made the
-0.8B model's decode about 12% faster. Chapter 05 merges every group of projections that reads the same
+0.8B model's decode about 12% faster. Chapter 05_projections merges every group of projections that reads the same
 input (attention q+gate | k | v, DeltaNet qkv | z | b | a, MLP gate | up). What does the merge save at
 Qwen3.5-0.8B's shapes, decode (M = 1) and a 128-token prompt (M = 128), and where does it come from?
 Method: each group as the checkpoint stores it (separate weights: 4096 + 512 + 512, 6144 + 2048 + 16 + 16
-and 3584 + 3584 rows of K = 1024) against the merged weight chapter 05 runs (5120, 8224, 7168 rows). The
+and 3584 + 3584 rows of K = 1024) against the merged weight chapter 05_projections runs (5120, 8224, 7168 rows). The
 separate weights are row slices of the merged one (a row slice of a row-major matrix is contiguous), so
 both forms read exactly the same bytes and compute the same outputs; what differs is the number of
 launches. Two implementations: the course's kernels (`linear` of solutions/linear.py: the GEMV at M = 1,
@@ -27,7 +27,7 @@ size. Where it comes from: launches (each separate projection pays a launch and 
 for a few MB), not bytes, contrary to the article's explanation that q, k and v stay in registers (the
 merged projection still writes them to memory).
 Verdict: nothing to adopt (a measurement): the engine already merges every group at load
-(tritonllm_course/engine/merged.py); chapter 05 shows these figures.
+(tritonllm_course/engine/merged.py); chapter 05_projections shows these figures.
 """
 import torch
 

@@ -7,7 +7,7 @@ the kernel, since a decode step's position is fixed and recomputing the trigonom
 §1.1 warns that trigonometry in fp16 drifts at long positions and that fp32 inside the kernel cures it.
 At Qwen3.5-0.8B's shapes (8 query heads, 2 key heads, rotary_dim 64 of head_dim 256, theta 1e7, positions
 up to max_position_embeddings = 262,144), which is faster, and how accurate is each against fp64?
-Method: one small in-place kernel with chapter 06's layout (grid (T,): one program per token, every head
+Method: one small in-place kernel with chapter 06_rope's layout (grid (T,): one program per token, every head
 as a [heads, 32] tile per half, fp32 arithmetic, one rounding on the store) in three forms, chosen at
 compile time:
   - `cache fp32`, `cache bf16`: cos and sin tables [262144, 32] (one angle per pair: the course's own

@@ -1,4 +1,4 @@
-"""nbval runs every chapter but those with widgets: tests/test_widgets.py runs those top to bottom, then
+"""nbval runs every chapter but those with widgets: tests/tools/test_widgets.py runs those top to bottom, then
 moves their controls as a learner would (`notebooks_tools.widget_chapters`).
 
 Under pytest-xdist (`-n N --dist load`) the tests go to the workers one by one, but a chapter's cells go
@@ -45,13 +45,12 @@ def _skip_reason(item) -> str | None:
 
 def _withheld_module(ename: str, evalue: str) -> str | None:
     """In a student version, the course file that a failed cell wanted and `student_version.withheld` left
-    out: a module it imported (an instructors' one such as tests/planted.py), or a path the error names
+    out: a module it imported (an instructors' one such as tests/planted/planted.py), or a path the error names
     (a kernel module under solutions/); None for any other error."""
     if kernels.has_solutions():
         return None
     named = re.fullmatch(r"No module named '([\w.]+)'", evalue) if ename == "ModuleNotFoundError" else None
-    top = named[1].split(".")[0] if named else ""
-    modules = f"tests/{top}.py {top}/__init__.py {named[1].replace('.', '/')}.py " if named else ""
+    modules = student_version.module_files(named[1]) if named else ""
     return student_version.withheld_named(modules + evalue, kernels.course_root().resolve())
 
 

@@ -5,54 +5,56 @@
 #   scripts/gpu_extras.sh NAME RESULTS_DIR      run one (PYTHON=... to choose the interpreter)
 #   scripts/gpu_extras.sh --list                the names, in the table's order
 #
-# name        what it measures (chapters)
-# autotune    the autotuned projections (25): every GEMV config at the decode shapes with the autotuner's
-#             pick and chapter 05's marked, the cost of tuning against the number of configs, the prefill
+# name        what it measures (the chapters, by slug)
+# autotune    the autotuned projections (26_autotune): every GEMV config at the decode shapes with the autotuner's
+#             pick and chapter 05_projections's marked, the cost of tuning against the number of configs, the prefill
 #             GEMM keyed on the prompt length against its bucket, the on-disk caches across processes
-# claims      the 21-operator article's small claims (05, 06): merged q/k/v against separate projections
-#             (lab/qkv_merge_probe.py), RoPE from a cos/sin table against tl.cos / tl.sin (lab/rope_trig_probe.py)
-# compilers   AI compilers and Triton (28): the GEMM with a fused GELU epilogue against cuBLAS + F.gelu and
+# claims      the 21-operator article's small claims (05_projections, 06_rope): merged q/k/v against separate
+#             projections (lab/qkv_merge_probe.py), RoPE from a cos/sin table against tl.cos / tl.sin
+#             (lab/rope_trig_probe.py)
+# compilers   AI compilers and Triton (28_compilers): the GEMM with a fused GELU epilogue against cuBLAS + F.gelu and
 #             torch.compile, GELU erf against tanh, the course's projection against cuBLAS over 32 shapes,
 #             Inductor's generated code for the end of a layer (RESULTS_DIR/inductor_<gpu>_<date>/)
-# delta_rule  the gated delta rule (15-16): decode step, chunked prefill against transformers' PyTorch path
-#             and flash-linear-attention, accuracy in bf16
-# engine      the whole model (19, 26): transformers eager and compiled, the reference model eager and
+# delta_rule  the gated delta rule (15_delta_rule, 16_delta_rule_chunked): decode step, chunked prefill against
+#             transformers' PyTorch path and flash-linear-attention, accuracy in bf16
+# engine      the whole model (19_engine, 27_finale): transformers eager and compiled, the reference model eager and
 #             compiled, the Triton engine at each level, each without and with the CUDA graph; prefill of
 #             128 tokens, decode at contexts 128, 1024 and 4096, random weights of the real shapes; writes
 #             RESULTS_DIR/engine_<gpu>_<date>/bench.{md,json,png}. It starts no new system after BUDGET_S
 #             seconds (default 400) and is stopped 70 s later: what was measured by then is written.
-# family      the dense Qwen3.5 family (30): each size (0.8B to 27B) with random weights of its real shapes,
+# family      the dense Qwen3.5 family (27_finale): each size (0.8B to 27B) with random weights of its real shapes,
 #             bf16, every engine level under its CUDA graph beside transformers eager and static + compile,
 #             decode at 128, 2,048 and 4,096 cached tokens and prefill of 128 and 2,048 tokens, one process a
 #             size (tritonllm_course/measure/family.py; SIZES="qwen3.5-4b ..." picks some); then the table
 #             and plot of all sizes under RESULTS_DIR, RESULTS_DIR/family_<gpu>_<date>.{md,json,png}; TILES=1
 #             instead: the whole-tile PDL GEMV against walking K at 4B, 9B and 27B (lab/family_tile_probe.py)
-# flash       FlashAttention and FlashDecoding (22, 24): prefill against chapter 08's kernels and PyTorch
-#             SDPA, tile sizes, decode over cache lengths, split counts, bf16 accuracy
-# gemv        the lab's experiments on the decode GEMVs (05, 21), each lab/<probe>.py writing
+# flash       FlashAttention and FlashDecoding (23_flash_attention, 25_flash_decoding): prefill against chapter
+#             08_attention's kernels and PyTorch SDPA, tile sizes, decode over cache lengths, split counts, bf16
+#             accuracy
+# gemv        the lab's experiments on the decode GEMVs (05_projections, 21_norm_fusion), each lab/<probe>.py writing
 #             RESULTS_DIR/<probe's name>_<gpu>_<date>.json: the config sweep (and its PNG), the persistent
 #             GEMV, the L2 prefetch, the MLP block and the layer's phases as one kernel, a GEMV cut down
 #             step by step, the TMA GEMV, the unrolled walk, the other decode kernels' launch parameters,
 #             the token loop against its replays queued back to back
-# ladder      the naive-to-fast ladder (29): every step from one program per output to the fewest kernels +
-#             PDL, prefill of 128 tokens and decode at 128 cached tokens, each step's tokens checked in fp32;
+# ladder      the naive-to-fast ladder (29_naive_to_fast): every step from one program per output to the fewest kernels
+#             + PDL, prefill of 128 tokens and decode at 128 cached tokens, each step's tokens checked in fp32;
 #             RESULTS_DIR/ladder_<gpu>_<date>.{json,md,png}
-# layers      the engine per layer and per kind of layer (20): every level, a 128-token prompt and decode at
+# layers      the engine per layer and per kind of layer (20_profile): every level, a 128-token prompt and decode at
 #             128 and 4,096 cached tokens; RESULTS_DIR/layers_<gpu>_<date>.{json,md,png}
-# pdl         programmatic dependent launch (18, lab/pdl_chain_probe.py): the decode GEMV chain with and
+# pdl         programmatic dependent launch (18_cuda_graphs, lab/pdl_chain_probe.py): the decode GEMV chain with and
 #             without it, where its loads sit in the SASS, a read before the wait; then the engine's fast
 #             level replayed from its CUDA graph with and without PDL beside transformers + torch.compile,
 #             decode at 128 and 4,096 cached tokens, the tokens of both compared; before it the step's
 #             time kernel by kernel under PDL (lab/pdl_step_profile.py), its variants (lab/pdl_variants_probe.py)
 #             and FlashDecoding's past rows before the wait (lab/flash_decoding_prefetch_probe.py)
-# prefill     the lab's prompt experiment (16, 21, 26, lab/prefill_probe.py): the chunked delta rule's chunk
-#             size and value block, the GEMM + residual's tiles and a split-K version at M = 128, the gated
-#             MLP GEMM's tiles
-# profile     the engine's decode step per kernel and per slot (20), op by op and from the CUDA graph, every
+# prefill     the lab's prompt experiment (16_delta_rule_chunked, 22_layer_fusion, 21_norm_fusion,
+#             lab/prefill_probe.py): the chunked delta rule's chunk size and value block, the GEMM + residual's
+#             tiles and a split-K version at M = 128, the gated MLP GEMM's tiles
+# profile     the engine's decode step per kernel and per slot (20_profile), op by op and from the CUDA graph, every
 #             level at 128 cached tokens, the fast one at 4,096 too; RESULTS_DIR/profile_<gpu>_<date>.*
 #             (CONFIG=qwen3.5-27b: another size of the family, profile_<config>_<gpu>_<date>.*)
-# splitk      the split-K GEMV (23): time against the number of pieces, against chapter 05's GEMV and
-#             cuBLAS at the narrow decode shapes and the LM head, the atomic reduction's run-to-run spread
+# splitk      the split-K GEMV (24_split_k): time against the number of pieces, against chapter 05_projections's GEMV
+#             and cuBLAS at the narrow decode shapes and the LM head, the atomic reduction's run-to-run spread
 set -uo pipefail
 NAMES="autotune claims compilers delta_rule engine family flash gemv ladder layers pdl prefill profile splitk"
 if [ "${1:-}" = "--list" ]; then

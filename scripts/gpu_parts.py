@@ -1,14 +1,14 @@
 """The GPU verification in parts that each fit one call of a lent GPU (10 minutes a command, 30 a session).
 
 `quick` (5 minutes or less on an H200) is the first GPU run after any change to a kernel: every ready slot
-once at one real shape in bf16 and fp16 (tests/test_gpu_quick.py), the engine's tokens at every level against
+once at one real shape in bf16 and fp16 (tests/kernels/test_gpu_quick.py), the engine's tokens at every level against
 the reference model, PDL against pdl=False bit for bit, fp16's residual stream, and three chapters.
 The other parts together run every GPU test and every chapter; each names its pytest workers and the time
 limit it runs under (scripts/gpu_check.sh stops a part at its limit: a hung test fails its part, never the call).
 Test files that check host-side logic only (file tools, styles, exercise regions, planted-bug tables read as
 text, cross-compilation) are HOST_ONLY: the CPU suite runs them, a GPU adds nothing to them.
 Budgets are from the measured durations of 2026-12-04 (H200, 12 workers: the tests 10x faster than one
-worker, the chapters 8x); tests/test_gpu_parts.py checks that every test file and chapter belongs somewhere.
+worker, the chapters 8x); tests/measure/test_gpu_parts.py checks that every test file and chapter belongs somewhere.
 
     python3 scripts/gpu_parts.py --list                      the parts, their workers and limits
     python3 scripts/gpu_parts.py args PART                   the pytest arguments of a part, one a line
@@ -38,24 +38,30 @@ class Part:
     env: dict = field(default_factory=dict)
 
 
+# test files by their path under tests/, less .py (tests/<topic>/<file>.py: the folders of CONTRIBUTING.md)
 KERNEL_TESTS = (
-    "test_slots", "test_attention", "test_autotune", "test_conv1d", "test_delta_rule", "test_deltanet_gates",
-    "test_embedding", "test_flash_attention", "test_flash_decoding", "test_gated_rmsnorm", "test_gemm_epilogue",
-    "test_hf_rounding", "test_kv_cache", "test_layer_fusion", "test_linear", "test_lowering", "test_norm_fusion",
-    "test_quant", "test_reference_ops", "test_residual", "test_rmsnorm", "test_rope", "test_sampling", "test_splitk",
-    "test_swiglu", "test_fp16_residual",
+    "kernels/test_slots", "kernels/test_attention", "kernels/test_autotune", "kernels/test_conv1d",
+    "kernels/test_delta_rule", "kernels/test_deltanet_gates", "kernels/test_embedding", "kernels/test_flash_attention",
+    "kernels/test_flash_decoding", "kernels/test_gated_rmsnorm", "kernels/test_gemm_epilogue", "model/test_hf_rounding",
+    "kernels/test_kv_cache", "kernels/test_layer_fusion", "kernels/test_linear", "kernels/test_lowering",
+    "kernels/test_norm_fusion", "kernels/test_quant", "kernels/test_reference_ops", "kernels/test_residual",
+    "kernels/test_rmsnorm", "kernels/test_rope", "kernels/test_sampling", "kernels/test_splitk", "kernels/test_swiglu",
+    "model/test_fp16_residual",
 )
 MODEL_TESTS = (
-    "test_engine", "test_engine_levels", "test_engine_weights", "test_pdl", "test_ladder", "test_family_gpu",
-    "test_family_bench", "test_generate_cli", "test_reference_model", "test_weights", "test_swap", "test_profiling",
-    "test_layer_times", "test_bad_inputs", "test_foundation",
+    "model/test_engine", "model/test_engine_levels", "model/test_engine_weights", "model/test_pdl",
+    "measure/test_ladder", "model/test_family_gpu", "measure/test_family_bench", "model/test_generate_cli",
+    "model/test_reference_model", "model/test_weights", "model/test_swap", "measure/test_profiling",
+    "measure/test_layer_times", "tools/test_bad_inputs", "tools/test_foundation",
 )
 # checked on the CPU only: what they test does not run on the GPU
 HOST_ONLY = (
-    "test_student_copy", "test_student_branch", "test_student_leaks", "test_exercise_files", "test_safe_files",
-    "test_style", "test_regions", "test_notebook_metadata", "test_kernel_sources", "test_lab", "test_configs",
-    "test_family_configs", "test_memcheck", "test_deltanet_head_fusion_probe", "test_figures",
-    "test_check_robustness", "test_targets", "test_gpu_parts", "test_house",
+    "tools/test_student_copy", "tools/test_student_branch", "tools/test_student_leaks", "tools/test_exercise_files",
+    "tools/test_safe_files", "tools/test_style", "tools/test_regions", "tools/test_notebook_metadata",
+    "tools/test_kernel_sources", "lab/test_lab", "model/test_configs", "model/test_family_configs",
+    "kernels/test_memcheck", "lab/test_deltanet_head_fusion_probe", "measure/test_figures",
+    "planted/test_check_robustness", "kernels/test_targets", "measure/test_gpu_parts", "tools/test_house",
+    "tools/test_chapter_slugs",
 )
 QUICK_CHAPTERS = ("04_rmsnorm.ipynb", "08_attention.ipynb", "19_engine.ipynb")
 
@@ -68,19 +74,19 @@ PARTS: dict[str, Part] = {
     "quick": Part("every slot once at a real shape in bf16 and fp16, the engine's tokens at every level, PDL bit "
                   "for bit, fp16's residual stream, chapters " + ", ".join(c[:2] for c in QUICK_CHAPTERS),
                   workers=12, limit_s=300,
-                  tests=("tests/test_gpu_quick.py",
-                         "tests/test_engine_levels.py -k every_level_gives or graph_replay",
-                         "tests/test_pdl.py -k same_tokens_with_pdl or same_bits_with_pdl",
-                         "tests/test_fp16_residual.py"),
+                  tests=("tests/kernels/test_gpu_quick.py",
+                         "tests/model/test_engine_levels.py -k every_level_gives or graph_replay",
+                         "tests/model/test_pdl.py -k same_tokens_with_pdl or same_bits_with_pdl",
+                         "tests/model/test_fp16_residual.py"),
                   notebooks=QUICK_CHAPTERS),
     "kernels": Part("every kernel family's tests at the real shapes, every slot's full check in bf16 and fp16",
                     workers=12, limit_s=480, tests=_files(KERNEL_TESTS)),
     "planted": Part("the planted bugs: the learner's check fails each one at the real shapes",
-                    workers=12, limit_s=480, tests=("tests/test_planted_bugs.py",)),
+                    workers=12, limit_s=480, tests=("tests/planted/test_planted_bugs.py",)),
     "model": Part("the model, the engine at every level, PDL, the ladder, the family, the command line",
                   workers=12, limit_s=480, tests=_files(MODEL_TESTS)),
     "chapters": Part("every chapter under nbval, and the chapters with widgets moved as a learner would",
-                     workers=12, limit_s=480, tests=("tests/test_widgets.py",), notebooks=("*",)),
+                     workers=12, limit_s=480, tests=("tests/tools/test_widgets.py",), notebooks=("*",)),
     "timing": Part("the tests that assert a GPU timing, one at a time", workers=1, limit_s=480,
                    tests=("tests",), marker="timing"),
 }
@@ -152,7 +158,7 @@ def records() -> dict[str, dict]:
 
 
 def readme_line() -> str:
-    """What the README says of the GPU verification, computed from the records (tests/test_gpu_parts.py)."""
+    """What the README says of the GPU verification, computed from the records (tests/measure/test_gpu_parts.py)."""
     recs = records()
     quick = {}                                  # (gpu, date, commit) -> the dtypes quick passed in
     for r in recs.values():

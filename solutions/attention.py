@@ -1,4 +1,4 @@
-"""Gated full attention of Qwen3.5 (chapter 08): the pipeline op by op, then fused.
+"""Gated full attention of Qwen3.5 (chapter 08_attention): the pipeline op by op, then fused.
 
 Shapes (batch 1, tokens first): q [T, heads, head_dim] = [T, 8, 256]; k, v [S, kv_heads, head_dim] =
 [S, 2, 256]; scores and probabilities [heads, T, S]; the static cache [max_len, 2, 256].
@@ -172,7 +172,8 @@ def online_softmax_update(m, l, acc, s, v):
     v [N, D]: the block's values, in their own dtype (bf16/fp16 go to the tensor cores)
     Returns the new (m, l, acc). When a block raises the max from m to m', everything summed so far was
     relative to m: alpha = exp2(m - m') rescales l and acc to m' (alpha = 0 on the first block).
-    Written here, used by the decode kernel below and by chapters 23 and 25's flash kernels.
+    Written here, used by the decode kernel below and by chapters 23_flash_attention and 25_flash_decoding's flash
+    kernels.
     """
     # BEGIN SOLUTION: the new max m'; alpha = exp2(m - m'); p = exp2(s - m'); l and acc rescaled by alpha,
     #   plus this block's sum of p and P . V (tl.dot of p in v's dtype)

@@ -1,4 +1,4 @@
-"""The causal depthwise conv1d of the Gated DeltaNet layers, then SiLU (chapter 13).
+"""The causal depthwise conv1d of the Gated DeltaNet layers, then SiLU (chapter 13_conv1d).
 
 Each of the conv_dim = 6144 channels of in_proj_qkv's output (q, k and v) is filtered over time by its
 own K = 4 taps, causally:
@@ -19,7 +19,7 @@ Decode: one token, the state updated in place: shift left by one column, x into 
 the output is the conv over the new state. The blocks are 1-D over channels, so one thread owns all K
 columns of its channels: it reads a column before it overwrites it, which makes in place safe.
 
-Fused (chapter 17): conv + SiLU + the L2 norm of q and k, written straight into q [T, H, D], k and v.
+Fused (chapter 17_deltanet_layer): conv + SiLU + the L2 norm of q and k, written straight into q [T, H, D], k and v.
 One program per head of D = 128 channels, so the norm is a reduction inside the program, and q and k
 never make a round trip through memory before it; v, which needs no norm, goes in chunks of D channels
 too, whatever its own head dim.

@@ -1,4 +1,4 @@
-"""The gated delta rule (chapters 15 and 16): the memory of Qwen3.5's 18 DeltaNet layers.
+"""The gated delta rule (chapters 15_delta_rule and 16_delta_rule_chunked): the memory of Qwen3.5's 18 DeltaNet layers.
 
 Per value head a state S [key_dim, value_dim] (fp32) is updated for every token t:
     S = exp(g_t) S;   u = beta_t (v_t - S^T k_t);   S = S + k_t u^T;   o_t = S^T q_t
@@ -43,7 +43,8 @@ SUB = tl.constexpr(16)      # the UT transform inverts 16 x 16 diagonal blocks f
 def delta_rule_step(S, q, k, v, g, beta):
     """One token of the gated delta rule on a state slice S [BK, BV] (fp32; q, k [BK], v [BV], g and beta
     scalars, all fp32): forget (decay by exp(g)), correct what S predicts for k by beta times the error,
-    then read with q. Returns (S, o [BV]). Used by the recurrent kernel below and by chapter 22's fused one."""
+    then read with q. Returns (S, o [BV]). Used by the recurrent kernel below and by chapter 22_layer_fusion's fused
+    one."""
     # BEGIN SOLUTION: decay S by exp(g); u = beta (v - S^T k); S += k u^T; o = S^T q
     S = S * tl.exp(g)                                        # forget a little
     u = beta * (v - tl.sum(S * k[:, None], axis=0))          # the prediction's error for k: [BV]
@@ -130,7 +131,7 @@ def chunk_prepare_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, T, sk, sv,
     rc = n * C + tl.arange(0, C)                                 # the chunk's tokens
     rk, rv = tl.arange(0, BK), tl.arange(0, BV)
     mt, mk, mv = rc < T, rk < DK, rv < DV
-    if GATES:   # chapter 14's gates from the projection's a and b (token-strided), where they are used;
+    if GATES:   # chapter 14_gates_l2norm's gates from the projection's a and b (token-strided), where they are used;
         # g also stored (fp32) for the scan and the output kernels: one program per (chunk, head) writes it
         a = tl.load(a_ptr + rc * sa + hv, mask=mt, other=0.0).to(tl.float32)
         b = tl.load(b_ptr + rc * sb + hv, mask=mt, other=0.0).to(tl.float32)
@@ -244,7 +245,7 @@ def chunk_output_kernel(q_ptr, k_ptr, g_ptr, hs_ptr, vn_ptr, o_ptr, T, sq, sk, z
     o = (tl.dot(q, S.to(q.dtype), input_precision=PREC) * tl.exp(gamma)[:, None]
          + tl.dot(P.to(v_new.dtype), v_new, input_precision=PREC))
     # END SOLUTION
-    if GATED_NORM:  # chapter 17's gated RMSNorm on whole heads (BV >= DV), of o as it would be stored
+    if GATED_NORM:  # chapter 17_deltanet_layer's gated RMSNorm on whole heads (BV >= DV), of o as it would be stored
         o = o.to(o_ptr.dtype.element_ty).to(tl.float32)
         z = tl.load(z_ptr + rc[:, None] * sz + hv * DV + rv[None, :], mask=mt[:, None] & mv[None, :],
                     other=0.0).to(tl.float32)                    # [C, BV]
@@ -388,12 +389,12 @@ def gated_delta_rule_chunked_gates(q: torch.Tensor, k: torch.Tensor, v: torch.Te
                                    final_state: torch.Tensor | None = None, g: torch.Tensor | None = None,
                                    z: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None,
                                    eps: float = 1e-6, chunk_size: int | None = None, block_v: int = 16):
-    """`gated_delta_rule_chunked` with the DeltaNet gates (chapter 14) computed inside its first kernel:
+    """`gated_delta_rule_chunked` with the DeltaNet gates (chapter 14_gates_l2norm) computed inside its first kernel:
     a, b [T, HV] (the in-projection's outputs, tokens at any stride), A_log, dt_bias [HV] instead of g and
     beta. beta never reaches memory; g, which the other two kernels read, goes to the workspace `g`
     ([T, HV] fp32, allocated when None). Returns (out, final_state) as `gated_delta_rule_chunked`.
     With z [T, HV, DV] (contiguous within a token, any token stride) and norm_weight [DV], out is the
-    output after chapter 17's gated RMSNorm (`gated_rms_norm(o, z, norm_weight, eps)`), applied in the
+    output after chapter 17_deltanet_layer's gated RMSNorm (`gated_rms_norm(o, z, norm_weight, eps)`), applied in the
     last kernel's epilogue."""
     T, H, HV, DK, DV, device, out, final_state = validate.delta_rule_gate_inputs(
         q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, MAX_HEAD_DIM)

@@ -1,4 +1,4 @@
-"""The decode step's counters in device memory (chapter 18): advanced by a kernel, inside the CUDA graph.
+"""The decode step's counters in device memory (chapter 18_cuda_graphs): advanced by a kernel, inside the CUDA graph.
 
 A CUDA graph replays the kernel launches it recorded with the arguments they had at capture: a Python
 int position passed to a kernel would be frozen there, and every replayed token would land at the same

@@ -1,10 +1,10 @@
-"""Fusion into the epilogue and per head (chapter 22): the small kernels a layer still runs after
-chapter 21, folded into the kernels around them (the engine's level "fast").
+"""Fusion into the epilogue and per head (chapter 22_layer_fusion): the small kernels a layer still runs after
+chapter 21_norm_fusion, folded into the kernels around them (the engine's level "fast").
 
     projection + residual add            y = residual + x @ W.T         (o_proj, out_proj, down: the stream in place)
     gated RMSNorm + out_proj + residual  the DeltaNet output at decode, normalised per head inside the GEMV
     q/k norm + RoPE + KV cache write     an attention layer's five small kernels, one program per head
-    DeltaNet gates + recurrence          beta and g computed where chapter 15's recurrence uses them
+    DeltaNet gates + recurrence          beta and g computed where chapter 15_delta_rule's recurrence uses them
 
 - `gemv_residual_kernel` / `gemm_residual_kernel` add the residual stream to the fp32 sums in their
   epilogue and store the new stream in place: the projection's output is never rounded or written.
@@ -12,7 +12,7 @@ chapter 21, folded into the kernels around them (the engine's level "fast").
   computed in the tile that uses it; the residual add is its epilogue.
 - `qk_norm_rope_cache_kernel`: one program per (token, head) loads its head once, normalises it in fp32,
   rotates it, and stores the query head or the key and value rows into the cache.
-- `recurrent_gates_kernel`: chapter 15's recurrent kernel reading the gates' inputs a, b instead of g and
+- `recurrent_gates_kernel`: chapter 15_delta_rule's recurrent kernel reading the gates' inputs a, b instead of g and
   beta; with QK_NORM also the L2 norm of q and k, which a program holding a whole head gets for free.
 The prefill counterpart of the last one, the gates inside the chunked rule's first kernel and the gated
 norm in its last, is `gated_delta_rule_chunked_gates` (solutions/delta_rule.py).
@@ -27,8 +27,8 @@ from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import (pdl_enter, pdl_launch_dependents, pdl_wait, row_tile, sigmoid, silu,
                                            softplus)
 
-# chapter 05's GEMM tile and chapter 15's step of the recurrence, from the learner's linear.py and delta_rule.py
-# once written (`kernels.jit_function`)
+# chapter 05_projections's GEMM tile and chapter 15_delta_rule's step of the recurrence, from the learner's linear.py
+# and delta_rule.py once written (`kernels.jit_function`)
 linear_tile = kernels.jit_function("linear", "linear_tile", __file__)
 delta_rule_step = kernels.jit_function("delta_rule", "delta_rule_step", __file__)
 
@@ -40,7 +40,7 @@ def gemv_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, N, K, BLOCK_N: tl.constex
                          UNROLL: tl.constexpr = 0, PDL: tl.constexpr = False):
     """One token: y[n] = res[n] + sum_k W[n, k] x[k] for this program's BLOCK_N rows; y may be res.
     UNROLL: K again, as a compile-time constant (0: K at run time), so a walk of one step is no loop.
-    PDL (chapter 18): the first weight tile (with PDL the whole row) is loaded before the wait for the
+    PDL (chapter 18_cuda_graphs): the first weight tile (with PDL the whole row) is loaded before the wait for the
     kernel that wrote x and res."""
     if PDL:
         pdl_launch_dependents()
@@ -73,7 +73,7 @@ def gemm_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, M, N, K,
                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          PDL: tl.constexpr = False):
     """Several tokens: y[M, N] = res[M, N] + x[M, K] @ W[N, K].T, one BLOCK_M x BLOCK_N tile per program.
-    Given complete: chapter 05's tile (`linear_tile`) with the same epilogue as the GEMV's."""
+    Given complete: chapter 05_projections's tile (`linear_tile`) with the same epilogue as the GEMV's."""
     pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -91,7 +91,7 @@ def gated_norm_gemv_residual_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, res_ptr, y_ptr,
     """Token t = program_id(1): y[t, n] = res[t, n] + sum_k W[n, k] g[k], where g = the gated RMSNorm of the
     delta rule's output x [K = heads * DV]: per head x / rms(x) * nw * silu(z). BLOCK_K is a multiple of
     DV, so every head lies in one tile and its statistic is computed where it is used.
-    PDL (chapter 18): the first weight tile (with PDL the whole row) and the norm's weight are loaded
+    PDL (chapter 18_cuda_graphs): the first weight tile (with PDL the whole row) and the norm's weight are loaded
     before the wait for the kernel that wrote x, z and res. UNROLL: as in gemv_residual_kernel."""
     if PDL:
         pdl_launch_dependents()
@@ -178,10 +178,10 @@ def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias
                            T, sq, sk, sv, sa, sb, q_scale, eps, H: tl.constexpr, HV: tl.constexpr,
                            DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr,
                            HAS_S0: tl.constexpr, QK_NORM: tl.constexpr, PDL: tl.constexpr = False):
-    """Chapter 15's recurrent kernel reading the gates' inputs: per token, beta = sigmoid(b) and
+    """Chapter 15_delta_rule's recurrent kernel reading the gates' inputs: per token, beta = sigmoid(b) and
     g = -exp(A_log) * softplus(a + dt_bias) of its value head, computed in fp32 where they are used.
     QK_NORM: q and k arrive as the conv left them, and are L2-normalised here (q also scaled by q_scale).
-    PDL (chapter 18): the gates' parameters and the initial state are loaded before the wait. The engine's
+    PDL (chapter 18_cuda_graphs): the gates' parameters and the initial state are loaded before the wait. The engine's
     state is only written by this kernel, in the step before, and a step starts when the one before has
     finished: with PDL, s0 must not be the output of a kernel of the same step."""
     if PDL:
@@ -221,7 +221,7 @@ def recurrent_gates_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias
 
 
 def gemv_residual_config(N: int, K: int, interpreted: bool = False, pdl: bool = False) -> dict:
-    """Launch parameters of the GEMVs with the residual add in their epilogue: chapter 05's GEMV config, the
+    """Launch parameters of the GEMVs with the residual add in their epilogue: chapter 05_projections's GEMV config, the
     best of the sweep at both out-projection shapes (`lab/gemv_sweep.py`); with PDL the whole row in one
     tile (`triton_helpers.pdl_gemv_config`). Under the CPU interpreter 64 x 64 tiles, so small shapes still
     take several K steps."""
@@ -238,7 +238,7 @@ def gemv_residual_config(N: int, K: int, interpreted: bool = False, pdl: bool = 
 
 
 def gemm_residual_config(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device) -> dict:
-    """Launch parameters of the GEMM + residual: chapter 05's tiles, but for N < 4096 (the 1024-row
+    """Launch parameters of the GEMM + residual: chapter 05_projections's tiles, but for N < 4096 (the 1024-row
     out-projections at M = 128) 64 x 16 tiles in steps of 256, 128 programs for 132 SMs; stages capped by
     shared memory. Measured: `lab/prefill_probe.py`."""
     if not helpers.gpu_launch(device):   # the interpreter: few, large tiles
@@ -307,7 +307,7 @@ def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
                        k_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor,
                        k_cache: torch.Tensor, v_cache: torch.Tensor, eps: float = 1e-6,
                        out: torch.Tensor | None = None) -> torch.Tensor:
-    """q_norm, k_norm, RoPE on q and k, and the KV cache write: five kernels of chapters 06-08 in one.
+    """q_norm, k_norm, RoPE on q and k, and the KV cache write: five kernels of chapters 06_rope to 08_attention in one.
 
     q:                [T, heads, head_dim] (a view of the projection's output: each head contiguous)
     k, v:             [T, kv_heads, head_dim], likewise
@@ -362,7 +362,8 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
                                      initial_state: torch.Tensor | None = None, out: torch.Tensor | None = None,
                                      final_state: torch.Tensor | None = None, block_v: int = 16,
                                      qk_norm: bool = False, eps: float = 1e-6, num_warps: int = 1):
-    """The DeltaNet gates (chapter 14) inside the recurrent delta rule (chapter 15): one kernel for two.
+    """The DeltaNet gates (chapter 14_gates_l2norm) inside the recurrent delta rule (chapter 15_delta_rule): one kernel
+    for two.
 
     q, k [T, H, DK], v [T, HV, DV] as `gated_delta_rule_recurrent` takes them (each token's heads
     contiguous); a, b [T, HV]: in_proj_a's and in_proj_b's outputs (each token's row contiguous);
@@ -373,7 +374,7 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
     One warp per [DK, 16] slice of the state: with the norms' reductions it beats four warps
     (`lab/decode_small_sweep.py`).
     """
-    T, H, HV, DK, DV, _, out, final_state = validate.delta_rule_gate_inputs(   # chapter 15's head-size limit
+    T, H, HV, DK, DV, _, out, final_state = validate.delta_rule_gate_inputs(   # chapter 15_delta_rule's head-size limit
         q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, max_head_dim=256)
     if block_v not in (4, 8, 16, 32, 64):
         raise ValueError(f"block_v must be 4, 8, 16, 32 or 64, got {block_v}")
@@ -392,7 +393,7 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
 def gated_norm_linear_residual(x: torch.Tensor, z: torch.Tensor, norm_weight: torch.Tensor,
                                weight: torch.Tensor, residual: torch.Tensor, eps: float = 1e-6,
                                out: torch.Tensor | None = None) -> torch.Tensor:
-    """The DeltaNet output at decode in one kernel: gated RMSNorm (chapter 17), out_proj, residual add.
+    """The DeltaNet output at decode in one kernel: gated RMSNorm (chapter 17_deltanet_layer), out_proj, residual add.
 
     x:           [T, heads, DV], the delta rule's output; DV a power of two (128)
     z:           [T, heads, DV], the output gate (a view of in_proj's output: each token's row contiguous)

@@ -1,4 +1,4 @@
-"""Projections: `y = x @ W.T` as a decode GEMV and a prefill GEMM (chapters 05 and 11).
+"""Projections: `y = x @ W.T` as a decode GEMV and a prefill GEMM (chapters 05_projections and 11_lm_head).
 
 Every projection of Qwen3.5 is a bias-free nn.Linear: weight [N, K] row-major (one row per output),
 y[m, n] = sum_k x[m, k] * W[n, k].
@@ -12,7 +12,7 @@ y[m, n] = sum_k x[m, k] * W[n, k].
 - `linear` picks one by M.
 
 The block sizes are explicit functions of the shape (`gemv_config`, `gemm_config`), chosen from
-measurements on an H200 in bf16; chapter 05 shows the reasoning.
+measurements on an H200 in bf16; chapter 05_projections shows the reasoning.
 """
 import torch
 import triton
@@ -33,7 +33,7 @@ def gemv_rows(x_ptr, w_ptr, rows, N, K, k_lo, k_hi, BLOCK_N: tl.constexpr, BLOCK
     """sum over k in [k_lo, k_hi) of W[n, k] * x[k] for the BLOCK_N rows `rows`: fp32 [BLOCK_N] (0 past N).
 
     W [N, K] row-major, x [K]: the GEMV's walk along a row (the whole row, [0, K), for the GEMV here; one
-    piece of it for chapter 24's split-K, which takes it from here, as do the fused and autotuned GEMVs).
+    piece of it for chapter 24_split_k's split-K, which takes it from here, as do the fused and autotuned GEMVs).
     Each step loads a contiguous BLOCK_K piece of every row (vectorised loads); one fp32 partial sum per
     lane, reduced across lanes once at the end, not in every step.
     """
@@ -74,9 +74,9 @@ def linear_tile(x_ptr, w_ptr, rm, rn, M, N, K,
     """x[rm, :] @ W[rn, :].T for the BLOCK_M rows `rm` of x [M, K] and the BLOCK_N rows `rn` of W [N, K]:
     fp32 [BLOCK_M, BLOCK_N] (0 outside M and N).
 
-    The prefill GEMM's walk along K (the GEMM here; the fused and autotuned GEMMs of chapters 22, 26 and 28
-    take it from here): each step an x tile [BLOCK_M, BLOCK_K] and a W.T tile [BLOCK_K, BLOCK_N] read in
-    place, multiplied by `tl.dot` in the input dtype, summed in fp32.
+    The prefill GEMM's walk along K (the GEMM here; the fused and autotuned GEMMs of chapters 22_layer_fusion,
+    26_autotune and 28_compilers take it from here): each step an x tile [BLOCK_M, BLOCK_K] and a W.T tile [BLOCK_K,
+    BLOCK_N] read in place, multiplied by `tl.dot` in the input dtype, summed in fp32.
     """
     # BEGIN SOLUTION: over K: an x tile [BM, BK], a W.T tile [BK, BN] (masked past M, N and K), tl.dot into fp32
     rk = tl.arange(0, BLOCK_K)
@@ -115,7 +115,7 @@ def gemm_kernel(x_ptr, w_ptr, y_ptr, M, N, K,
 
 
 def gemv_config(N: int, K: int, interpreted: bool = False) -> dict:
-    """Launch parameters of the GEMV for an [N, K] weight (measured on an H200 in bf16, chapter 05).
+    """Launch parameters of the GEMV for an [N, K] weight (measured on an H200 in bf16, chapter 05_projections).
 
     Two rows per program and 16 elements per thread (two 16-byte loads of bf16) in every shape. The
     width of a step along K sets the size of a program: the few-row matrices (N = 1024, K up to 3584)
@@ -131,7 +131,7 @@ def gemv_config(N: int, K: int, interpreted: bool = False) -> dict:
 
 
 def gemm_config(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device) -> dict:
-    """Launch parameters of the GEMM (measured on an H200 in bf16, chapter 05).
+    """Launch parameters of the GEMM (measured on an H200 in bf16, chapter 05_projections).
 
     Tensor-core tiles (every side >= 16). At prompt lengths near 128 the GEMM is still close to
     memory-bound (intensity ~ M FLOP/byte): one or two M tiles, long K steps (BLOCK_K = 128) and a deep

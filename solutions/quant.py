@@ -1,5 +1,5 @@
 """Projections with 8-bit weights: a dequantizing GEMV for decode and a dequantizing GEMM for the prompt
-(chapter 31).
+(chapter 31_weight_quant).
 
 The weight is stored as q [N, K] (int8, or fp8 e4m3 on sm_89+) with fp32 scales, one per row (per
 channel, `scale [N]`) or one per row and `group_size` columns (per group, `scale [N, ceil(K / group_size)]`);
@@ -18,7 +18,7 @@ channel, `scale [N]`) or one per row and `group_size` columns (per group, `scale
   before it joins the fp32 accumulator.
 
 fp8 needs no special case under the CPU interpreter: its loads and conversions are exact there in triton
-3.5, 3.7 and 3.9 (tests/test_quant.py, in `make test-window`).
+3.5, 3.7 and 3.9 (tests/kernels/test_quant.py, in `make test-window`).
 
 Unmeasured: the block sizes are chosen by the bytes-in-flight argument above, not yet timed on a GPU.
 """
@@ -132,7 +132,7 @@ def gemv_config(N: int, K: int, group_size: int | None, interpreted: bool = Fals
 def gemm_config(M: int, N: int, group_size: int | None, dtype: torch.dtype, device: torch.device) -> dict:
     """Launch parameters of the dequantizing GEMM (chosen, not yet measured).
 
-    The bf16 GEMM's tiles (chapter 05): at prompt lengths near 128 one or two M tiles, 64 or 32 columns,
+    The bf16 GEMM's tiles (chapter 05_projections): at prompt lengths near 128 one or two M tiles, 64 or 32 columns,
     long K steps; square 128 x 128 tiles from M = 256. A step stays inside one group (BLOCK_K <= group_size),
     and every side is at least 16 (`tl.dot`).
     """

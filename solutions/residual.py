@@ -1,4 +1,5 @@
-"""Residual adds (operators 9 and 13): `h = residual + x` on the [T, hidden] residual stream (chapter 09).
+"""Residual adds (operators 9 and 13): `h = residual + x` on the [T, hidden] residual stream (chapter
+09_output_residual).
 
 Every layer adds twice: the mixer's output (attention or DeltaNet, after o_proj / out_proj) and then the
 MLP's output onto the residual stream. One kernel serves both slots.

@@ -1,4 +1,4 @@
-"""Rotary position embedding (operators 3 and 4, chapter 06): partial, rotate-half ("NeoX") RoPE.
+"""Rotary position embedding (operators 3 and 4, chapter 06_rope): partial, rotate-half ("NeoX") RoPE.
 
 Qwen3.5 rotates only the first rotary_dim = 64 of the 256 dims of each q and k head, pairing dim i with
 dim i + 32 (not 2i with 2i + 1 as GPT-J did), by the angle pos * theta^(-2i/64), theta = 1e7:
@@ -19,7 +19,7 @@ and writes 64 of the 256 dims, a quarter of the bytes `apply_rope` moves (it mus
 model's q and k are fresh outputs of q_norm / k_norm that nobody else reads, so the in-place form is the
 one the engine uses and the q_rope / k_rope slots time. q and k go through separate launches: each
 arrives from its own norm, and the launch this saves is better saved by fusing RoPE into the q/k norm
-(chapter 22).
+(chapter 22_layer_fusion).
 
 Positions outside the cache: checked on the host by default (`check_pos`, as the embedding's ids); the
 kernel never reads outside the cache, a token with a bad position comes out as NaN.

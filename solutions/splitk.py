@@ -1,4 +1,4 @@
-"""Split-K decode GEMV (chapter 24): `y = x @ W.T` for one token, each row cut into pieces along K.
+"""Split-K decode GEMV (chapter 24_split_k): `y = x @ W.T` for one token, each row cut into pieces along K.
 
 A decode GEMV gives each program a few rows of W [N, K]. When N is small (the narrow projections of
 Qwen3.5: o_proj / out_proj 1024 x 2048, MLP down 1024 x 3584) there are few row blocks to hand out:
@@ -29,7 +29,7 @@ import triton.language as tl
 from tritonllm_course import kernels, triton_helpers as helpers, validate
 from tritonllm_course.runtime import runtime
 
-# chapter 05's walk along a row, from the learner's linear.py once written (`kernels.jit_function`)
+# chapter 05_projections's walk along a row, from the learner's linear.py once written (`kernels.jit_function`)
 gemv_rows = kernels.jit_function("linear", "gemv_rows", __file__)
 
 # On the GPU: 4 rows x up to 512 columns per program and step (16 bf16 per thread at 4 warps: two 16-byte
@@ -223,15 +223,15 @@ def splitk_gemv_atomic(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor 
 
 @functools.cache
 def _linear_kernel(name: str):
-    """Chapter 05's `gemm` / `gemv` (the learner's when written, else the solution), looked up once."""
+    """Chapter 05_projections's `gemm` / `gemv` (the learner's when written, else the solution), looked up once."""
     return kernels.get("linear", name)
 
 
 def splitk_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
     """`x @ weight.T` for x [..., K], with the reference `linear`'s signature (swappable into the model).
 
-    Several tokens: chapter 05's GEMM. One token: split-K (two stages) where `choose_split` splits this
-    shape on this GPU, else chapter 05's GEMV (one piece needs no second stage).
+    Several tokens: chapter 05_projections's GEMM. One token: split-K (two stages) where `choose_split` splits this
+    shape on this GPU, else chapter 05_projections's GEMV (one piece needs no second stage).
     returns [..., N] in x's dtype (into `out` when given).
     """
     K = validate.projection(x, weight)

@@ -4,7 +4,10 @@ In a student version of the course (no solutions/: `tritonllm-course student-cop
 the tests check the learner's kernels: every kernel they load comes from exercises/, a test whose exercise
 is not filled in yet is skipped saying which, and a test marked `needs_solutions` (it reads solutions/
 itself) is skipped. So is a test that fails on a course file the student version leaves out
-(`student_version.WITHHELD`, such as tests/test_planted_bugs.py), naming the file.
+(`student_version.WITHHELD`, such as tests/planted/test_planted_bugs.py), naming the file.
+
+The tests sit in folders by topic (CONTRIBUTING.md); what every folder uses is here, what one folder needs
+in its own conftest.py (tests/lab's).
 """
 import os
 from pathlib import Path
@@ -48,11 +51,9 @@ if STUDENT:
 def _withheld_file(error: BaseException) -> str | None:
     """The course file that `error` names (a missing module, or a path in its message) and that the
     student version leaves out; None when it names none."""
-    from tritonllm_course.student_version import withheld_named
+    from tritonllm_course.student_version import module_files, withheld_named
     module = error.name if isinstance(error, ModuleNotFoundError) and error.name else None
-    top = module.split(".")[0] if module else ""
-    named = f"tests/{top}.py {top}/__init__.py {module.replace('.', '/')}.py " if module else ""
-    return withheld_named(named + str(error), ROOT)
+    return withheld_named((module_files(module) if module else "") + str(error), ROOT)
 
 
 @pytest.hookimpl(wrapper=True)

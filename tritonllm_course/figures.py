@@ -17,7 +17,7 @@ and date are read from the record's ``gpu`` and ``date`` fields, or from its fil
 
 In prose (notebook markdown, ``docs/*.md``, ``README.md``) a figure is its text followed by a marker,
 ``0.648 ms<!-- fig:decode.fast_pdl.ctx128.ms -->``; a bare number (``0.648<!-- fig:... -->``, for a table
-whose header names the unit) is accepted too. ``check_markers`` is what ``tests/test_figures.py`` runs over
+whose header names the unit) is accepted too. ``check_markers`` is what ``tests/measure/test_figures.py`` runs over
 every such file: the key must exist, its record must resolve, and the number written must be the number
 ``text`` gives, so a stale quote fails as soon as its record changes.
 """

@@ -49,7 +49,7 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
                         "split-K; the fewest kernels)")
     p.add_argument("--weights", default="native", metavar="FORMAT",
                    help=f"triton backend: the projections' weights, one of {', '.join(WEIGHT_FORMATS)}: the "
-                   "model's dtype (native, default), or quantized to 8 bits at load (chapter 31)")
+                   "model's dtype (native, default), or quantized to 8 bits at load (chapter 31_weight_quant)")
     p.add_argument("--device", choices=["cpu", "cuda"], default=None, help="default: cuda when available")
     p.add_argument("--dtype", choices=_DTYPES, default=None,
                    help="default: bfloat16 on cuda, float32 on cpu")

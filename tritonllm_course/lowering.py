@@ -1,5 +1,5 @@
-"""How a Triton kernel becomes GPU code (chapter 28): compile one of the course's kernels for a GPU that need not
-be here, and read what each stage of the compiler wrote.
+"""How a Triton kernel becomes GPU code (chapter 28_compilers): compile one of the course's kernels for a GPU that need
+not be here, and read what each stage of the compiler wrote.
 
     @triton.jit Python -> TTIR -> TTGIR -> LLVM IR -> PTX -> cubin, read back as SASS
 

@@ -32,7 +32,7 @@ _WIDGET = re.compile(r"\bwidgets\.|\binteract(ive)?\(")
 
 
 def widget_chapters() -> list[Path]:
-    """The chapters with an ipywidgets control: tests/test_widgets.py runs them top to bottom and then
+    """The chapters with an ipywidgets control: tests/tools/test_widgets.py runs them top to bottom and then
     moves their controls, so nbval leaves them out (notebooks/conftest.py) rather than run them twice."""
     import nbformat
     found = []

@@ -143,8 +143,8 @@ def runtime() -> Runtime:
     return _RUNTIME or setup(quiet=True)
 
 
-# Programmatic dependent launch (chapter 18, `triton_helpers.pdl_wait`): the engine's decode step turns it on
-# around its kernels; a wrapper whose kernel takes PDL passes `**pdl_args()` to its launch. One switch for the
+# Programmatic dependent launch (chapter 18_cuda_graphs, `triton_helpers.pdl_wait`): the engine's decode step turns it
+# on around its kernels; a wrapper whose kernel takes PDL passes `**pdl_args()` to its launch. One switch for the
 # kernel's PDL constexpr and the launch attribute: a kernel launched with PDL that never waits could read
 # its inputs before the kernel that writes them has finished.
 _PDL = False
@@ -160,7 +160,7 @@ def pdl_args() -> dict:
 def no_launch_overlap():
     """The PDL kernels, with their launch parameters, launched without the attribute: each starts only
     when the one before has finished. What PDL itself changes is then the timing alone: the outputs are
-    bit-identical (tests/test_pdl.py, `tritonllm-course bench`)."""
+    bit-identical (tests/model/test_pdl.py, `tritonllm-course bench`)."""
     global _OVERLAP
     before, _OVERLAP = _OVERLAP, False
     try:

@@ -37,10 +37,12 @@ IGNORED = ("solutions", ".git", ".venv", "__pycache__", "*.egg-info", ".pytest_c
            ".whl", "*.bak")
 # Paths from the course root (fnmatch patterns, one per path component; a folder's covers all under it):
 # what gives the solutions away line for line (the planted-bug tables, whose search strings are the
-# solutions' lines; the lab's probes, which hold variants of the kernels; tests/test_student_leaks.py finds
-# them), and the tests that read those.
-WITHHELD = ("tests/bugs_*.py", "tests/planted.py", "tests/test_planted_bugs.py", "tests/test_check_robustness.py",
-            "lab/*.py", "tests/test_lab.py", "tests/test_deltanet_head_fusion_probe.py")
+# solutions' lines; the lab's probes, which hold variants of the kernels; tests/tools/test_student_leaks.py finds
+# them), and the tests that read those (the folders tests/planted and tests/lab, whole).
+WITHHELD = ("tests/planted", "lab/*.py", "tests/lab")
+# The folders the tests import their shared modules from by bare name (pyproject.toml's pytest `pythonpath`):
+# `import planted` is tests/planted/planted.py, which a student version leaves out (`module_files`).
+TEST_MODULE_DIRS = ("tests", "tests/planted")
 
 
 def withheld(path: str | PurePosixPath) -> bool:
@@ -54,6 +56,14 @@ def withheld(path: str | PurePosixPath) -> bool:
         if len(parts) >= len(want) and all(fnmatchcase(p, w) for p, w in zip(parts, want)):
             return True
     return False
+
+
+def module_files(module: str) -> str:
+    """The course files that the module `module` (dotted) would be, space-separated, for `withheld_named`: a
+    shared test module of a `TEST_MODULE_DIRS` folder, a package, a module from the course root."""
+    top = module.split(".")[0]
+    return " ".join([f"{folder}/{top}.py" for folder in TEST_MODULE_DIRS]
+                    + [f"{top}/__init__.py", f"{module.replace('.', '/')}.py"]) + " "
 
 
 def withheld_named(text: str, root: Path) -> str | None:

@@ -6,7 +6,7 @@ level on the meta device (tensors without memory), its kernels from solutions/, 
 choosing for the target (`triton_helpers.compiling_for`): a prompt of two chunks (the first of a fresh
 sequence, one after it), then a greedy and a sampled decode step. Each launch is recorded instead of run,
 and typed by Triton's own binder for that target (the pointer alignments and the integer hints a real
-launch would get); chapter 26's autotuned GEMV and GEMM are called at every projection's shape and each
+launch would get); chapter 26_autotune's autotuned GEMV and GEMM are called at every projection's shape and each
 config that survives their pruning, run for that target, is taken. So the signatures, constexprs, warps
 and stages are those the engine launches there, never retyped.
 
@@ -123,7 +123,7 @@ def _trace_engine(level: str, dtype, gpu) -> None:
 
 
 def _trace_autotune(dtype) -> None:
-    """Chapter 26's autotuned GEMV (one token) and GEMM (a 128-token prompt, the chapters' prefill) at every
+    """Chapter 26_autotune's autotuned GEMV (one token) and GEMM (a 128-token prompt, the chapters' prefill) at every
     projection of Qwen3.5-0.8B."""
     import torch
 
@@ -283,7 +283,7 @@ def _checked(archs, dtypes, levels):
 
 
 def survey(archs=None, dtypes=None, levels=LEVELS, autotune: bool = True) -> list[Kernel]:
-    """Every distinct launch of the engine (at `levels`) and of chapter 26's autotuned projections, compiled
+    """Every distinct launch of the engine (at `levels`) and of chapter 26_autotune's autotuned projections, compiled
     for each GPU of `archs` (`triton_helpers.GPUS`; None: all) in each dtype of `dtypes` that GPU runs, with
     its resources and the limits it breaks (`Kernel.problems`, empty where it fits). Under the interpreter it
     runs in a fresh process without it."""
@@ -340,7 +340,7 @@ def add_targets_parser(sub):
     p.add_argument("--dtype", default=None, help="bfloat16 and/or float16 (default: each the GPU runs)")
     p.add_argument("--level", default=",".join(LEVELS), help=f"engine levels (default: {','.join(LEVELS)})")
     p.add_argument("--no-autotune", dest="autotune", action="store_false",
-                   help="leave out chapter 26's autotuned projections")
+                   help="leave out chapter 26_autotune's autotuned projections")
     p.add_argument("--json", default=None, help="also write every kernel's figures to this file")
     p.set_defaults(func=run_targets)
     return p

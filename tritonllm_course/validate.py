@@ -365,7 +365,7 @@ def check_sampling(temperature, top_k, top_p) -> None:
                          f"a smaller one rounds to 0 and keeps no token), got {top_p!r}")
 
 
-# the engine's weight formats (`Engine(weight_format=...)`, chapter 31): the model's own dtype, or 8-bit
+# the engine's weight formats (`Engine(weight_format=...)`, chapter 31_weight_quant): the model's own dtype, or 8-bit
 WEIGHT_FORMATS = ("native", "int8", "int8_group", "fp8")
 
 

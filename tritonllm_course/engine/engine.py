@@ -8,7 +8,7 @@ decode step captured once in a CUDA graph and replayed for every token.
 What it does differently from the reference model (`tritonllm_course.model`), which it must match token
 for token:
 - weights merged once at load (`merged.py`): one GEMV per projection group at decode; optionally quantized
-  to 8 bits there (`weight_format`), the projections then run the dequantizing kernels of chapter 31;
+  to 8 bits there (`weight_format`), the projections then run the dequantizing kernels of chapter 31_weight_quant;
 - every buffer allocated once (`buffers.py`): the cache, the activations, the logits;
 - two paths: prefill (GEMM, chunked delta rule, causal attention, conv over the prompt) and decode (GEMV,
   recurrent delta rule, attention over the cache with the length read from device memory, one conv step),
@@ -110,7 +110,7 @@ class Engine(Forward):
     prefill_chunk:   prompt tokens per prefill pass; longer prompts run chunk after chunk
     level:           "operators" (one kernel per operator), "fused" or "fast": the plan `plan.LEVELS` holds
     pdl:             launch the kernels of the decode step and of the prompt chunks with programmatic
-                     dependent launch (chapter 18): each may start while the one before it drains (at
+                     dependent launch (chapter 18_cuda_graphs): each may start while the one before it drains (at
                      decode loading its weights before it waits for its input); all but the LM head's
                      GEMV, whose 124,160 programs lose more to the trigger and the wait than it gains
                      (`solutions/linear.py`, PDL_MAX_PROGRAMS). None: where the GPU has it (sm_90+).
@@ -124,7 +124,7 @@ class Engine(Forward):
                      "int8" (a scale per row), "int8_group" (per row and 128 columns) or "fp8" (e4m3, per row;
                      sm_89+): the projections and a copy of the LM head quantized once, at load (`merged.py`),
                      run by the levels "operators" and "fused" (`plan.quant_plan`), refused by "fast". Tokens
-                     may differ from the native weights' (chapter 31's accuracy table)
+                     may differ from the native weights' (chapter 31_weight_quant's accuracy table)
     """
 
     def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], *, max_seq_len: int = 4096,

@@ -7,14 +7,14 @@ runs the quant kernels and only the unfused forms for those).
 Optimisation levels (`level`), the benchmark's rows with `cuda_graph`: each a plan (`plan.LEVELS`) of steps,
 the kernel slot each runs, and of what each path fuses (`plan.Fusions`), which the one prefill path and the
 one decode path below follow:
-  "operators"  one kernel per operator (chapter 19)
+  "operators"  one kernel per operator (chapter 19_engine)
   "fused"      RMSNorm folded into the merged projections (ln1 at decode only), the last residual add
                into the final norm, split-K for the narrow decode GEMVs, FlashDecoding /
-               FlashAttention (chapters 21, 23-25)
+               FlashAttention (chapters 21_norm_fusion, 23_flash_attention, 24_split_k and 25_flash_decoding)
   "fast"       "fused" with the residual adds in the output projections' epilogues, plain GEMVs for
                them, an attention layer's q/k norms, RoPE and cache write in one kernel, at decode the
                DeltaNet gates inside the recurrent delta rule and its gated RMSNorm inside out_proj
-               (chapter 22): the fewest kernels per token
+               (chapter 22_layer_fusion): the fewest kernels per token
 
 fp16 mode (`residual_dtype`): the residual stream a.x is fp32, as in the reference model (Qwen's stream
 outgrows fp16's 65,504). The residual adds take it as it is; the kernels that write or read it in the

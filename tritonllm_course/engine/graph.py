@@ -1,4 +1,4 @@
-"""Capture a step of static buffers into a CUDA graph once, then replay it (chapter 18).
+"""Capture a step of static buffers into a CUDA graph once, then replay it (chapter 18_cuda_graphs).
 
 A decode step of Qwen3.5 is a few hundred kernel launches of a few microseconds each. Launched one by
 one from Python, the GPU waits on the CPU between them. A CUDA graph records the launches once (kernels,
@@ -50,7 +50,7 @@ class GraphedStep:
     state: the tensors `fn` updates (caches, counters); the warm-up runs are undone on them.
     pool:  the memory pool its capture allocates from (`torch.cuda.graph_pool_handle()`, or another graph's
            `.pool()`); None, as the engine passes: a private one, so that graphs replay in any order
-           (chapter 18, what a capture allocates).
+           (chapter 18_cuda_graphs, what a capture allocates).
     """
 
     def __init__(self, fn: Callable[[], None], state: list[torch.Tensor], warmup: int = 2, pool=None):

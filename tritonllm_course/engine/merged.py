@@ -14,8 +14,8 @@ Prefill (many tokens) multiplies by the merged matrix too, one GEMM per group: t
 [T, 8224] holds the pieces side by side, and the kernels after it read each piece as a column view,
 each token's piece contiguous and the tokens a whole row apart.
 
-8-bit weights (`Engine(weight_format=...)`, chapter 31): each merged matrix, o_proj / out_proj, down and a copy
-of the LM head are quantized as they are merged (`Quantized`: q and fp32 scales), one layer at a time, so the
+8-bit weights (`Engine(weight_format=...)`, chapter 31_weight_quant): each merged matrix, o_proj / out_proj, down
+and a copy of the LM head are quantized as they are merged (`Quantized`: q and fp32 scales), one layer at a time, so the
 high-precision merged copy of only one matrix lives at once and none is kept. Per-row (and per-row-and-group)
 scales make quantizing the merged matrix the same as quantizing each checkpoint matrix and stacking them. The
 embedding table stays in the model dtype: its rows are gathered, not multiplied, and it is tied to the head.
@@ -30,7 +30,7 @@ from ..config import Qwen35Config
 from ..reference.quant import quantize
 from ..triton_helpers import FP8_CAPABILITY, gpu_of
 
-GROUP_SIZE = 128    # int8_group: the columns one scale covers (chapter 31's choice)
+GROUP_SIZE = 128    # int8_group: the columns one scale covers (chapter 31_weight_quant's choice)
 
 
 @dataclass

@@ -6,18 +6,19 @@ engine fits one `Plan` when it is built (`fitted_plan`), resolves its slots (`op
 Three optimisation levels (the CUDA graph is the engine's separate option), each a `Plan` of `LEVELS`: its
 steps (which slot each runs) and, per path, its `Fusions` (which operators share a kernel), which the
 engine follows. Each level's steps are an `edit` of the previous level's:
-  operators  one kernel per operator of the model (`STEPS`, chapter 19)
-  fused      chapters 21, 23-25 (`FUSED_STEPS`): ln1 folded into the merged input projection (at decode),
+  operators  one kernel per operator of the model (`STEPS`, chapter 19_engine)
+  fused      chapters 21_norm_fusion, 23_flash_attention, 24_split_k and 25_flash_decoding (`FUSED_STEPS`):
+             ln1 folded into the merged input projection (at decode),
              ln2 into the gate/up projection and its SwiGLU, the last residual add into the final norm;
              split-K for the narrow decode GEMVs (o_proj / out_proj, down); FlashDecoding at decode and
              FlashAttention at prefill
-  fast       the fewest kernels (`FAST_STEPS`, chapter 22): see the comment above it
+  fast       the fewest kernels (`FAST_STEPS`, chapter 22_layer_fusion): see the comment above it
 Every Qwen3.5 text config runs at every level: where its shapes do not fit a fused kernel (a value head dim
 that is not a power of two, heads wider than FlashAttention's tile), the level runs the plain kernels for
 those steps (`FALLBACKS`, named in the engine's summary); what no level runs is refused (`LIMITS`).
 
-8-bit weights (`fitted_plan(..., weight_format="int8" | "int8_group" | "fp8")`, chapter 31): every projection
-and the LM head run the dequantizing kernels, `quant_gemm` over a prompt and `quant_gemv` at decode
+8-bit weights (`fitted_plan(..., weight_format="int8" | "int8_group" | "fp8")`, chapter 31_weight_quant): every
+projection and the LM head run the dequantizing kernels, `quant_gemm` over a prompt and `quant_gemv` at decode
 (`quant_plan`). The fused kernels that read a projection's weight in the model dtype (the norm-folded
 projections, gate/up with its SwiGLU, split-K) have no 8-bit version: at the fused level the projections fall
 back to the plain quant kernels, ln1, ln2 and the SwiGLU to kernels of their own (a line in `fallbacks`);
@@ -36,7 +37,7 @@ from ..validate import check_weight_format as check_weight_format_value
 @dataclass(frozen=True)
 class Step:
     """One row of a level's table: a step of a decode token or a prompt chunk, and the kernel slot each path
-    runs for it (the ladder of chapter 29 climbs `ladder.rungs.Rung`s, another thing)."""
+    runs for it (the ladder of chapter 29_naive_to_fast climbs `ladder.rungs.Rung`s, another thing)."""
     name: str
     where: str            # "model", "every layer", "attention layers", "DeltaNet layers", "sampling"
     prefill: str | None   # slot of the prefill path (None: not in that path)
@@ -99,7 +100,7 @@ def edit(steps: tuple[Step, ...], changes: dict[str, Edit]) -> tuple[Step, ...]:
 # norm, now one kernel (Qwen3.5-0.8B: 317 kernels per token instead of 336). What split-K and FlashDecoding
 # buy is time per kernel: all 132 SMs busy on the narrow GEMVs and on long caches.
 # At prefill ln1 and ln2 stay kernels of their own at every level: at M = 128 the norm-folded GEMMs are
-# slower than the norm and the plain GEMM together (chapter 21; results/kernels_nvidia-h200_2026-11-30.md).
+# slower than the norm and the plain GEMM together (chapter 21_norm_fusion; results/kernels_nvidia-h200_2026-11-30.md).
 FUSED_STEPS = edit(STEPS, {
     "ln1": {"decode": None},
     "attn_in_proj": {"decode": "fused_rmsnorm_linear"},

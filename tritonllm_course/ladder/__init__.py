@@ -1,4 +1,5 @@
-"""From naive to fast: Qwen3.5 one change at a time, each step measured against the one before (chapter 29).
+"""From naive to fast: Qwen3.5 one change at a time, each step measured against the one before (chapter
+29_naive_to_fast).
 
 The source article takes a C++/CUDA GPT-2 engine from a naive start to fast in four rounds. The ladder takes
 the same steps in Triton on Qwen3.5, and the course's own after them:
@@ -9,8 +10,8 @@ the same steps in Triton on Qwen3.5, and the course's own after them:
 
 `rungs.RUNGS` is the table: each step a `ModelPath` (the reference model with the course's kernels swapped
 in: the early steps, which the engine never takes) or an `EnginePath` (the engine's levels and options:
-the later ones). Its only kernel of its own, the one-program-per-output projection, is chapter 29's exercise
-(`naive_gemv`); `naive.py` runs it on transposed copies of the matrices, one token row at a time.
+the later ones). Its only kernel of its own, the one-program-per-output projection, is chapter 29_naive_to_fast's
+exercise (`naive_gemv`); `naive.py` runs it on transposed copies of the matrices, one token row at a time.
 `rungs.climb` times and checks every step; `results` writes and draws it; `measure` does both for a
 config, and `python -m tritonllm_course.ladder --out DIR` on a GPU writes DIR/ladder_<gpu>_<date>.{json,md,png}.
 """

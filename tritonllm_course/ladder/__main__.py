@@ -1,4 +1,4 @@
-"""The ladder on a GPU: every step of chapter 29 timed at Qwen3.5-0.8B's real shapes, and checked.
+"""The ladder on a GPU: every step of chapter 29_naive_to_fast timed at Qwen3.5-0.8B's real shapes, and checked.
 
     python -m tritonllm_course.ladder --out results/      # writes results/ladder_<gpu>_<date>.{json,md,png}
 

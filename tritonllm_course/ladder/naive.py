@@ -1,11 +1,11 @@
-"""The ladder's naive projection (chapter 29): one program per output element (on a GPU), the weight read at
-whatever strides it has, and the prompt run through it one token row at a time.
+"""The ladder's naive projection (chapter 29_naive_to_fast): one program per output element (on a GPU), the weight read
+at whatever strides it has, and the prompt run through it one token row at a time.
 
 - `per_output_linear` is a GEMV whose program n computes y[n] alone, at the weight's strides: the same
   kernel reads a row-major weight (coalesced) and a transposed one (not), so the ladder's first step
-  measures coalescing and nothing else. Its kernel is chapter 29's exercise, `exercises/naive_gemv.py`
+  measures coalescing and nothing else. Its kernel is chapter 29_naive_to_fast's exercise, `exercises/naive_gemv.py`
   (`solutions/naive_gemv.py` says more): a walk along K, which the student version of the course leaves
-  to the learner as it does chapter 05's.
+  to the learner as it does chapter 05_projections's.
 - `Transposed` keeps a transposed copy of every matrix of a model and runs the projection on it: the
   ladder's naive step, whose model still passes the row-major weights to its `linear`.
 - `token_by_token` launches a projection once per token row: a prompt of T tokens is T GEMVs of each
@@ -22,8 +22,8 @@ from .. import kernels, validate
 
 def per_output_linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None,
                       source: str | None = None) -> torch.Tensor:
-    """One token through a projection, one program per output (`naive_gemv.per_output_linear`, chapter 29's
-    exercise): the learner's once written, else the solution (`kernels`; `source` as there)."""
+    """One token through a projection, one program per output (`naive_gemv.per_output_linear`, chapter
+    29_naive_to_fast's exercise): the learner's once written, else the solution (`kernels`; `source` as there)."""
     return kernels.get("naive_gemv", "per_output_linear", source)(x, weight, out=out)
 
 

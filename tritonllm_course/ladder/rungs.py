@@ -1,4 +1,4 @@
-"""The ladder's steps and what runs each one (chapter 29).
+"""The ladder's steps and what runs each one (chapter 29_naive_to_fast).
 
 Every step is the one before it with one change (`RUNGS`, in order). The first eight run the reference
 model (`tritonllm_course.model`) with the course's kernels swapped in (`swap.swapped`): that path can do
@@ -40,12 +40,12 @@ class ModelPath:
 
     projection: "transposed"  one program per output on a transposed copy of each matrix, per token row
                 "row-major"   the same kernel on the matrices as they are, per token row
-                "gemv"        chapter 05's GEMV, per token row
-                "gemm"        chapter 05's `linear`: the GEMV for one token, the GEMM for several
+                "gemv"        chapter 05_projections's GEMV, per token row
+                "gemm"        chapter 05_projections's `linear`: the GEMV for one token, the GEMM for several
     kv_cache:   keep the KV cache and the DeltaNet conv and recurrent states; else each token runs the
                 whole sequence again
-    flash:      FlashAttention for a prompt, FlashDecoding for a token (else chapter 08's kernels)
-    fused_norm: the residual add before each MLP and its RMSNorm in one kernel (chapter 21)
+    flash:      FlashAttention for a prompt, FlashDecoding for a token (else chapter 08_attention's kernels)
+    fused_norm: the residual add before each MLP and its RMSNorm in one kernel (chapter 21_norm_fusion)
     sync:       torch.cuda.synchronize() after every kernel, and the wrappers' host-side range checks
     """
     projection: str = "transposed"
@@ -70,13 +70,13 @@ class EnginePath:
 
 @dataclass(frozen=True)
 class Rung:
-    """One rung of the ladder (a step of chapter 29: the rung before it with one change). Named apart from the
-    engine's `plan.Step`, a row of a level's table: one kernel slot of a decode token or a prompt chunk."""
+    """One rung of the ladder (a step of chapter 29_naive_to_fast: the rung before it with one change). Named apart from
+    the engine's `plan.Step`, a row of a level's table: one kernel slot of a decode token or a prompt chunk."""
     key: str
     label: str                        # short, for the plot
     change: str                       # what this step changes from the one before
     article: str                      # where the source article takes the same step ("-": it does not)
-    chapter: str                      # where the course teaches it
+    chapter: str                      # where the course teaches it: the chapters' slugs
     path: ModelPath | EnginePath
     # its one change is the CUDA graph or PDL: on the CPU the engine ignores the one and the interpreter makes
     # the other a no-op, so there it runs the code of the step before
@@ -98,30 +98,30 @@ _NO_SYNC = replace(_FUSED, sync=False)
 RUNGS = (
     Rung("naive", "naive", "one program per output, the weight read transposed (uncoalesced), one launch per "
          "token row; no KV cache and no DeltaNet state: every token runs the whole sequence again; a sync "
-         "after every kernel", "4.1", "29", _NAIVE),
+         "after every kernel", "4.1", "29_naive_to_fast", _NAIVE),
     Rung("coalesced", "coalesced", "the same kernel reading the weight row-major: a warp's 32 loads coalesce",
-         "4.1-4.2", "05", _COALESCED),
-    Rung("gemv", "cooperative GEMV", "chapter 05's GEMV: 2 rows a program, 16-byte loads per lane; still one "
-         "launch per token row", "4.2", "05", _GEMV),
-    Rung("gemm", "prompt as GEMM", "a sequence's tokens through chapter 05's GEMM, one launch per projection",
-         "4.2", "05", _GEMM),
+         "4.1-4.2", "05_projections", _COALESCED),
+    Rung("gemv", "cooperative GEMV", "chapter 05_projections's GEMV: 2 rows a program, 16-byte loads per lane; "
+         "still one launch per token row", "4.2", "05_projections", _GEMV),
+    Rung("gemm", "prompt as GEMM", "a sequence's tokens through chapter 05_projections's GEMM, one launch per "
+         "projection", "4.2", "05_projections", _GEMM),
     Rung("kv_cache", "KV cache + state", "the KV cache and the DeltaNet conv and recurrent states kept: a "
-         "decode step runs one token", "4.3", "07, 15", _CACHE),
+         "decode step runs one token", "4.3", "07_kv_cache, 15_delta_rule", _CACHE),
     Rung("flash", "FlashAttention / FlashDecoding", "FlashAttention for the prompt, FlashDecoding for a token",
-         "4.4", "23, 25", _FLASH),
+         "4.4", "23_flash_attention, 25_flash_decoding", _FLASH),
     Rung("fused_norm", "fused residual + norm", "the residual add before each MLP fused with its RMSNorm",
-         "4.5", "21", _FUSED),
+         "4.5", "21_norm_fusion", _FUSED),
     Rung("no_sync", "no syncs", "no sync after each kernel, no host-side range checks (each reads the device)",
-         "4.5", "18", _NO_SYNC),
+         "4.5", "18_cuda_graphs", _NO_SYNC),
     Rung("engine", "static buffers (engine)", "the engine at its fused level, op by op: weights merged, every "
-         "buffer allocated once, the norms folded into the decode projections, split-K", "3.1", "19, 21, 24",
-         EnginePath("fused", cuda_graph=False)),
-    Rung("graph", "CUDA graph", "the decode step, and a prompt met before, replayed from a CUDA graph", "-", "18",
-         EnginePath("fused", cuda_graph=True), gpu_only=True),
+         "buffer allocated once, the norms folded into the decode projections, split-K", "3.1",
+         "19_engine, 21_norm_fusion, 24_split_k", EnginePath("fused", cuda_graph=False)),
+    Rung("graph", "CUDA graph", "the decode step, and a prompt met before, replayed from a CUDA graph", "-",
+         "18_cuda_graphs", EnginePath("fused", cuda_graph=True), gpu_only=True),
     Rung("fast", "fewest kernels", "the fast level: the residual adds, gates and norms inside the kernels "
-         "around them", "-", "22", EnginePath("fast", cuda_graph=True)),
+         "around them", "-", "22_layer_fusion", EnginePath("fast", cuda_graph=True)),
     Rung("pdl", "PDL", "programmatic dependent launch: the engine's default where the GPU has it (sm_90+)", "-",
-         "18", EnginePath("fast", cuda_graph=True, pdl=None), gpu_only=True),
+         "18_cuda_graphs", EnginePath("fast", cuda_graph=True, pdl=None), gpu_only=True),
 )
 
 
@@ -256,7 +256,7 @@ class ModelRunner:
     def warm_up(self, prompt: list[int], n: int) -> None:
         """Compile every kernel the timed run will launch, at the shapes it will launch them. Without a KV cache
         the run is long: its projections are compiled on one row of each matrix, and the other kernels by a
-        run at the same lengths with chapter 05's projection in place of the step's."""
+        run at the same lengths with chapter 05_projections's projection in place of the step's."""
         if self.path.kv_cache or self.path.projection == "gemm":
             self.generate(prompt, n)
             return

@@ -6,13 +6,14 @@
 - `kernel_table`: every ready kernel at its real shapes, one table;
 - `engine_bench`: the engine against transformers and the reference model, one table
   (`tritonllm-course bench`); `family`: that table for every size of the family;
-- `bytes_model`: the bytes one decode token must move, from the config (chapter 20);
+- `bytes_model`: the bytes one decode token must move, from the config (chapter 20_profile);
 - `trace`: the calls of an engine's step traced on the host, the kernels of a device trace, and which
   call launched each;
-- `profiling`: where the engine's step spends its time, per kernel and per slot (chapter 20);
+- `profiling`: where the engine's step spends its time, per kernel and per slot (chapter 20_profile);
   `layer_times`: the same per layer and per kind of layer;
-- `delta_rule_bench` (chapters 15 and 16), `flash_bench` (23 and 25), `splitk_bench` (24),
-  `autotune_bench` (26): each chapter's GPU measurements beyond the kernel table.
+- `delta_rule_bench` (chapters 15_delta_rule and 16_delta_rule_chunked), `flash_bench`
+  (23_flash_attention and 25_flash_decoding), `splitk_bench` (24_split_k), `autotune_bench` (26_autotune): each
+  chapter's GPU measurements beyond the kernel table.
 
 Each GPU script runs as `python -m tritonllm_course.measure.<name> --out results/`.
 """

@@ -1,4 +1,4 @@
-"""Chapter 26's tools for watching an autotuner, and its GPU measurements.
+"""Chapter 26_autotune's tools for watching an autotuner, and its GPU measurements.
 
 On any machine (the interpreter included, where the course's CPU timer stands in for `do_bench`):
 - `tuning_log(kernel)`: count what an autotuned kernel benchmarks inside a `with` block (configs timed,
@@ -9,7 +9,7 @@ On any machine (the interpreter included, where the course's CPU timer stands in
 
 On a GPU (kernel times: CUDA-graph replays over input sets larger than L2, `benchmark.time_calls`):
 - `config_table`: every GEMV config that survives pruning at one shape, timed; the autotuner's choice, its
-  own `do_bench` times, the hand-picked config of chapter 05, the first (tuning) and a cached call;
+  own `do_bench` times, the hand-picked config of chapter 05_projections, the first (tuning) and a cached call;
 - `tuning_cost`: the first call's wall time against the number of configs, Triton's default `do_bench`
   against the course's shorter one;
 - `disk_cache`: three fresh processes sharing one TRITON_CACHE_DIR (cold; compiled kernels cached;
@@ -86,7 +86,7 @@ def label(config) -> str:
 
 
 def same_config(config, params: dict) -> bool:
-    """Is `config` the launch `params` ({BLOCK_*: ..., num_warps: ..., num_stages: ...}) of chapter 05?"""
+    """Is `config` the launch `params` ({BLOCK_*: ..., num_warps: ..., num_stages: ...}) of chapter 05_projections?"""
     want = {k: v for k, v in params.items() if k.startswith("BLOCK")}
     return (config.kwargs == want and config.num_warps == params["num_warps"]
             and config.num_stages == params.get("num_stages", 3))
@@ -161,7 +161,7 @@ def side_by_side(fns: dict, sets, tries=3) -> dict:
 
 def config_table(at, linear, N, K, dtype=torch.bfloat16) -> dict:
     """Every GEMV config kept by `select_gemv_configs` at [N, K]: microseconds each (CUDA-graph replay),
-    with the autotuner's choice and its own do_bench milliseconds, chapter 05's hand-picked config, and
+    with the autotuner's choice and its own do_bench milliseconds, chapter 05_projections's hand-picked config, and
     the wall time of the tuning first call and of a cached call."""
     import triton
     kernel = at.gemv_autotuned_kernel
@@ -321,7 +321,7 @@ def run_apart(code: str, env: dict | None = None) -> str:
 
 # --- plots -------------------------------------------------------------------------------------------
 def plot_config_table(result: dict, ax=None):
-    """Microseconds per config at one shape; the autotuner's choice and chapter 05's config coloured."""
+    """Microseconds per config at one shape; the autotuner's choice and chapter 05_projections's config coloured."""
     import matplotlib.pyplot as plt
     rows = result["rows"]
     ax = ax or plt.subplots(figsize=(6, 0.22 * len(rows) + 1.2))[1]
@@ -333,7 +333,7 @@ def plot_config_table(result: dict, ax=None):
     ax.invert_yaxis()
     ax.tick_params(axis="y", labelsize=7)
     ax.set_xlabel("microseconds (CUDA-graph replay)")
-    ax.set_title(f"{result['N']} x {result['K']}: red = autotuned, orange = chapter 05", fontsize=9)
+    ax.set_title(f"{result['N']} x {result['K']}: red = autotuned, orange = chapter 05_projections", fontsize=9)
     return ax
 
 

@@ -1,4 +1,4 @@
-"""The byte model (chapter 20): the HBM bytes one decode token must move, per step of the engine's plan, per
+"""The byte model (chapter 20_profile): the HBM bytes one decode token must move, per step of the engine's plan, per
 kernel slot and in total (docs/qwen35.md §6), computed from the config alone; `floor_us`: those bytes at
 the measured copy bandwidth, the time no kernel can beat.
 

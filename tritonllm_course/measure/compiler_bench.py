@@ -1,4 +1,4 @@
-"""GPU measurements of chapter 28: the source article's claims about compilers and Triton, measured.
+"""GPU measurements of chapter 28_compilers: the source article's claims about compilers and Triton, measured.
 
 - `epilogue`: y = gelu(x @ W.T), both GELU forms, at the article's two GEMV shapes and Qwen3.5's
   1024 -> 3584 for one token and for 128: the course's fused kernel (and with the article's 128 x 128 x 32
@@ -8,7 +8,7 @@
   of the implementations that are not the course's kernels;
 - `elementwise`: GELU alone, erf against tanh, PyTorch's and the course's kernels (the article: tanh "3x
   faster");
-- `sweep`: the course's projection (`solutions/linear.py`: chapter 05's GEMV for one token, its GEMM
+- `sweep`: the course's projection (`solutions/linear.py`: chapter 05_projections's GEMV for one token, its GEMM
   otherwise) against cuBLAS over a grid of shapes: the share within 5% (the article: "80% of shapes");
 - `peak`: one large square GEMM in TFLOP/s, cuBLAS and the course's GEMM (the article: cuBLAS at "95% of
   the theoretical peak");
@@ -161,6 +161,7 @@ def peak(linear, dtype=torch.bfloat16) -> dict:
     sets = _projection_sets(M, N, K, dtype, weight_scale=0.02)[:1]
     flops = 2 * M * N * K
     out = {"M": M, "N": N, "K": K, "datasheet_dense_tflops": H200_DENSE_BF16_TFLOPS}
+    # the names are the records' keys (results/compilers_*.json); the GEMM is 05_projections's
     for name, fn in (("cuBLAS", lambda x, weight: F.linear(x, weight)), ("Triton (chapter 05's GEMM)", linear.gemm)):
         us = _best(fn, sets)
         out[name] = {"us": us, "tflops": flops / (us * 1e-6) / 1e12}
@@ -250,7 +251,7 @@ def inductor(out_dir: Path, deadline: float, dtype=torch.bfloat16) -> dict:
 
 
 def markdown(res: dict) -> str:
-    lines = [f"# Chapter 28: compilers and Triton on {res['gpu']}, {res['date']}", "", res["summary"], "",
+    lines = [f"# Chapter 28_compilers: compilers and Triton on {res['gpu']}, {res['date']}", "", res["summary"], "",
              "## gelu(x @ W.T): microseconds", "",
              "| shape (M x K -> N) | form | Triton fused | article's tiles | cuBLAS + F.gelu | torch.compile "
              "| max-autotune | cuBLAS alone | Triton, no activation | strongest baseline | fused vs strongest |",
@@ -334,7 +335,7 @@ def plot(res: dict):
     ax.set_title("GELU alone: erf against tanh", fontsize=10)
     handles = [plt.Rectangle((0, 0), 1, 1, color=f"C{j}") for j in range(len(res["elementwise"][0]["us"]))]
     ax.legend(handles, list(res["elementwise"][0]["us"]), fontsize=7)
-    fig.suptitle(f"chapter 28 on {res['gpu']}, {res['date']} (bf16, CUDA-graph replays)")
+    fig.suptitle(f"chapter 28_compilers on {res['gpu']}, {res['date']} (bf16, CUDA-graph replays)")
     fig.tight_layout()
     return fig
 

@@ -1,4 +1,5 @@
-"""GPU benchmark of the gated delta rule (chapters 15 and 16), at Qwen3.5-0.8B's shapes (16 heads of 128).
+"""GPU benchmark of the gated delta rule (chapters 15_delta_rule and 16_delta_rule_chunked), at Qwen3.5-0.8B's shapes
+(16 heads of 128).
 
 - decode: one recurrent step, for several (block_v, num_warps) splits of the state, against the bytes it
   must move (the fp32 state read and written: 2 MiB) in GB/s and % of the measured copy ceiling;

@@ -9,24 +9,25 @@ Systems (the same random weights of Qwen3.5-0.8B's real shapes, bf16, batch 1, g
                                  through torch.compile (the plain model recompiles at every token: its
                                  cache length is a Python int that changes, so it is compiled in this form)
   Triton (one kernel per operator)
-                                 the engine at level "operators" (chapter 19), decode step launched op by
+                                 the engine at level "operators" (chapter 19_engine), decode step launched op by
                                  op ("triton engine" names it too)
   Triton (one kernel per operator) + CUDA Graph
-                                 the same, decode step replayed from a CUDA graph (chapter 18; also
+                                 the same, decode step replayed from a CUDA graph (chapter 18_cuda_graphs; also
                                  "triton engine + CUDA graph")
   Triton + fusion + split-K      level "fused": RMSNorm folded into the merged projections, split-K for the
-                                 narrow decode GEMVs, FlashDecoding / FlashAttention (chapters 21, 23-25)
+                                 narrow decode GEMVs, FlashDecoding / FlashAttention (chapters 21_norm_fusion,
+                                 23_flash_attention, 24_split_k and 25_flash_decoding)
   Triton + fusion + split-K + CUDA Graph
                                  the same, replayed from a CUDA graph
   Triton, fewest kernels         level "fast": "fused" with the residual adds in the output projections'
                                  epilogues, plain GEMVs for them, the attention's q/k norms, RoPE and
                                  cache write in one kernel, at decode the DeltaNet gates inside the
-                                 recurrence and its gated RMSNorm inside out_proj (chapter 22)
+                                 recurrence and its gated RMSNorm inside out_proj (chapter 22_layer_fusion)
   Triton, fewest kernels + CUDA Graph
                                  the same, replayed from a CUDA graph
   Triton, fewest kernels + CUDA Graph + PDL
                                  the same, every kernel of the decode step launched with programmatic
-                                 dependent launch (chapter 18; sm_90+): the rows above launch without it
+                                 dependent launch (chapter 18_cuda_graphs; sm_90+): the rows above launch without it
 With a CUDA graph, a prompt length met before also replays its prefill from a graph (captured in the
 set-up's warm-up; `Engine(prefill_graph=...)`). The Triton rows run the kernels TRITONLLM_KERNELS selects
 (`auto` when unset: yours where filled in, else the solutions); the run prints which, per level.
@@ -41,8 +42,8 @@ as a percentage of the measured time. Time to the first token is recorded at eve
 `--config` takes the shapes of another size of the family (`config.FAMILY`, docs/family.md), random weights;
 its results go to OUT/engine_<config>_<gpu>_<date>/.
 `--weights int8` (or int8_group, fp8) runs the Triton rows from 8-bit weights (`Engine(weight_format=...)`,
-chapter 31) at the levels that take them (operators, fused; by default only those rows run): the byte model,
-and so the floor, counts the 8-bit weights and their scales; results go to OUT/engine_int8_<gpu>_<date>/.
+chapter 31_weight_quant) at the levels that take them (operators, fused; by default only those rows run): the byte
+model, and so the floor, counts the 8-bit weights and their scales; results go to OUT/engine_int8_<gpu>_<date>/.
 Kernels per decode token: the slot calls of one traced decode step of each level (an engine of the
 real shapes on the meta device, no memory) and the kernels they launch (`OpTable.launches`).
 Results: markdown, JSON and a PNG plot in OUT/engine_<gpu>_<date>/, rewritten after every system, so a

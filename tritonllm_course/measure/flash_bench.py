@@ -1,10 +1,10 @@
-"""GPU benchmark of FlashAttention (chapter 23) and FlashDecoding (chapter 25) at Qwen3.5-0.8B's shapes
-(8 query heads, 2 KV heads, head_dim 256), beyond the kernel table's per-slot rows:
+"""GPU benchmark of FlashAttention (chapter 23_flash_attention) and FlashDecoding (chapter 25_flash_decoding) at
+Qwen3.5-0.8B's shapes (8 query heads, 2 KV heads, head_dim 256), beyond the kernel table's per-slot rows:
 
-- prefill: FlashAttention against chapter 08's two-pass kernel and op-by-op chain, SDPA's fused backends
+- prefill: FlashAttention against chapter 08_attention's two-pass kernel and op-by-op chain, SDPA's fused backends
   scaled_dot_product_attention and the reference (eager, torch.compile), T = 128 ... 8192, in TFLOP/s;
 - tiles: FlashAttention with other BLOCK_M x BLOCK_N / warps / stages (what `flash_config` chose marked);
-- decode: FlashDecoding against chapter 08's one-program-per-KV-head kernel and graph-safe PyTorch,
+- decode: FlashDecoding against chapter 08_attention's one-program-per-KV-head kernel and graph-safe PyTorch,
   cache lengths 128 ... 65,536 (max_len = length), GB/s and the crossover length;
 - splits: FlashDecoding's num_splits swept at four lengths;
 - accuracy: bf16 against the fp64 reference.

@@ -1,5 +1,5 @@
 """Per layer: the engine's prefill and decode timed layer by layer and per kind of layer, Gated DeltaNet
-against gated attention (chapter 20): `layer_times(engine)`, and on a GPU every level in one run,
+against gated attention (chapter 20_profile): `layer_times(engine)`, and on a GPU every level in one run,
 `tritonllm-course layers --out results` (writes layers_<gpu>_<date>.{json,md,png}).
 
 Method. The decode step replays from one CUDA graph (a prompt chunk too, once its length has been met), so

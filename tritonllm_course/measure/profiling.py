@@ -1,5 +1,5 @@
 """Profile first: where a decode step of the engine spends its time, and how far each kernel is from the
-bytes it must move (chapter 20). Built on the byte model (`bytes_model.py`: the bytes a token must move) and
+bytes it must move (chapter 20_profile). Built on the byte model (`bytes_model.py`: the bytes a token must move) and
 on the traces (`trace.py`: the calls the engine makes, the kernels the GPU ran, each kernel's call).
 
 - `decode_breakdown` (GPU only): torch.profiler over a few decode steps, launched op by op and replayed

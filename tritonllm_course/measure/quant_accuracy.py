@@ -1,5 +1,5 @@
-"""What 8-bit weights cost in accuracy (chapter 31): the course's reference model in bf16 against the same model
-with every linear weight quantized and dequantized, per format (int8 per channel, int8 per group of 128, fp8
+"""What 8-bit weights cost in accuracy (chapter 31_weight_quant): the course's reference model in bf16 against the same
+model with every linear weight quantized and dequantized, per format (int8 per channel, int8 per group of 128, fp8
 e4m3 per channel). `python -m tritonllm_course.measure.quant_accuracy --out results` writes
 quant_accuracy_cpu_<date>.json; it needs no GPU.
 

@@ -1,8 +1,8 @@
-"""GPU measurements of chapter 24's split-K GEMV at Qwen3.5-0.8B's decode shapes.
+"""GPU measurements of chapter 24_split_k's split-K GEMV at Qwen3.5-0.8B's decode shapes.
 
 - `compare`: at one shape, the two split-K variants (two-stage; atomic with its accumulator kept zeroed
   by the cast step; the atomic kernel alone, as when neighbouring kernels zero and read the accumulator)
-  against chapter 05's GEMV and cuBLAS (`F.linear`);
+  against chapter 05_projections's GEMV and cuBLAS (`F.linear`);
 - `sweep`: time against the number of pieces of K;
 - `run_to_run`: how much the output of a kernel varies over repeated runs on the same inputs (the atomic
   variant's order of additions changes; the two-stage one's must not).
@@ -23,7 +23,7 @@ from ..safe_files import atomic_write_text, save_figure
 
 SHAPES = [(1024, 2048), (1024, 3584), (248320, 1024)]       # o_proj / out_proj, MLP down, LM head
 SPLITS = (1, 2, 4, 7, 8, 14, 16, 32)                        # asked for; `splitk_config` says what is used
-PEERS = ("cuBLAS (F.linear)", "GEMV (chapter 05)")
+PEERS = ("cuBLAS (F.linear)", "GEMV (chapter 05)")   # the records' keys (results/splitk_*.json)
 DEVICE = "cuda"                                             # the tests run the plumbing on the CPU
 
 

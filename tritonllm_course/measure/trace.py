@@ -1,4 +1,4 @@
-"""Reading a decode step from both sides (chapter 20): the kernel slots the engine calls, traced on the host
+"""Reading a decode step from both sides (chapter 20_profile): the kernel slots the engine calls, traced on the host
 (`traced_calls`, `traced_prefill_calls`; `layer_tracing` with each call's layer), the kernels the GPU ran,
 read from torch.profiler's device trace (`device_events`, `timeline_us`), and each kernel attributed to the
 call that launched it (`slot_kernels`, `place_kernels`, `attribute`; `check_attribution` and `check_layers`

@@ -1,4 +1,4 @@
-"""The reference of chapter 01's first kernel."""
+"""The reference of chapter 01_triton_basics's first kernel."""
 from __future__ import annotations
 
 import torch

@@ -1,7 +1,7 @@
-"""References of the fused slots of chapters 21 and 22: exactly the chains of reference ops they replace,
-so a fused kernel is judged by the same math. Chapter 21 (solutions/norm_fusion.py): RMSNorm + projection
-(+ the DeltaNet conv step), gate/up + SwiGLU (the stacked gate/up weight [W_gate; W_up] too, and ln2
-before it); its residual + RMSNorm is `residual.residual_rms_norm`. Chapter 22 (solutions/layer_fusion.py):
+"""References of the fused slots of chapters 21_norm_fusion and 22_layer_fusion: exactly the chains of reference ops
+they replace, so a fused kernel is judged by the same math. Chapter 21_norm_fusion (solutions/norm_fusion.py): RMSNorm +
+projection (+ the DeltaNet conv step), gate/up + SwiGLU (the stacked gate/up weight [W_gate; W_up] too, and ln2
+before it); its residual + RMSNorm is `residual.residual_rms_norm`. Chapter 22_layer_fusion (solutions/layer_fusion.py):
 the projection + residual add, the attention's q/k norm + RoPE + cache write, the DeltaNet gates +
 recurrence (q and k normalised there or not), the gated RMSNorm + out_proj + residual add."""
 from __future__ import annotations

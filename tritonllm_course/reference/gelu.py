@@ -1,6 +1,6 @@
-"""GELU and a projection followed by it (chapter 28): the fused epilogue of the source article's matmul.
+"""GELU and a projection followed by it (chapter 28_compilers): the fused epilogue of the source article's matmul.
 
-Qwen3.5-0.8B has no GELU (its MLP is SwiGLU, chapter 10): GELU is the activation of GPT-2 and BERT, and the
+Qwen3.5-0.8B has no GELU (its MLP is SwiGLU, chapter 10_mlp): GELU is the activation of GPT-2 and BERT, and the
 article's example of an epilogue fused into a GEMM. Two forms:
 
     exact:  gelu(x) = x * Phi(x) = 0.5 * x * (1 + erf(x / sqrt(2)))

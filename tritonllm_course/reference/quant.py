@@ -1,4 +1,5 @@
-"""Weight-only quantization (chapter 31): a projection's weight stored in 8 bits, the activations untouched.
+"""Weight-only quantization (chapter 31_weight_quant): a projection's weight stored in 8 bits, the activations
+untouched.
 
 A decode step at batch 1 reads every weight once, so its time is the weight bytes over the bandwidth;
 8-bit weights halve the bytes of bf16. The weight W [N, K] (nn.Linear layout, one row per output) is

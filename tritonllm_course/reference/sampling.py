@@ -4,7 +4,7 @@ Greedy decoding is an argmax whose ties go to the lowest index, so a kernel and 
 exactly. Sampling divides by a temperature, keeps the top-k logits and then the smallest set of tokens
 whose probability reaches top-p, and draws from what is left with a seeded torch.Generator.
 
-The device sampler of chapter 12 has two references of its own, at the end: the filter as a threshold,
+The device sampler of chapter 12_sampling has two references of its own, at the end: the filter as a threshold,
 and Gumbel-max with given noise.
 """
 from __future__ import annotations
@@ -78,7 +78,7 @@ def sample(logits: torch.Tensor, temperature: float = 1.0, top_k: int = 0, top_p
     return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
 
 
-# --- the device sampler (chapter 12) ----------------------------------------------------------------------
+# --- the device sampler (chapter 12_sampling) ----------------------------------------------------------------------
 # `top_k_top_p_filter` keeps every token tied at the k-th value, but at the top-p boundary it keeps a prefix
 # of `torch.sort`'s order, so which of several tied tokens survive depends on the sort. A sampler that
 # never sorts finds a threshold instead and keeps every token at or above it. `threshold_filter` is that

@@ -1,4 +1,4 @@
-"""Slot specs of chapter 08: the attention pipeline op by op (operators 5, 20, 21, 6, 7), the fused
+"""Slot specs of chapter 08_attention: the attention pipeline op by op (operators 5, 20, 21, 6, 7), the fused
 decode and prefill attention, and the output gate.
 
 Shapes: "heads"/"kv_heads"/"head_dim" as in Qwen3.5 (8 / 2 / 256; tiny: 4 / 2 / 32, or odd sizes),

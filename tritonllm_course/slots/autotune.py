@@ -1,6 +1,6 @@
-"""Slot specs of chapter 26's autotuned projections: variants of the decode GEMV and prefill GEMM slots.
+"""Slot specs of chapter 26_autotune's autotuned projections: variants of the decode GEMV and prefill GEMM slots.
 
-Same inputs, output, reference and byte count as the projections of chapter 05 (slots/linear.py); only the
+Same inputs, output, reference and byte count as the projections of chapter 05_projections (slots/linear.py); only the
 kernel differs: its tiles are tuned on first use for each (N, K, dtype), and for the GEMM each bucket of
 prompt lengths. The real shapes are the merged attention and DeltaNet input projections (5120 and 8224 x
 1024), the MLP down projection (1024 x 3584) and, for the GEMM, a prompt of 128 tokens and one of 100 (the

@@ -4,7 +4,7 @@ from . import Slot, register
 
 # (name, article op, the article's name for it, title, what it is in Qwen3.5-0.8B, chapter): the course's
 # name is the one the engine's steps, the kernel families and the references use; the article's own name is
-# kept as `Slot.article` (chapter 02's operator map shows both)
+# kept as `Slot.article` (chapter 02_inside_qwen35's operator map shows both)
 _CATALOG = [
     ("vector_add", None, None, "vector add", "the first kernel: programs, blocks, masks", "01_triton_basics"),
     # the source article's 21 operators, in their Qwen3.5 form

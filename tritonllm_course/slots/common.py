@@ -66,7 +66,7 @@ def norm_edges(key: str = "x") -> list[Edge]:
             scaled(key, "huge scale", HUGE_SCALE)]
 
 
-# --- a projection y[M, N] = x[M, K] @ W[N, K].T (chapters 05 and 28) ------------------------------------------
+# --- a projection y[M, N] = x[M, K] @ W[N, K].T (chapters 05_projections and 28_compilers) --------------------------
 def projection_out(inp):
     """The output buffer of a projection slot: [M, N] in x's dtype."""
     return {"out": torch.empty(inp["x"].shape[0], inp["weight"].shape[0], dtype=inp["x"].dtype,

@@ -1,5 +1,5 @@
-"""Slot specs of chapter 13's causal depthwise conv1d (prefill and decode) and of the fused
-conv + SiLU + L2-norm variants of chapter 17."""
+"""Slot specs of chapter 13_conv1d's causal depthwise conv1d (prefill and decode) and of the fused
+conv + SiLU + L2-norm variants of chapter 17_deltanet_layer."""
 import torch
 
 from ..reference.conv1d import conv1d_decode, conv1d_l2norm_decode, conv1d_l2norm_prefill, conv1d_prefill

@@ -1,4 +1,5 @@
-"""Slot specs of chapters 15 and 16: the gated delta rule, recurrent (decode) and chunked (prefill).
+"""Slot specs of chapters 15_delta_rule and 16_delta_rule_chunked: the gated delta rule, recurrent (decode) and chunked
+(prefill).
 
 Both are checked against the plain fp64 recurrence, token by token: the chunked kernel must give what
 the definition gives, not merely what another chunked formula gives.

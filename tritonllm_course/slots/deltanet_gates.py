@@ -1,4 +1,4 @@
-"""Slot specs of chapter 14: the DeltaNet gates and the L2 norm of q and k."""
+"""Slot specs of chapter 14_gates_l2norm: the DeltaNet gates and the L2 norm of q and k."""
 import math
 
 import torch

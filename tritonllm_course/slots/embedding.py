@@ -1,4 +1,4 @@
-"""Slot spec of chapter 03's embedding lookup (operator 1)."""
+"""Slot spec of chapter 03_embedding's embedding lookup (operator 1)."""
 import torch
 
 from ..reference.embedding import embedding

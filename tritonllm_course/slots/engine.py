@@ -1,4 +1,4 @@
-"""Slot spec of chapter 18's kernel: the decode step's counters, advanced in device memory."""
+"""Slot spec of chapter 18_cuda_graphs's kernel: the decode step's counters, advanced in device memory."""
 import torch
 
 from ..reference.engine import advance_positions

@@ -1,6 +1,6 @@
-"""Slot spec of chapter 23: FlashAttention for prefill, against the reference `attention`.
+"""Slot spec of chapter 23_flash_attention: FlashAttention for prefill, against the reference `attention`.
 
-Shapes as in chapter 08 ("tokens" queries at the last T of "keys" positions). Tiny: the interpreter's
+Shapes as in chapter 08_attention ("tokens" queries at the last T of "keys" positions). Tiny: the interpreter's
 32-row, 16-key tiles cross several row blocks, whole (bulk) key blocks and diagonal ones; one token at
 position 64, the first key of a block (a diagonal loop that stops at the newest position misses it).
 Real: the prefill of a 128-, 1,024- and 4,096-token prompt, a prompt continued after cached tokens, and

@@ -1,4 +1,4 @@
-"""Slot spec of chapter 25: FlashDecoding, against the reference `decode_attention` (the length in
+"""Slot spec of chapter 25_flash_decoding: FlashDecoding, against the reference `decode_attention` (the length in
 device memory, cache rows past it filled with NaN so that a kernel reading them fails).
 
 Tiny: the interpreter's 16-row steps split a cache of a few dozen rows, its length not a multiple of a

@@ -1,4 +1,4 @@
-"""Slot spec of chapter 17's gated RMSNorm: norm(o) * w * silu(z) per value head."""
+"""Slot spec of chapter 17_deltanet_layer's gated RMSNorm: norm(o) * w * silu(z) per value head."""
 import torch
 
 from ..reference.norms import gated_rms_norm

@@ -1,4 +1,4 @@
-"""Slot specs of chapter 28's GEMM with a fused GELU epilogue: the erf form and the tanh form.
+"""Slot specs of chapter 28_compilers's GEMM with a fused GELU epilogue: the erf form and the tanh form.
 
 Shapes are {"M": tokens, "N": output features, "K": input features}. The real ones are the MLP's up
 projection of Qwen3.5-0.8B's width, 1024 -> 3584, for one token (the GEMV with the epilogue) and a prompt of

@@ -1,4 +1,4 @@
-"""Slot specs of chapter 07: the static KV cache write (operator 18) and read (operator 19)."""
+"""Slot specs of chapter 07_kv_cache: the static KV cache write (operator 18) and read (operator 19)."""
 import torch
 
 from .. import reference as R

@@ -1,4 +1,4 @@
-"""Slot specs of chapter 22's fused kernels: projection + residual add, q/k norm + RoPE + KV cache write,
+"""Slot specs of chapter 22_layer_fusion's fused kernels: projection + residual add, q/k norm + RoPE + KV cache write,
 the DeltaNet gates inside the recurrent (and the chunked) delta rule, gated RMSNorm + out_proj + residual.
 
 Real shapes are the engine's at its level "fast": one token (decode) and, where the kernel also runs at
@@ -101,7 +101,7 @@ _DELTA_DIMS = {"out": ("token", "value head", "column"), "final_state": ("value 
 
 
 def _recurrent_gates_inputs(shape, dtype, device, gen):
-    """The delta rule's inputs (chapter 15's spec) with the gates' raw inputs instead of g and beta:
+    """The delta rule's inputs (chapter 15_delta_rule's spec) with the gates' raw inputs instead of g and beta:
     a, b ~ N(0, 1) as views of one projection row per token, A_log = log U(1, 16) as Qwen initialises it,
     dt_bias ~ N(-4, 1): decays g = -exp(A_log) softplus(a + dt_bias) of about e^-0.15 per token (most
     between e^-0.01 and e^-1), so the state carries over tens of tokens and what one chunk hands the next

@@ -1,4 +1,5 @@
-"""Slot specs of the projections (chapters 05 and 11): operators 2, 8, 10, 12 and 16, decode and prefill.
+"""Slot specs of the projections (chapters 05_projections and 11_lm_head): operators 2, 8, 10, 12 and 16, decode and
+prefill.
 
 Shapes are {"M": tokens, "N": output rows of the weight, "K": input features}. The real ones are the
 merged weights the engine runs, one GEMV per layer and projection group:

@@ -1,4 +1,4 @@
-"""Slot specs of chapter 21's fused kernels: residual + RMSNorm, RMSNorm + projection (and the DeltaNet
+"""Slot specs of chapter 21_norm_fusion's fused kernels: residual + RMSNorm, RMSNorm + projection (and the DeltaNet
 conv's step after it), gate/up + SwiGLU (with separate or stacked weights), and RMSNorm + gate/up + SwiGLU.
 
 Real shapes are the engine's: one token (decode, the case fusion is for: a launch saved per fusion) and a
@@ -122,7 +122,7 @@ implement(
 
 def _norm_linear_conv_inputs(shape, dtype, device, gen):
     """One token, the merged DeltaNet in-projection [N, K] whose first C outputs feed the conv [C, KC]
-    (taps ~ N(0, 0.3) as chapter 13's; a random state: a token in the middle of a sequence)."""
+    (taps ~ N(0, 0.3) as chapter 13_conv1d's; a random state: a token in the middle of a sequence)."""
     inputs = _norm_linear_inputs({"M": 1, **shape}, dtype, device, gen)
     C, KC = shape["C"], shape["KC"]
     return {**inputs, "conv_weight": _randn((C, KC), dtype, device, gen, 0.3),

@@ -1,5 +1,5 @@
-"""Slot specs of the 8-bit weight projections (chapter 31): the dequantizing GEMV (decode) and GEMM (prompt),
-each with int8 per-channel scales, int8 per-group scales and fp8 e4m3 per-channel scales.
+"""Slot specs of the 8-bit weight projections (chapter 31_weight_quant): the dequantizing GEMV (decode) and GEMM
+(prompt), each with int8 per-channel scales, int8 per-group scales and fp8 e4m3 per-channel scales.
 
 Shapes are {"M": tokens, "N": output rows, "K": input features, "group": columns a scale covers (per
 group)}. The real ones are Qwen3.5-0.8B's merged projections (see slots/linear.py) and its tied LM head

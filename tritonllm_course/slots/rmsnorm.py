@@ -1,4 +1,4 @@
-"""Slot specs of chapter 04's zero-centred RMSNorm: ln1, ln2 (operators 14, 15) and the per-head q/k norm."""
+"""Slot specs of chapter 04_rmsnorm's zero-centred RMSNorm: ln1, ln2 (operators 14, 15) and the per-head q/k norm."""
 import torch
 
 from ..reference.norms import qk_norm, rms_norm

@@ -1,4 +1,4 @@
-"""Slot specs of chapter 06's partial rotate-half RoPE on q and k (operators 3, 4), timed in place."""
+"""Slot specs of chapter 06_rope's partial rotate-half RoPE on q and k (operators 3, 4), timed in place."""
 import torch
 
 from ..reference.rope import apply_rope, rope_cache

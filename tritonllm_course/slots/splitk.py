@@ -1,4 +1,4 @@
-"""Slot specs of chapter 24's split-K GEMV: the deterministic two-stage reduction and the atomic one.
+"""Slot specs of chapter 24_split_k's split-K GEMV: the deterministic two-stage reduction and the atomic one.
 
 Shapes are {"M": 1, "N": output rows, "K": input features}, as for the projections (slots/linear.py, whose
 inputs, output and byte count these reuse). The real ones are the decode GEMVs where split-K is meant to

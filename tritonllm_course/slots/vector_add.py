@@ -1,4 +1,4 @@
-"""Slot spec of chapter 01's vector add."""
+"""Slot spec of chapter 01_triton_basics's vector add."""
 import torch
 
 from ..reference.basics import vector_add
