@@ -37,9 +37,17 @@ def planted_text(bug: Bug) -> str:
     return text.replace("# BEGIN SOLUTION", "# BEGIN EXERCISE").replace("# END SOLUTION", "# END EXERCISE")
 
 
+def copy_solutions(root: Path) -> None:
+    """Every solution of the course under a scratch root: a family may take a jit function from another
+    (`kernels.jit_function`: flash_attention's online softmax from attention.py, split-K's GEMV walk from
+    linear.py), and a missing one would fail the check before any case ran, for a reason that is not the bug."""
+    for path in sorted((ROOT / "solutions").glob("*.py")):
+        (root / "solutions" / path.name).write_text(path.read_text())
+
+
 def plant(bug: Bug, root: Path) -> Path:
-    """Write the course's solution and the planted exercise of `bug.family` under a scratch root."""
-    (root / "solutions" / f"{bug.family}.py").write_text((ROOT / "solutions" / f"{bug.family}.py").read_text())
+    """Write the course's solutions and the planted exercise of `bug.family` under a scratch root."""
+    copy_solutions(root)
     path = root / "exercises" / f"{bug.family}.py"
     path.write_text(planted_text(bug))
     return path

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from planted import ROOT, Bug, planted_text
+from planted import Bug, copy_solutions, planted_text
 from tritonllm_course import cli, slots
 from tritonllm_course.checking import TimedOut, check, time_limit
 from tritonllm_course.runtime import runtime
@@ -33,7 +33,7 @@ def _exercise(root, family="rmsnorm", edit=None) -> tuple:
     """Write solutions/<family>.py and a filled-in exercises/<family>.py under `root`, the exercise's text
     passed through `edit` (str -> str or bytes). Returns (path, its text before `edit`)."""
     text = planted_text(Bug("-", family, "-", ()))
-    (root / "solutions" / f"{family}.py").write_text((ROOT / "solutions" / f"{family}.py").read_text())
+    copy_solutions(root)
     path = root / "exercises" / f"{family}.py"
     new = edit(text) if edit else text
     (path.write_bytes if isinstance(new, bytes) else path.write_text)(new)

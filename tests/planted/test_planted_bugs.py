@@ -33,6 +33,8 @@ def test_check_fails_a_planted_bug_on_every_run(bug, course_copy, rt):
     for run in range(RUNS):
         report = check(bug.slot, "exercises", fail_fast=True, verbose=False)
         assert report.implemented, report
+        # the bug, not the set-up, fails it: a case ran and failed (a module that does not import fails no case)
+        assert any(not case.passed for case in report.cases), f"run {run + 1}: no case failed\n{report}"
         assert not report.passed, f"run {run + 1}: the check passed a kernel with {bug.what!r}\n{report}"
         strays = "out-of-bounds memory access" in str(report) or GPU_FAULT in str(report)
         assert bug.out_of_bounds or not strays, f"{bug.what!r} strays past a tensor: mark it out_of_bounds\n{report}"
