@@ -267,9 +267,8 @@ def test_bench_plumbing_runs_on_the_cpu(monkeypatch, tmp_path):
     """The GPU measurements' code paths (tables, cost, retuning, plots) with a stand-in timer."""
     import matplotlib
     matplotlib.use("Agg")
-    from tritonllm_course.measure import benchmark
     monkeypatch.setattr(B, "DEVICE", RT.device)
-    monkeypatch.setattr(benchmark, "time_calls", lambda fn, sets: (fn(**sets[0]), 1.0)[1])
+    monkeypatch.setattr(B, "time_calls", lambda fn, sets: (fn(**sets[0]), 1.0)[1])
     # the GEMV configs that survive pruning at 37 x 100: the interpreter's 3; on an H200 the 2 one-row tiles
     kept = len(AT.select_gemv_configs(AT.gemv_autotuned_kernel.configs, 37, 100,
                                       AT.device_limits(torch.device(RT.device))[0]))

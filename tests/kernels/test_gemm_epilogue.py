@@ -142,9 +142,9 @@ def test_bench_plumbing_runs_on_the_cpu(monkeypatch, tmp_path):
     the arguments reach the kernels, and the markdown and the plot are written from what comes back."""
     import matplotlib
     matplotlib.use("Agg")
-    from tritonllm_course.measure import benchmark, compiler_bench as B
+    from tritonllm_course.measure import compiler_bench as B
     monkeypatch.setattr(B, "DEVICE", RT.device)
-    monkeypatch.setattr(benchmark, "time_calls", lambda fn, sets: (fn(**sets[0]), 1.0)[1])
+    monkeypatch.setattr(B, "time_calls", lambda fn, sets: (fn(**sets[0]), 1.0)[1])
     monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
     linear = kernels.load("linear", "solutions").module
     res = {"gpu": "cpu", "date": "today", "summary": RT.summary(),
@@ -163,7 +163,7 @@ def test_inductor_plumbing_writes_its_files(monkeypatch, tmp_path):
     """compiler_bench's Inductor part with a stand-in for the compile (a canned module) and the timer: the
     files are written, their kernels read, and a failing max-autotune compile is recorded, not raised."""
     import time
-    from tritonllm_course.measure import benchmark, compiler_bench as B
+    from tritonllm_course.measure import compiler_bench as B
     canned = ("triton_per_fused_0 = async_compile.triton('triton_per_fused_0', '...')\n"
               "def call(self, args):\n    triton_per_fused_0.run(a, stream=s)\n    extern_kernels.mm(a, b, out=c)\n")
 
@@ -174,7 +174,7 @@ def test_inductor_plumbing_writes_its_files(monkeypatch, tmp_path):
     monkeypatch.setattr(B, "DEVICE", RT.device)
     monkeypatch.setattr(B, "generated", fake_generated)
     monkeypatch.setattr(B, "_sets", lambda make, moved: [make(0)])
-    monkeypatch.setattr(benchmark, "time_calls", lambda fn, sets: (fn(**sets[0]), 1.0)[1])
+    monkeypatch.setattr(B, "time_calls", lambda fn, sets: (fn(**sets[0]), 1.0)[1])
     monkeypatch.setattr(torch, "compile", lambda fn, **kwargs: fn)
     res = B.inductor(tmp_path / "inductor_cpu_today", deadline=time.perf_counter() + 600, dtype=torch.float32)
     assert sorted(p.name for p in (tmp_path / "inductor_cpu_today").iterdir()) == [

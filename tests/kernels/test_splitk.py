@@ -205,9 +205,9 @@ def test_bench_plumbing_runs_on_the_cpu(monkeypatch, tmp_path):
     """The GPU measurements' code paths (inputs, variants, sweep, spread, plots) with a stand-in timer."""
     import matplotlib
     matplotlib.use("Agg")
-    from tritonllm_course.measure import benchmark, splitk_bench as B
+    from tritonllm_course.measure import splitk_bench as B
     monkeypatch.setattr(B, "DEVICE", RT.device)
-    monkeypatch.setattr(benchmark, "time_calls", lambda fn, sets: (fn(**sets[0]), 1.0)[1])
+    monkeypatch.setattr(B, "time_calls", lambda fn, sets: (fn(**sets[0]), 1.0)[1])
     linear = kernels.load("linear", "solutions").module
     compared = B.compare(37, 1000, SK, linear, dtype=torch.float32)
     assert set(compared["us"]) == {*B.PEERS, "split-K two-stage", "split-K atomic", "atomic kernel alone"}
