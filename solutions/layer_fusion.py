@@ -16,6 +16,8 @@ chapter 21_norm_fusion, folded into the kernels around them (the engine's level 
   beta; with QK_NORM also the L2 norm of q and k, which a program holding a whole head gets for free.
 The prefill counterpart of the last one, the gates inside the chunked rule's first kernel and the gated
 norm in its last, is `gated_delta_rule_chunked_gates` (solutions/delta_rule.py).
+The two GEMVs also read 8-bit weights (`scale=`, chapter 31_weight_quant): W_SCALED, one fp32 scale a row, applied
+to the row's sum once, before the residual add.
 """
 
 import torch

@@ -33,6 +33,8 @@ must cover the whole row: the loop accumulates it over every K tile and applies 
   stream, and normalises the stored values: the unfused pair's second read of the stream disappears.
 The residual add in the projections' epilogues and the per-head kernels: solutions/layer_fusion.py
 (chapter 22_layer_fusion).
+8-bit weights (chapter 31_weight_quant, the fast level's decode): the GEMV's W_SCALED reads int8 or fp8 weights
+with one fp32 scale a row; the scale multiplies the row's sum once, where the wrappers' `scale=` asks for it.
 """
 
 import torch

@@ -7,6 +7,7 @@ engine's dequantizing kernels compute, so the tokens must be equal and the logit
 On the CPU the kernels run in Triton's interpreter at the tiny config, in fp32, op by op (no CUDA graph);
 on a GPU the graph replay must give what the eager steps give.
 """
+import dataclasses
 import json
 
 import pytest
@@ -45,7 +46,7 @@ def _projection(name: str) -> bool:
     return name.startswith("layers.") and "_proj" in name
 
 
-def oracle(weights: dict, fmt: str) -> Qwen35Model:
+def oracle(weights: dict, fmt: str, config=TINY) -> Qwen35Model:
     """The reference model on the weights quantized to `fmt` and dequantized back, the tied head as a
     dequantized copy of the embedding table (which stays as it is)."""
     out = dict(weights)
@@ -53,7 +54,7 @@ def oracle(weights: dict, fmt: str) -> Qwen35Model:
         w = weights.get(name, weights["embed_tokens.weight"])
         q, scale, group_size = quantize(w, fmt, GROUP_SIZE)
         out[name] = dequantize(q, scale, group_size, w.dtype)
-    return Qwen35Model(TINY, out)
+    return Qwen35Model(config, out)
 
 
 def _skip_without_fp8(fmt, rt):
@@ -83,6 +84,19 @@ def test_greedy_tokens_and_logits_equal_the_dequantized_reference(weights, rt, f
     tokens = engine.generate(PROMPT, NEW_TOKENS, eos_token_id=None)
     assert tokens == generate(ref, PROMPT, NEW_TOKENS, eos_token_id=None)
     assert len(set(tokens)) > 3                                  # a varied path, not one token repeated
+
+
+def test_the_fast_levels_plain_deltanet_decode_takes_8_bit_weights_too(rt):
+    """A 3-tap conv: the fast level's decode DeltaNet falls back to the fused level's in-projection (the norm
+    folded in, no conv) and out_proj + residual, which take the row scales as well."""
+    config = dataclasses.replace(TINY, linear_conv_kernel_dim=3)
+    hf = hf_model(config, seed=2, perturb_norms=0.3, init_std=0.1)
+    weights = {n: t.to(rt.device) for n, t in weights_from_hf(hf).items()}
+    engine = Engine(config, weights, max_seq_len=40, level="fast", weight_format="int8", prefill_chunk=8,
+                    cuda_graph=False)
+    assert engine.plan.fallbacks[0].startswith("DeltaNet decode: plain kernels")
+    ref = oracle(weights, "int8", config)
+    assert engine.generate(PROMPT, 6, eos_token_id=None) == generate(ref, PROMPT, 6, eos_token_id=None)
 
 
 def test_fp16_mode_runs_8_bit_weights_at_every_level(weights, rt):

@@ -372,6 +372,7 @@ def _fast_quant_plan(plan: Plan, weight_format: str, gemm: str, gemv: str) -> Pl
                 {"prefill": None}),
         "down": ({"prefill": gemm}, Step("mlp_residual", "every layer but the last", "mlp_residual", None)),
         "final_norm": {"prefill": None},
+        "final_residual_norm": {"where": "model (prompts); every layer (fp16)"},
         "lm_head": {"prefill": gemv, "decode": gemv},               # the last position's row only
     })
     prefill = replace(plan.prefill, swiglu_into_gate_up=False, residual_in_epilogue=False)
