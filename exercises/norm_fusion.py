@@ -33,6 +33,8 @@ must cover the whole row: the loop accumulates it over every K tile and applies 
   stream, and normalises the stored values: the unfused pair's second read of the stream disappears.
 The residual add in the projections' epilogues and the per-head kernels: solutions/layer_fusion.py
 (chapter 22_layer_fusion).
+8-bit weights (chapter 31_weight_quant, the fast level's decode): the GEMV's W_SCALED reads int8 or fp8 weights
+with one fp32 scale a row; the scale multiplies the row's sum once, where the wrappers' `scale=` asks for it.
 """
 
 import torch
@@ -117,7 +119,8 @@ def fused_gemv_step(x_ptr, norm_w_ptr, w, up, k0, K, acc, acc_up, sum_sq,
 def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps, conv_w_ptr, conv_state_ptr, C,
                       HAS_NORM: tl.constexpr, GATED: tl.constexpr,
                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, CONV: tl.constexpr = False,
-                      KC: tl.constexpr = 4, UNROLL: tl.constexpr = 0, PDL: tl.constexpr = False):
+                      KC: tl.constexpr = 4, UNROLL: tl.constexpr = 0, PDL: tl.constexpr = False,
+                      W_SCALED: tl.constexpr = False, scale_ptr=None, up_scale_ptr=None):
     """One token: y[n] for this program's BLOCK_N outputs. x [K]; W, W_up [N, K]; y [N].
 
     y[n] = sum_k W[n, k] x[k]; HAS_NORM: x is first RMS-normalised with weight (1 + norm_w);
@@ -131,6 +134,11 @@ def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps, conv
     PDL (programmatic dependent launch, chapter 18_cuda_graphs): the next kernel may launch at once; the first step's
     weight tiles (with PDL the whole walk is one step) are loaded before the wait for the kernel that
     wrote x: no kernel writes weights, so they stream in while that kernel still runs.
+    W_SCALED (8-bit weights, chapter 31_weight_quant): W and W_up hold int8 or fp8 and scale_ptr, up_scale_ptr
+    their fp32 scales [N], one a row. The tiles convert to fp32 exactly in the walk; each row's sum is
+    multiplied by its row's scale once, after the walk: y[n] = s[n] * sum_k q[n, k] x[k]. There the scale
+    commutes with inv_rms (a factor of the token, not of the row), but not with the SwiGLU: gate and up
+    take their own scales before silu. Off, the scale code is not compiled.
     """
     if PDL:
         pdl_launch_dependents()
@@ -140,6 +148,11 @@ def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps, conv
     row_ok = rows < N
     row_start = rows.to(tl.int64) * KK                     # int64: N * K passes 2**31 for the LM head
     w, up = weight_tiles(w_ptr, up_w_ptr, row_start, row_ok, 0, KK, GATED, BLOCK_K)     # the first step's
+    if W_SCALED:    # weights too: loaded before the wait
+        w_scale = tl.load(scale_ptr + rows, mask=row_ok, other=0.0)
+        up_scale = w_scale
+        if GATED:
+            up_scale = tl.load(up_scale_ptr + rows, mask=row_ok, other=0.0)
     if PDL:
         pdl_wait()              # from here on x and the conv state are the previous kernels' stores
     if CONV:    # the conv's state and taps depend on no output: loaded before the walk
@@ -149,7 +162,8 @@ def fused_gemv_kernel(x_ptr, norm_w_ptr, w_ptr, up_w_ptr, y_ptr, N, K, eps, conv
     #   the walk, one fused_gemv_step per BLOCK_K columns, the first with the tiles w, up loaded above, each
     #   later one with its own weight_tiles: tl.static_range(0, UNROLL, BLOCK_K) if UNROLL > 0 (UNROLL is K:
     #   masks and offsets fold), else step 0 then range(BLOCK_K, K, BLOCK_K);
-    #   then row sums, times rsqrt(sum(x^2) / K + eps) if HAS_NORM, silu(gate) * up if GATED; store
+    #   then row sums (W_SCALED: times w_scale, up's times up_scale), times rsqrt(sum(x^2) / K + eps) if
+    #   HAS_NORM, silu(gate) * up if GATED; store
     raise NotImplementedError("exercise norm_fusion.py, fused_gemv_kernel: not implemented yet")
     # END EXERCISE
     if CONV:
@@ -268,9 +282,10 @@ def _max_shared_memory(device_index: int) -> int:
     return helpers.shared_memory(device_index)
 
 
-def _project(x, weight, up_weight, norm_weight, eps, out, conv=None):
+def _project(x, weight, up_weight, norm_weight, eps, out, conv=None, scales=None):
     """Launch the fused GEMV (one token) or GEMM (several) on validated arguments; returns out.
-    conv = (conv_weight [C, KC], conv_state [C, KC]): the conv's step on outputs 0..C-1 (one token only)."""
+    conv = (conv_weight [C, KC], conv_state [C, KC]): the conv's step on outputs 0..C-1 (one token only).
+    scales = (scale [N], up's scale [N] or None): 8-bit weights' row scales (one token only)."""
     K, N = x.shape[-1], weight.shape[0]
     x2, out2 = x.reshape(-1, K), out.view(-1, N)                        # [M, K], [M, N]
     M = x2.shape[0]
@@ -289,7 +304,7 @@ def _project(x, weight, up_weight, norm_weight, eps, out, conv=None):
         fused_gemv_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
             x2, norm_weight, weight, up_weight, out2, N, K, eps, conv_weight, conv_state, C, HAS_NORM=has_norm,
             GATED=gated, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], CONV=conv is not None, KC=KC,
-            UNROLL=cfg["UNROLL"], num_warps=cfg["num_warps"], **pdl)
+            UNROLL=cfg["UNROLL"], num_warps=cfg["num_warps"], **pdl, **_scale_args(scales))
     else:
         cfg = fused_gemm_config(M, N, K, gated, x.dtype, x.device)
         grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
@@ -298,6 +313,15 @@ def _project(x, weight, up_weight, norm_weight, eps, out, conv=None):
             BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
             num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **pdl_args())
     return out
+
+
+def _scale_args(scales) -> dict:
+    """The GEMV's arguments for 8-bit weights' row scales (scale, up's scale or None); none for weights in the
+    model dtype, whose kernel then compiles without the scale code."""
+    if scales is None:
+        return {}
+    scale, up_scale = scales
+    return {"W_SCALED": True, "scale_ptr": scale, "up_scale_ptr": scale if up_scale is None else up_scale}
 
 
 def _check_norm(norm_weight: torch.Tensor, K: int, eps: float, name: str = "norm_weight") -> None:
@@ -314,7 +338,7 @@ def _split_merged(gate_up_weight: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
 
 
 def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
-                    out: torch.Tensor | None = None) -> torch.Tensor:
+                    out: torch.Tensor | None = None, scale: torch.Tensor | None = None) -> torch.Tensor:
     """`linear(rms_norm(x, norm_weight, eps), weight)` in one kernel: ln1 + in_proj, ln2 + gate/up.
 
     x:           [..., K] float (one token [1, 1024] at decode), contiguous, weight's dtype
@@ -323,18 +347,20 @@ def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Te
     out:         optional [..., N] buffer in x's dtype
     The normed activations are never written: fp32 inside the GEMV; one rounding to x's dtype before the
     tensor cores in the GEMM (several tokens).
+    scale:       with an 8-bit weight (int8 or float8_e4m3fn), its fp32 scales [N], one a row; one token only
+                 (`validate.scaled_projection`)
     """
-    K = validate.projection(x, weight, "weight")
+    K = validate.scaled_projection(x, weight, scale)
     _check_norm(norm_weight, K, eps)
     device = validate.same_device(x=x, norm_weight=norm_weight, weight=weight)
     out = validate.output(out, "out", (*x.shape[:-1], weight.shape[0]), x.dtype, device)
     validate.disjoint({"out": out}, {"x": x, "norm_weight": norm_weight, "weight": weight})
-    return _project(x, weight, None, norm_weight, eps, out)
+    return _project(x, weight, None, norm_weight, eps, out, scales=None if scale is None else (scale, None))
 
 
 def rms_norm_linear_conv(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
                          conv_weight: torch.Tensor, conv_state: torch.Tensor, eps: float = 1e-6,
-                         out: torch.Tensor | None = None) -> torch.Tensor:
+                         out: torch.Tensor | None = None, scale: torch.Tensor | None = None) -> torch.Tensor:
     """The DeltaNet in-projection of one token with the conv's step in its epilogue: `rms_norm_linear`,
     then outputs 0..C-1 (q, k, v: the conv's channels) go through `conv1d_decode`'s step + SiLU.
 
@@ -344,8 +370,9 @@ def rms_norm_linear_conv(x: torch.Tensor, norm_weight: torch.Tensor, weight: tor
     channels' conv state too: no other program reads it, and no second launch is needed. q and k are
     left un-normalised: the L2 norm needs a whole head, which the recurrent kernel holds
     (`gated_delta_rule_recurrent_gates(..., qk_norm=True)`).
+    scale: with an 8-bit weight (int8 or float8_e4m3fn), its fp32 scales [N], one a row (`validate.scaled_projection`).
     """
-    K = validate.projection(x, weight, "weight")
+    K = validate.scaled_projection(x, weight, scale)
     _check_norm(norm_weight, K, eps)
     if x.shape[0] != 1 or x.dim() != 2:
         raise ValueError(f"x has shape {list(x.shape)}: the conv's state rolls one step per call, so give "
@@ -361,7 +388,8 @@ def rms_norm_linear_conv(x: torch.Tensor, norm_weight: torch.Tensor, weight: tor
     out = validate.output(out, "out", (1, weight.shape[0]), x.dtype, device)
     validate.disjoint({"out": out}, {"x": x, "norm_weight": norm_weight, "weight": weight, "conv_weight": conv_weight,
                                      "conv_state": conv_state})
-    return _project(x, weight, None, norm_weight, eps, out, conv=(conv_weight, conv_state))
+    return _project(x, weight, None, norm_weight, eps, out, conv=(conv_weight, conv_state),
+                    scales=None if scale is None else (scale, None))
 
 
 def gate_up_swiglu(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor,
@@ -389,21 +417,25 @@ def gate_up_swiglu_merged(x: torch.Tensor, gate_up_weight: torch.Tensor,
 
 
 def rms_norm_gate_up_swiglu(x: torch.Tensor, norm_weight: torch.Tensor, gate_up_weight: torch.Tensor,
-                            eps: float = 1e-6, out: torch.Tensor | None = None) -> torch.Tensor:
+                            eps: float = 1e-6, out: torch.Tensor | None = None,
+                            scale: torch.Tensor | None = None) -> torch.Tensor:
     """ln2 + gate/up + SwiGLU in one kernel: `silu(n @ Wg.T) * (n @ Wu.T)` with n = rms_norm(x).
 
     x:              [..., K] float, contiguous, the weight's dtype (the residual stream h)
     norm_weight:    [K], post_attention_layernorm's offset from 1
     gate_up_weight: [2 * I, K], W_gate stacked over W_up
     out:            optional [..., I] buffer in x's dtype
+    scale:          with an 8-bit gate_up_weight, its fp32 row scales [2 * I] (one token only)
     """
-    K = validate.projection(x, gate_up_weight, "gate_up_weight")
+    K = validate.scaled_projection(x, gate_up_weight, scale, "gate_up_weight")
     _check_norm(norm_weight, K, eps)
     gate_weight, up_weight = _split_merged(gate_up_weight)
-    device = validate.same_device(x=x, norm_weight=norm_weight, gate_up_weight=gate_up_weight)
+    device = validate.same_device(x=x, norm_weight=norm_weight, gate_up_weight=gate_up_weight,
+                                  **({} if scale is None else {"scale": scale}))
     out = validate.output(out, "out", (*x.shape[:-1], gate_weight.shape[0]), x.dtype, device)
     validate.disjoint({"out": out}, {"x": x, "norm_weight": norm_weight, "gate_up_weight": gate_up_weight})
-    return _project(x, gate_weight, up_weight, norm_weight, eps, out)
+    return _project(x, gate_weight, up_weight, norm_weight, eps, out,
+                    scales=None if scale is None else scale.chunk(2))       # [I] each: gate's rows, up's
 
 
 def residual_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,

@@ -16,6 +16,8 @@ chapter 21_norm_fusion, folded into the kernels around them (the engine's level 
   beta; with QK_NORM also the L2 norm of q and k, which a program holding a whole head gets for free.
 The prefill counterpart of the last one, the gates inside the chunked rule's first kernel and the gated
 norm in its last, is `gated_delta_rule_chunked_gates` (solutions/delta_rule.py).
+The two GEMVs also read 8-bit weights (`scale=`, chapter 31_weight_quant): W_SCALED, one fp32 scale a row, applied
+to the row's sum once, before the residual add.
 """
 
 import torch
@@ -36,23 +38,38 @@ SMS = 132                    # streaming multiprocessors of an H200: the GEMV gr
 
 
 @triton.jit
+def row_scale(scale_ptr, rows, N, W_SCALED: tl.constexpr):
+    """8-bit weights' fp32 scales of `rows` (0 past N), or 1.0 when W_SCALED is off: nothing is loaded, and the
+    kernels multiply by it only under W_SCALED."""
+    scale = 1.0
+    if W_SCALED:
+        scale = tl.load(scale_ptr + rows, mask=rows < N, other=0.0)
+    return scale
+
+
+@triton.jit
 def gemv_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, N, K, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         UNROLL: tl.constexpr = 0, PDL: tl.constexpr = False):
+                         UNROLL: tl.constexpr = 0, PDL: tl.constexpr = False, W_SCALED: tl.constexpr = False,
+                         scale_ptr=None):
     """One token: y[n] = res[n] + sum_k W[n, k] x[k] for this program's BLOCK_N rows; y may be res.
     UNROLL: K again, as a compile-time constant (0: K at run time), so a walk of one step is no loop.
     PDL (chapter 18_cuda_graphs): the first weight tile (with PDL the whole row) is loaded before the wait for the
-    kernel that wrote x and res."""
+    kernel that wrote x and res.
+    W_SCALED (8-bit weights, chapter 31_weight_quant): W holds int8 or fp8, converted to fp32 exactly in the walk,
+    and scale_ptr its fp32 row scales [N]: y[n] = res[n] + s[n] * sum_k q[n, k] x[k], the scale applied once to
+    the row's sum and before the add (the residual is not scaled). Off, the scale code is not compiled."""
     if PDL:
         pdl_launch_dependents()
     if UNROLL > 0:
         K = UNROLL              # folds the walk's bounds and masks: one tile ahead past K then reads nothing
     rows = tl.program_id(0) * BLOCK_N + tl.arange(0, BLOCK_N)
     w = row_tile(w_ptr, rows, N, K, 0, BLOCK_K)                     # the first tile: no kernel writes weights
+    w_scale = row_scale(scale_ptr, rows, N, W_SCALED)               # weights too: before the wait
     if PDL:
         pdl_wait()
     # BEGIN SOLUTION: the residual loaded first (as fp32); the walk along K, each step's x tile (fp32) times
     #   w (the tile loaded above, then each step loading the next: row_tile at k0 + BLOCK_K);
-    #   the fp32 row sums plus the residual, stored in y's dtype
+    #   the fp32 row sums (W_SCALED: times w_scale) plus the residual, stored in y's dtype
     ok = rows < N
     # each element of the stream is read, then written, by this program alone: y may alias res. Loaded
     # first, its latency overlaps the weights'; after the row sums' cross-warp reduction (a barrier) it
@@ -64,7 +81,10 @@ def gemv_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, N, K, BLOCK_N: tl.constex
         x = tl.load(x_ptr + k0 + cols, mask=k0 + cols < K, other=0.0).to(tl.float32)           # [BLOCK_K]
         acc += w.to(tl.float32) * x[None, :]
         w = row_tile(w_ptr, rows, N, K, k0 + BLOCK_K, BLOCK_K)  # one tile ahead (past K: no memory read)
-    tl.store(y_ptr + rows, (tl.sum(acc, axis=1) + r).to(y_ptr.dtype.element_ty), mask=ok)
+    y = tl.sum(acc, axis=1)
+    if W_SCALED:        # the row's scale, once, on the sum alone: the residual is not scaled
+        y = y * w_scale
+    tl.store(y_ptr + rows, (y + r).to(y_ptr.dtype.element_ty), mask=ok)
     # END SOLUTION
 
 
@@ -87,12 +107,15 @@ def gemm_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, M, N, K,
 @triton.jit
 def gated_norm_gemv_residual_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, res_ptr, y_ptr, N, K, sx, sz, eps,
                                     DV: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                                    UNROLL: tl.constexpr = 0, PDL: tl.constexpr = False):
+                                    UNROLL: tl.constexpr = 0, PDL: tl.constexpr = False,
+                                    W_SCALED: tl.constexpr = False, scale_ptr=None):
     """Token t = program_id(1): y[t, n] = res[t, n] + sum_k W[n, k] g[k], where g = the gated RMSNorm of the
     delta rule's output x [K = heads * DV]: per head x / rms(x) * nw * silu(z). BLOCK_K is a multiple of
     DV, so every head lies in one tile and its statistic is computed where it is used.
     PDL (chapter 18_cuda_graphs): the first weight tile (with PDL the whole row) and the norm's weight are loaded
-    before the wait for the kernel that wrote x, z and res. UNROLL: as in gemv_residual_kernel."""
+    before the wait for the kernel that wrote x, z and res. UNROLL, W_SCALED: as in gemv_residual_kernel; the
+    gated norm acts on x, along K, so it commutes with the scale of W's row: the scale still goes on the row's
+    sum once, before the residual add."""
     if PDL:
         pdl_launch_dependents()
     if UNROLL > 0:
@@ -103,11 +126,13 @@ def gated_norm_gemv_residual_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, res_ptr, y_ptr,
     cols = tl.arange(0, BLOCK_K)
     w = row_tile(w_ptr, rows, N, K, 0, BLOCK_K)                     # the first tile: no kernel writes weights
     nw = tl.load(nw_ptr + cols % DV).to(tl.float32)                  # k0 is a multiple of DV: k % DV = cols % DV
+    w_scale = row_scale(scale_ptr, rows, N, W_SCALED)
     if PDL:
         pdl_wait()
     # BEGIN SOLUTION: per K tile: x and z as fp32; x reshaped [BLOCK_K // DV, DV] to normalise each head by its own rms;
     #   times nw[k % DV] and silu(z); fp32 products with w (the tile loaded above, then each step loading
-    #   the next: row_tile at k0 + BLOCK_K); after the loop the row sums plus the residual, stored in y's dtype
+    #   the next: row_tile at k0 + BLOCK_K); after the loop the row sums (W_SCALED: times w_scale) plus the
+    #   residual, stored in y's dtype
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         k = k0 + cols
@@ -120,7 +145,10 @@ def gated_norm_gemv_residual_kernel(x_ptr, z_ptr, nw_ptr, w_ptr, res_ptr, y_ptr,
         acc += w.to(tl.float32) * g[None, :]
         w = row_tile(w_ptr, rows, N, K, k0 + BLOCK_K, BLOCK_K)      # one tile ahead (past K: no memory read)
     r = tl.load(res_ptr + t * N + rows, mask=row_ok, other=0.0).to(tl.float32)
-    tl.store(y_ptr + t * N + rows, (tl.sum(acc, axis=1) + r).to(y_ptr.dtype.element_ty), mask=row_ok)
+    y = tl.sum(acc, axis=1)
+    if W_SCALED:
+        y = y * w_scale
+    tl.store(y_ptr + t * N + rows, (y + r).to(y_ptr.dtype.element_ty), mask=row_ok)
     # END SOLUTION
 
 
@@ -261,13 +289,19 @@ def _max_shared_memory(device_index: int) -> int:
     return helpers.shared_memory(device_index)
 
 
+def _scale_args(scale: torch.Tensor | None) -> dict:
+    """The GEMVs' arguments for an 8-bit weight's row scales; none for a weight in the model dtype, whose kernel
+    then compiles without the scale code."""
+    return {} if scale is None else {"W_SCALED": True, "scale_ptr": scale}
+
+
 def _check_norm(norm_weight: torch.Tensor, K: int, eps: float, name: str = "norm_weight") -> None:
     validate.tensor(norm_weight, name, dtype=validate.FLOATS, shape=(K,))
     validate.positive(eps, "eps")
 
 
 def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor,
-                    out: torch.Tensor | None = None) -> torch.Tensor:
+                    out: torch.Tensor | None = None, scale: torch.Tensor | None = None) -> torch.Tensor:
     """`residual + x @ weight.T` in one kernel: o_proj / out_proj / down and the residual add after them.
 
     x:        [..., K] float, contiguous, the weight's dtype (the attention's or DeltaNet's output, or the
@@ -277,8 +311,10 @@ def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tenso
     out:      optional [..., N] buffer in residual's dtype; `out=residual` updates the stream in place
     The projection is summed in fp32 and added to the stream before the one rounding to the stream's
     dtype (the unfused pair rounds the projection to x's dtype first).
+    scale:    with an 8-bit weight (int8 or float8_e4m3fn), its fp32 scales [N], one a row; one token only
+              (`validate.scaled_projection`: prompts run the quant GEMM)
     """
-    K = validate.projection(x, weight, "weight")
+    K = validate.scaled_projection(x, weight, scale)
     N = weight.shape[0]
     validate.tensor(residual, "residual", dtype=validate.FLOATS, shape=(*x.shape[:-1], N))
     device = validate.same_device(x=x, weight=weight, residual=residual)
@@ -293,7 +329,7 @@ def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tenso
         cfg = gemv_residual_config(N, K, runtime().interpreted, pdl["PDL"])
         gemv_residual_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
             x2, weight, r2, out2, N, K, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], UNROLL=cfg["UNROLL"],
-            num_warps=cfg["num_warps"], **pdl)
+            num_warps=cfg["num_warps"], **pdl, **_scale_args(scale))
     else:
         cfg = gemm_residual_config(M, N, K, x.dtype, x.device)
         grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
@@ -392,7 +428,7 @@ def gated_delta_rule_recurrent_gates(q: torch.Tensor, k: torch.Tensor, v: torch.
 
 def gated_norm_linear_residual(x: torch.Tensor, z: torch.Tensor, norm_weight: torch.Tensor,
                                weight: torch.Tensor, residual: torch.Tensor, eps: float = 1e-6,
-                               out: torch.Tensor | None = None) -> torch.Tensor:
+                               out: torch.Tensor | None = None, scale: torch.Tensor | None = None) -> torch.Tensor:
     """The DeltaNet output at decode in one kernel: gated RMSNorm (chapter 17_deltanet_layer), out_proj, residual add.
 
     x:           [T, heads, DV], the delta rule's output; DV a power of two (128)
@@ -402,6 +438,7 @@ def gated_norm_linear_residual(x: torch.Tensor, z: torch.Tensor, norm_weight: to
     residual:    [T, N], the stream; out: optional [T, N] in residual's dtype (`out=residual`: in place)
     Made for one token: each token is a row of the grid that reads the whole weight (the engine keeps the
     separate kernels for prompts).
+    scale:       with an 8-bit weight (int8 or float8_e4m3fn), its fp32 scales [N], one a row; one token only
     """
     validate.tensor(x, "x", dtype=validate.FLOATS, ndim=3)
     T, HV, DV = x.shape
@@ -410,7 +447,7 @@ def gated_norm_linear_residual(x: torch.Tensor, z: torch.Tensor, norm_weight: to
     validate.tensor(z, "z", dtype=x.dtype, shape=(T, HV, DV), contiguous=False)
     validate.token_rows(z, "z")
     _check_norm(norm_weight, DV, eps)
-    K = validate.projection(x.view(T, HV * DV), weight, "weight")                     # [T, heads * DV]
+    K = validate.scaled_projection(x.view(T, HV * DV), weight, scale)                 # [T, heads * DV]
     N = weight.shape[0]
     validate.tensor(residual, "residual", dtype=validate.FLOATS, shape=(T, N))
     device = validate.same_device(x=x, z=z, norm_weight=norm_weight, weight=weight, residual=residual)
@@ -427,6 +464,6 @@ def gated_norm_linear_residual(x: torch.Tensor, z: torch.Tensor, norm_weight: to
     gated_norm_gemv_residual_kernel[(triton.cdiv(N, cfg["BLOCK_N"]), T)](
         x, z, norm_weight, weight, residual, out, N, K, HV * DV, z.stride(0), eps, DV=DV,
         BLOCK_N=cfg["BLOCK_N"], BLOCK_K=block_k, UNROLL=cfg["UNROLL"] if block_k == cfg["BLOCK_K"] else 0,
-        num_warps=warps, **pdl)
+        num_warps=warps, **pdl, **_scale_args(scale))
     return out
 

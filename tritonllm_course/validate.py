@@ -185,6 +185,23 @@ def projection(x: torch.Tensor, weight: torch.Tensor, weight_name: str = "weight
     return K
 
 
+def scaled_projection(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None,
+                        name: str = "weight") -> int:
+    """`x @ weight.T` inputs (`projection`), or with `scale` an 8-bit weight: weight [N, K] int8 or
+    float8_e4m3fn, scale fp32 [N] (one a row), x [1, K] floating (the fused kernels take 8-bit weights at decode
+    only). Returns K."""
+    if scale is None:
+        return projection(x, weight, name)
+    tensor(weight, name, dtype=(torch.int8, torch.float8_e4m3fn), ndim=2)
+    N, K = weight.shape
+    tensor(scale, "scale", dtype=torch.float32, shape=(N,))
+    tensor(x, "x", dtype=FLOATS)
+    if x.dim() == 0 or x.shape[-1] != K or x.numel() != K:
+        raise ValueError(f"x has shape {list(x.shape)}: with 8-bit weights this kernel takes one token of K = {K} "
+                         "(prompts run the quant GEMM)")
+    return K
+
+
 def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tensor):
     """Inputs of causal attention: q [T, heads, D], k and v [S, kv_heads, D] in q's dtype, pos [T] ints in
     [0, S), heads a multiple of kv_heads (GQA). Returns (T, heads, D, S, kv_heads, device)."""

@@ -7,6 +7,7 @@ engine's dequantizing kernels compute, so the tokens must be equal and the logit
 On the CPU the kernels run in Triton's interpreter at the tiny config, in fp32, op by op (no CUDA graph);
 on a GPU the graph replay must give what the eager steps give.
 """
+import dataclasses
 import json
 
 import pytest
@@ -45,7 +46,7 @@ def _projection(name: str) -> bool:
     return name.startswith("layers.") and "_proj" in name
 
 
-def oracle(weights: dict, fmt: str) -> Qwen35Model:
+def oracle(weights: dict, fmt: str, config=TINY) -> Qwen35Model:
     """The reference model on the weights quantized to `fmt` and dequantized back, the tied head as a
     dequantized copy of the embedding table (which stays as it is)."""
     out = dict(weights)
@@ -53,7 +54,7 @@ def oracle(weights: dict, fmt: str) -> Qwen35Model:
         w = weights.get(name, weights["embed_tokens.weight"])
         q, scale, group_size = quantize(w, fmt, GROUP_SIZE)
         out[name] = dequantize(q, scale, group_size, w.dtype)
-    return Qwen35Model(TINY, out)
+    return Qwen35Model(config, out)
 
 
 def _skip_without_fp8(fmt, rt):
@@ -63,10 +64,15 @@ def _skip_without_fp8(fmt, rt):
 
 
 # --- the tokens and the logits of the reference model on the dequantized weights ---------------------------
-@pytest.mark.parametrize("level", ["operators", "fused"])
-@pytest.mark.parametrize("fmt", FORMATS)
+# the fast level runs the formats of one scale a weight row (plan.FAST_FORMATS)
+CASES = [(fmt, level) for level in ("operators", "fused", "fast") for fmt in FORMATS
+         if level != "fast" or fmt != "int8_group"]
+
+
+@pytest.mark.parametrize("fmt, level", CASES)
 def test_greedy_tokens_and_logits_equal_the_dequantized_reference(weights, rt, fmt, level):
-    """Prompt (11 tokens in chunks of 8 and 3: `quant_gemm` at two lengths) and decode (`quant_gemv`), op by op."""
+    """Prompt (11 tokens in chunks of 8 and 3: `quant_gemm` at two lengths) and decode (`quant_gemv`, or at the
+    fast level its fused kernels with the row scales), op by op."""
     _skip_without_fp8(fmt, rt)
     ref = oracle(weights, fmt)
     engine = Engine(TINY, weights, max_seq_len=40, level=level, weight_format=fmt, prefill_chunk=8,
@@ -80,20 +86,35 @@ def test_greedy_tokens_and_logits_equal_the_dequantized_reference(weights, rt, f
     assert len(set(tokens)) > 3                                  # a varied path, not one token repeated
 
 
-def test_fp16_mode_runs_8_bit_weights_at_both_levels(weights, rt):
+def test_the_fast_levels_plain_deltanet_decode_takes_8_bit_weights_too(rt):
+    """A 3-tap conv: the fast level's decode DeltaNet falls back to the fused level's in-projection (the norm
+    folded in, no conv) and out_proj + residual, which take the row scales as well."""
+    config = dataclasses.replace(TINY, linear_conv_kernel_dim=3)
+    hf = hf_model(config, seed=2, perturb_norms=0.3, init_std=0.1)
+    weights = {n: t.to(rt.device) for n, t in weights_from_hf(hf).items()}
+    engine = Engine(config, weights, max_seq_len=40, level="fast", weight_format="int8", prefill_chunk=8,
+                    cuda_graph=False)
+    assert engine.plan.fallbacks[0].startswith("DeltaNet decode: plain kernels")
+    ref = oracle(weights, "int8", config)
+    assert engine.generate(PROMPT, 6, eos_token_id=None) == generate(ref, PROMPT, 6, eos_token_id=None)
+
+
+def test_fp16_mode_runs_8_bit_weights_at_every_level(weights, rt):
     """fp16 (a T4's dtype): the residual stream in fp32, and at the fused level every residual add writing the
-    stream's scaled fp16 copy, which ln1 and ln2 (now kernels of their own) read. Both levels: the same tokens,
-    the logits within fp16 rounding."""
+    stream's scaled fp16 copy, which ln1 and ln2 (now kernels of their own) read; at the fast level's decode the
+    norm-folded kernels read that copy and the output projections add a zero residual. Every level: the same
+    tokens, the logits within fp16 rounding."""
     half = {n: t.half() if t.dtype == torch.float32 and not n.endswith("A_log") else t for n, t in weights.items()}
     runs = {}
-    for level in ("operators", "fused"):
+    for level in ("operators", "fused", "fast"):
         engine = Engine(TINY, half, max_seq_len=40, level=level, weight_format="int8", prefill_chunk=8)
         assert engine.wide_stream
         logits = engine.prefill(PROMPT).double().clone()
         runs[level] = engine.generate(PROMPT, NEW_TOKENS, eos_token_id=None), logits
-    (tokens, a), (fused_tokens, b) = runs.values()
-    assert tokens == fused_tokens
-    assert (a - b).abs().max() <= 1e-2 * a.abs().max()
+    (tokens, a), *others = runs.values()
+    for level, (other_tokens, b) in zip(("fused", "fast"), others):
+        assert other_tokens == tokens, level
+        assert (a - b).abs().max() <= 1e-2 * a.abs().max(), level
 
 
 def test_the_weights_are_kept_in_8_bits_and_the_embedding_in_the_model_dtype(weights):
@@ -137,6 +158,75 @@ def test_reference_sources_run_the_8_bit_weights_too(weights):
                                                                               eos_token_id=None)
 
 
+# --- the fast level's fused kernels with 8-bit weights ---------------------------------------------------------
+def _scaled_cases(fmt, device, gen):
+    """Each fused decode kernel of the fast level on one token, odd sizes (a partial program of rows, several K
+    steps), its weight quantized to `fmt`: (name, the kernel's wrapper, its arguments, the reference's)."""
+    from tritonllm_course import kernels
+    from tritonllm_course.reference import fusion as RF
+    NF, LF = (kernels.load(f, "solutions").module for f in ("norm_fusion", "layer_fusion"))
+
+    def randn(*shape, std=1.0):
+        return std * torch.randn(*shape, device=device, generator=gen)
+
+    def quantized(N, K):
+        q, scale, _ = quantize(randn(N, K, std=0.02), fmt, None)
+        return q, scale
+
+    x, nw, res = randn(1, 200), 0.3 * randn(200), randn(1, 131)
+    w, s = quantized(131, 200)
+    wg, sg = quantized(2 * 70, 200)
+    wc, sc = quantized(150, 200)
+    conv_w, conv_state = randn(100, 4, std=0.3), randn(100, 4)
+    o, z, gw = randn(1, 4, 32), randn(1, 4, 32), randn(32)
+    wo, so = quantized(131, 128)
+    return [
+        ("rms_norm_linear", NF.rms_norm_linear, dict(x=x, norm_weight=nw, weight=w, scale=s), RF.rms_norm_linear),
+        ("rms_norm_linear_conv", NF.rms_norm_linear_conv,
+         dict(x=x, norm_weight=nw, weight=wc, conv_weight=conv_w, conv_state=conv_state, scale=sc),
+         RF.rms_norm_linear_conv),
+        ("rms_norm_gate_up_swiglu", NF.rms_norm_gate_up_swiglu, dict(x=x, norm_weight=nw, gate_up_weight=wg,
+                                                                     scale=sg), RF.rms_norm_gate_up_swiglu),
+        ("linear_residual", LF.linear_residual, dict(x=x, weight=w, residual=res, scale=s), RF.linear_residual),
+        ("gated_norm_linear_residual", LF.gated_norm_linear_residual,
+         dict(x=o, z=z, norm_weight=gw, weight=wo, residual=res, scale=so), RF.gated_norm_linear_residual),
+    ]
+
+
+@pytest.mark.parametrize("fmt", ("int8", "fp8"))
+def test_the_fast_level_kernels_apply_each_rows_scale(rt, fmt):
+    """Every fused kernel that reads a projection weight at the fast level's decode, on an 8-bit weight and its
+    row scales, against its reference on the dequantized math (`quant_linear`), in fp32."""
+    _skip_without_fp8(fmt, rt)
+    gen = torch.Generator(device=rt.device).manual_seed(3)
+    for name, kernel, args, reference in _scaled_cases(fmt, rt.device, gen):
+        ref_args = {k: v.clone() for k, v in args.items()}
+        got, want = kernel(**args), reference(**ref_args)
+        if isinstance(want, tuple):         # the conv: (y, new state), the state rolled in place
+            got, want = (got, args["conv_state"]), want
+            assert torch.allclose(got[1], want[1], rtol=1e-5, atol=1e-6), name
+            got, want = got[0], want[0]
+        err = (got.double() - want.double()).abs().max() / want.double().abs().max()
+        assert err <= 1e-5, f"{name} ({fmt}): {err:.2e} from the reference"
+
+
+def test_the_fused_kernels_refuse_a_bad_8_bit_weight_in_one_line(rt):
+    """A prompt (the fused kernels take 8-bit weights one token at a time), scales of the wrong shape, scales with
+    a weight that is not 8-bit."""
+    from tritonllm_course import kernels
+    LF = kernels.load("layer_fusion", "solutions").module
+    q, scale, _ = quantize(torch.randn(64, 32, device=rt.device), "int8", None)
+    x, res = torch.randn(3, 32, device=rt.device), torch.zeros(3, 64, device=rt.device)
+    for bad, message in (({"x": x}, "one token of K = 32"), ({"x": x[:1], "scale": scale[:8]}, "scale"),
+                         ({"x": x[:1], "weight": q.float()}, "weight")):
+        args = {"x": x[:1], "weight": q, "residual": res[:1], "scale": scale, **bad}
+        if "residual" in args and args["x"].shape[0] == 3:
+            args["residual"] = res
+        with pytest.raises((ValueError, TypeError), match=message) as refused:
+            LF.linear_residual(**args)
+        assert "\n" not in str(refused.value)
+
+
 # --- the plan -----------------------------------------------------------------------------------------------
 def test_the_plan_runs_the_quant_slots_and_the_fused_level_says_what_it_unfused():
     ops = fitted_plan("operators", TINY, "int8")
@@ -153,6 +243,13 @@ def test_the_plan_runs_the_quant_slots_and_the_fused_level_says_what_it_unfused(
     assert not fused.decode.norm_into_projection and fused.decode.residual_into_final_norm
     assert any("int8_group" in note for note in fused.fallbacks)
     assert fitted_plan("fused", TINY).fallbacks == ()
+    fast, native = fitted_plan("fast", TINY, "fp8"), fitted_plan("fast", TINY)
+    rows, before = ({s.name: (s.prefill, s.decode) for s in p.steps} for p in (fast, native))
+    for step in ("attn_in_proj", "dn_in_proj", "o_proj", "out_proj", "down"):      # decode: the fused kernels
+        assert rows[step] == ("quant_gemm.fp8", before[step][1])
+    assert rows["mlp"] == (None, "fused_gate_up_silu.ln2") and rows["gate_up"] == ("quant_gemm.fp8", None)
+    assert rows["lm_head"] == ("quant_gemv.fp8", "quant_gemv.fp8") and fast.decode == native.decode
+    assert not fast.prefill.residual_in_epilogue and any("prompt projections" in n for n in fast.fallbacks)
 
 
 # --- bad inputs ---------------------------------------------------------------------------------------------
@@ -162,10 +259,11 @@ def test_an_unknown_format_is_refused_naming_the_argument_and_the_formats(weight
         Engine(TINY, weights, max_seq_len=16, weight_format=bad)
 
 
-def test_the_fast_level_refuses_8_bit_weights_before_the_weights_are_made(monkeypatch):
+def test_the_fast_level_refuses_per_group_weights_before_the_weights_are_made(monkeypatch):
     monkeypatch.setattr(engine_module, "random_weights", lambda *a, **k: pytest.fail("weights were made"))
-    with pytest.raises(ValueError, match="level 'fast' does not run int8 weights"):
-        Engine.random(TINY, level="fast", weight_format="int8")
+    with pytest.raises(ValueError, match="level 'fast' does not run int8_group weights") as refused:
+        Engine.random(TINY, level="fast", weight_format="int8_group")
+    assert "\n" not in str(refused.value)
     with pytest.raises(ValueError, match="weight_format must be one of"):
         Engine.random(TINY, weight_format="int3")
 
@@ -187,7 +285,8 @@ def test_merged_weights_of_another_format_are_refused(weights):
 @pytest.mark.parametrize("argv, message", [
     (["--weights", "int4", "--backend", "triton"], "--weights must be one of native, int8, int8_group, fp8"),
     (["--weights", "int8"], "--weights int8 runs on the engine: add --backend triton"),
-    (["--weights", "int8", "--backend", "triton", "--level", "fast"], "level 'fast' does not run int8 weights"),
+    (["--weights", "int8_group", "--backend", "triton", "--level", "fast"],
+     "level 'fast' does not run int8_group weights"),
 ])
 def test_the_command_line_refuses_bad_weights_in_one_line(capsys, argv, message):
     status = cli.main(["generate", "--model", "random", "--prompt-ids", "1,2,3", *argv])
@@ -214,13 +313,16 @@ def model_device() -> str:
 
 
 def test_the_bench_takes_8_bit_rows_only_where_a_level_runs_them(capsys):
-    assert engine_bench.systems_named(None, "int8") == [
-        engine_bench.OPERATORS, engine_bench.OPERATORS + engine_bench.GRAPH,
-        engine_bench.FUSED, engine_bench.FUSED + engine_bench.GRAPH]
+    levels = [engine_bench.OPERATORS, engine_bench.OPERATORS + engine_bench.GRAPH,
+              engine_bench.FUSED, engine_bench.FUSED + engine_bench.GRAPH]
+    fast = [engine_bench.FAST, engine_bench.FAST + engine_bench.GRAPH, engine_bench.FAST + engine_bench.GRAPH
+            + engine_bench.PDL]
+    assert engine_bench.systems_named(None, "int8") == levels + fast
+    assert engine_bench.systems_named(None, "int8_group") == levels
     assert cli.main(["bench", "--weights", "int4"]) == 2
-    assert cli.main(["bench", "--weights", "int8", "--systems", engine_bench.FAST]) == 2
+    assert cli.main(["bench", "--weights", "int8_group", "--systems", engine_bench.FAST]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 2 and "--weights must be one of" in err[0] and "run no int8 weights" in err[1]
+    assert len(err) == 2 and "--weights must be one of" in err[0] and "run no int8_group weights" in err[1]
 
 
 def test_the_bench_table_of_an_int8_run_prints_the_int8_floor_and_the_int8_steps():
@@ -233,15 +335,19 @@ def test_the_bench_table_of_an_int8_run_prints_the_int8_floor_and_the_int8_steps
     md = engine_bench.markdown(result)
     assert f"Bandwidth floor: {model['weight_and_state_bytes']:,} + " in md
     assert model["weight_and_state_bytes"] == B.bytes_per_token(QWEN35_0_8B, 0, weight_format="int8")
-    assert "The Triton rows read int8 weights" in md and "fast: prefill / decode" not in md
+    assert "The Triton rows read int8 weights" in md and "fast: prefill / decode" in md
     assert "| down | `quant_gemm` / `quant_gemv` | `quant_gemm` / `quant_gemv` |" in md
 
 
 def test_kernels_per_token_counts_the_unfused_steps_of_8_bit_weights():
-    """At the fused level 8-bit weights put ln1, ln2 and the SwiGLU back into kernels of their own."""
+    """At the fused level 8-bit weights put ln1, ln2 and the SwiGLU back into kernels of their own; the fast
+    level's decode step launches the same kernels from int8 and fp8."""
     calls, _ = engine_bench.kernels_per_token(TINY, "fused")
     calls8, _ = engine_bench.kernels_per_token(TINY, "fused", "int8")
     assert calls8 == calls + 3 * TINY.num_hidden_layers
+    fast, _ = engine_bench.kernels_per_token(TINY, "fast")
+    assert engine_bench.kernels_per_token(TINY, "fast", "int8")[0] == fast
+    assert engine_bench.kernels_per_token(TINY, "fast", "fp8")[0] == fast
 
 
 # --- the byte model -----------------------------------------------------------------------------------------
@@ -267,7 +373,7 @@ def test_the_byte_model_counts_8_bit_weights_and_their_scales(config, fmt):
 
 # --- on a GPU: the CUDA graph ---------------------------------------------------------------------------------
 @pytest.mark.gpu
-@pytest.mark.parametrize("level", ["operators", "fused"])
+@pytest.mark.parametrize("level", ["operators", "fused", "fast"])
 def test_graph_replay_equals_the_eager_steps_with_int8_weights(weights, level):
     """The decode step captured with the quant kernels replays the eager step's tokens and logits, bit for bit."""
     runs = []

@@ -91,8 +91,8 @@ BUGS = [
 
     # projection + residual add -------------------------------------------------------------------------
     Bug("fused_linear_residual", LF, "GEMV: the residual never added",
-        (("tl.store(y_ptr + rows, (tl.sum(acc, axis=1) + r).to(y_ptr.dtype.element_ty), mask=ok)",
-          "tl.store(y_ptr + rows, tl.sum(acc, axis=1).to(y_ptr.dtype.element_ty), mask=ok)"),)),
+        (("tl.store(y_ptr + rows, (y + r).to(y_ptr.dtype.element_ty), mask=ok)",
+          "tl.store(y_ptr + rows, y.to(y_ptr.dtype.element_ty), mask=ok)"),)),
     Bug("fused_linear_residual", LF, "GEMV: the row sums over N columns, not K",
         (("    for k0 in range(0, K, BLOCK_K):\n        x = tl.load(x_ptr + k0 + cols",
           "    for k0 in range(0, N, BLOCK_K):\n        x = tl.load(x_ptr + k0 + cols"),)),

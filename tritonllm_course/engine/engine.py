@@ -123,7 +123,7 @@ class Engine(Forward):
     weight_format:   "native" (default: the projections in the model's own dtype, bf16 or fp16) or 8-bit,
                      "int8" (a scale per row), "int8_group" (per row and 128 columns) or "fp8" (e4m3, per row;
                      sm_89+): the projections and a copy of the LM head quantized once, at load (`merged.py`),
-                     run by the levels "operators" and "fused" (`plan.quant_plan`), refused by "fast". Tokens
+                     run by every level (`plan.quant_plan`), but "int8_group" not by "fast". Tokens
                      may differ from the native weights' (chapter 31_weight_quant's accuracy table)
     """
 

@@ -2,7 +2,8 @@
 kernel slots of the op table, following the fused operators of the plan (`plan.Fusions`); static buffers
 only, so a decode step can be captured in a CUDA graph (the engine, `engine.py`, does that). A projection's
 weight is a tensor or an 8-bit `merged.Quantized`, passed to its slot by `merged.projection_args` (the plan
-runs the quant kernels and only the unfused forms for those).
+runs the quant kernels for those, and at the fast level's decode the fused kernels with the weight's row scales:
+`merged.fused_weight_args`).
 
 Optimisation levels (`level`), the benchmark's rows with `cuda_graph`: each a plan (`plan.LEVELS`) of steps,
 the kernel slot each runs, and of what each path fuses (`plan.Fusions`), which the one prefill path and the
@@ -34,7 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from ..runtime import programmatic_launches
-from .merged import projection_args
+from .merged import fused_weight_args, projection_args
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,7 @@ class Forward:
             conv = {}
             if group == "dn" and f.conv_into_in_proj:    # and runs the conv's step, its state rolled in place
                 conv = {"conv_weight": layer.small["conv"], "conv_state": self.cache.conv[i]}
-            proj(x=self._stream_in(a, f), norm_weight=layer.ln1, weight=layer.mixer_in.weight,
+            proj(x=self._stream_in(a, f), norm_weight=layer.ln1, **fused_weight_args(layer.mixer_in.weight),
                  eps=self.config.rms_norm_eps, out=out, **conv)
         else:
             self._norm(op.ln1, a.x, layer.ln1, a.h, getattr(a, "h_wide", None))
@@ -207,8 +208,8 @@ class Forward:
         eps = self.config.rms_norm_eps
         self._residual(op, f, a, "attn_residual")
         if f.norm_into_projection:      # ln2 + gate/up + SwiGLU in one kernel, normalising as it reads
-            op.mlp(x=self._stream_in(a, f), norm_weight=layer.ln2, gate_up_weight=layer.gate_up.weight, eps=eps,
-                   out=a.act)
+            op.mlp(x=self._stream_in(a, f), norm_weight=layer.ln2, eps=eps, out=a.act,
+                   **fused_weight_args(layer.gate_up.weight, "gate_up_weight"))
         else:
             if self._scaled_copy(f):    # ln2 of the stream's fp16 copy, in place
                 op.ln2(x=a.h, weight=layer.ln2, eps=eps, out=a.h)
@@ -228,12 +229,12 @@ class Forward:
         `residual_in_epilogue` added to the stream a.x by the projection's epilogue, in place. In fp16 that
         adds a zero residual into a.mixer: the add that follows also writes the fp16 copy of the stream.
         extra: the fused kernel's other inputs (the gated norm's z, weight and eps)."""
-        if not f.residual_in_epilogue:   # the only form with 8-bit weights (no fused kernel reads them)
+        if not f.residual_in_epilogue:   # 8-bit weights: the quant kernels' arguments
             proj(x=x, **projection_args(weight), out=a.mixer, **extra)
         elif self.wide_stream:
-            proj(x=x, weight=weight, residual=a.zero, out=a.mixer, **extra)
+            proj(x=x, **fused_weight_args(weight), residual=a.zero, out=a.mixer, **extra)
         else:
-            proj(x=x, weight=weight, residual=a.x, out=a.x, **extra)
+            proj(x=x, **fused_weight_args(weight), residual=a.x, out=a.x, **extra)
 
     def _residual(self, op, f, a, step: str) -> None:
         """a.x += a.mixer by the kernel of `step`, unless an output projection's epilogue made the add; where

@@ -71,6 +71,14 @@ def projection_args(weight) -> dict:
     return {"weight": weight}
 
 
+def fused_weight_args(weight, name: str = "weight") -> dict:
+    """The keyword arguments of a fused kernel's weight (the fast level's decode kernels): the tensor as `name`,
+    or an 8-bit weight's q as `name` and its row scales as `scale` (per-row scales only: `plan.FAST_FORMATS`)."""
+    if isinstance(weight, Quantized):
+        return {name: weight.q, "scale": weight.scale}
+    return {name: weight}
+
+
 def _tensors(weight) -> tuple[torch.Tensor, ...]:
     return weight.tensors() if isinstance(weight, Quantized) else (weight,)
 

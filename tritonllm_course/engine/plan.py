@@ -19,11 +19,16 @@ those steps (`FALLBACKS`, named in the engine's summary); what no level runs is 
 
 8-bit weights (`fitted_plan(..., weight_format="int8" | "int8_group" | "fp8")`, chapter 31_weight_quant): every
 projection and the LM head run the dequantizing kernels, `quant_gemm` over a prompt and `quant_gemv` at decode
-(`quant_plan`). The fused kernels that read a projection's weight in the model dtype (the norm-folded
-projections, gate/up with its SwiGLU, split-K) have no 8-bit version: at the fused level the projections fall
-back to the plain quant kernels, ln1, ln2 and the SwiGLU to kernels of their own (a line in `fallbacks`);
-FlashAttention, FlashDecoding and the final residual norm stay. The fast level fuses a projection into
-nearly every step, so it is refused with 8-bit weights rather than reduced to the fused level in disguise.
+(`quant_plan`), except the fast level's decode. At the fused level the kernels that read a projection's weight
+in the model dtype (the norm-folded projections, gate/up with its SwiGLU, split-K) fall back to the plain quant
+kernels, ln1, ln2 and the SwiGLU to kernels of their own (a line in `fallbacks`); FlashAttention, FlashDecoding
+and the final residual norm stay. The fast level's decode kernels that read a projection's weight (the
+norm-folded in-projections, with the conv's step; ln2 + gate/up + SwiGLU; the output projections with the
+residual add, out_proj with the gated norm) take per-row-scaled weights (`W_SCALED`: each row's sum times its
+scale), so its decode step runs the same 138 kernels from int8 or fp8 (`FAST_FORMATS`), the LM head on
+`quant_gemv`; its prompts run `quant_gemm` unfused, the SwiGLU and the residual adds as kernels of their own (a
+line in `fallbacks`). Per-group int8 scales change along K, inside a row's sum: the fast level refuses
+`int8_group` rather than run the fused level in disguise.
 """
 from __future__ import annotations
 
@@ -311,23 +316,34 @@ FALLBACKS = (
 
 # the formats of 8-bit weights (reference/quant.py's FORMATS) -> the suffix of their quant slots (slots/quant.py)
 QUANT_SLOTS = {"int8": "", "int8_group": ".group", "fp8": ".fp8"}
-QUANT_LEVELS = ("operators", "fused")      # the levels that run 8-bit weights (see the module doc)
+QUANT_LEVELS = ("operators", "fused", "fast")      # the levels that run 8-bit weights (see the module doc)
+FAST_FORMATS = ("int8", "fp8")      # the fast level's fused kernels take one scale a row, not a row's groups
+
+
+def runs_weights(level: str, weight_format: str) -> bool:
+    """Whether `level` runs weights of `weight_format` (a known one): every level the model dtype, the
+    `QUANT_LEVELS` 8-bit ones, the fast level those of `FAST_FORMATS` only."""
+    return weight_format == "native" or (level in QUANT_LEVELS
+                                         and (level != "fast" or weight_format in FAST_FORMATS))
 
 
 def check_weight_format(level: str, weight_format: str, name: str = "weight_format") -> None:
     """ValueError in one line for a format the engine does not know (naming the argument `name`), or one the
-    level does not run (`QUANT_LEVELS`)."""
+    level does not run (`runs_weights`)."""
     plan_of(level)
-    if check_weight_format_value(weight_format, name) != "native" and level not in QUANT_LEVELS:
-        raise ValueError(f"level {level!r} does not run {weight_format} weights (its fused kernels read every "
-                         f"projection's weight in the model dtype): use level 'operators' or 'fused'")
+    if not runs_weights(level, check_weight_format_value(weight_format, name)):
+        raise ValueError(f"level {level!r} does not run {weight_format} weights (its fused kernels take one scale "
+                         f"a weight row, not a row's groups): use 'int8' or 'fp8', or level 'operators' or 'fused'")
 
 
 def quant_plan(plan: Plan, level: str, weight_format: str) -> Plan:
     """`plan` with every projection and the LM head on the quant kernels of `weight_format`; at the fused level
-    the norm-folded projections and gate/up + SwiGLU undone (see the module doc)."""
+    the norm-folded projections and gate/up + SwiGLU undone; at the fast level the decode step's fused kernels
+    kept (they take the row scales) and the prompt's projections unfused (see the module doc)."""
     sfx = QUANT_SLOTS[weight_format]
     gemm, gemv = f"quant_gemm{sfx}", f"quant_gemv{sfx}"
+    if level == "fast":
+        return _fast_quant_plan(plan, weight_format, gemm, gemv)
     changes: dict[str, Edit] = {name: {"prefill": gemm, "decode": gemv}
                                 for name in ("attn_in_proj", "dn_in_proj", "o_proj", "out_proj", "down")}
     changes["lm_head"] = {"prefill": gemv, "decode": gemv}          # the last position's row only
@@ -342,6 +358,28 @@ def quant_plan(plan: Plan, level: str, weight_format: str) -> Plan:
                    decode=replace(plan.decode, **unfused),
                    fallbacks=(*plan.fallbacks, f"projections: plain {weight_format} kernels (no fused kernel reads "
                                                "8-bit weights; ln1, ln2 and the SwiGLU run on their own)"))
+
+
+def _fast_quant_plan(plan: Plan, weight_format: str, gemm: str, gemv: str) -> Plan:
+    """The fast level with 8-bit weights: the decode step as it is but for the LM head (`quant_gemv`), whose
+    kernels take the row scales; at a prompt `quant_gemm` for every projection, so gate/up's SwiGLU and the
+    residual adds after o_proj / out_proj and down are kernels of their own again (the last layer's add stays
+    in the final norm, which then runs `residual_rmsnorm`)."""
+    changes: dict[str, Edit] = {name: {"prefill": gemm} for name in ("attn_in_proj", "dn_in_proj", "o_proj")}
+    changes.update({
+        "out_proj": ({"prefill": gemm}, Step("attn_residual", "every layer", "attn_residual", None)),
+        "mlp": (Step("gate_up", "every layer", gemm, None), Step("swiglu", "every layer", "swiglu.merged", None),
+                {"prefill": None}),
+        "down": ({"prefill": gemm}, Step("mlp_residual", "every layer but the last", "mlp_residual", None)),
+        "final_norm": {"prefill": None},
+        "final_residual_norm": {"where": "model (prompts); every layer (fp16)"},
+        "lm_head": {"prefill": gemv, "decode": gemv},               # the last position's row only
+    })
+    prefill = replace(plan.prefill, swiglu_into_gate_up=False, residual_in_epilogue=False)
+    return replace(plan, steps=edit(plan.steps, changes), prefill=prefill,
+                   fallbacks=(*plan.fallbacks, f"prompt projections: plain {weight_format} GEMMs (the fused GEMMs "
+                                               "read weights in the model dtype; the SwiGLU and the residual adds "
+                                               "run on their own)"))
 
 
 def fitted_plan(level: str, config=None, weight_format: str = "native") -> Plan:
@@ -385,9 +423,9 @@ def steps_of(level: str) -> tuple[Step, ...]:
 def levels_markdown(weight_format: str = "native") -> str:
     """Which slot every step runs at each level, prefill / decode, side by side (markdown; "-": the
     level has no such step). A step of one level only sits after the step that precedes it there. With 8-bit
-    `weight_format`: the levels that run it (`QUANT_LEVELS`), as `quant_plan` changes them."""
+    `weight_format`: the levels that run it (`runs_weights`), as `quant_plan` changes them."""
     levels = {level: plan if weight_format == "native" else fitted_plan(level, None, weight_format)
-              for level, plan in LEVELS.items() if weight_format == "native" or level in QUANT_LEVELS}
+              for level, plan in LEVELS.items() if runs_weights(level, weight_format)}
     order = [s.name for s in STEPS]
     for plan in levels.values():
         for i, s in enumerate(plan.steps):

@@ -66,7 +66,7 @@ from .. import kernels
 from ..config import FAMILY, PRESETS, QWEN35_0_8B, Qwen35Config
 from ..demo import meta_weights
 from ..engine import Engine
-from ..engine.plan import QUANT_LEVELS, levels_markdown
+from ..engine.plan import levels_markdown, runs_weights
 from ..hf_compat import hf_model, weights_from_hf
 from ..model import Qwen35Model
 from ..reference import precision
@@ -157,18 +157,19 @@ def same_tokens(engine, other, prompt: list[int], new_tokens: int = 32) -> dict:
 
 def systems_named(names, weight_format: str = "native") -> list[str]:
     """The systems of `names` (`SYSTEMS` or `ALIASES`), in `SYSTEMS` order; None: all of them, or with 8-bit
-    weights the Triton rows of the levels that run them (`plan.QUANT_LEVELS`). A row of a level that does not
+    weights the Triton rows of the levels that run them (`plan.runs_weights`). A row of a level that does not
     run `weight_format` is a ValueError."""
     if names is None:
-        names = [n for n in SYSTEMS if weight_format == "native" or LEVEL_OF.get(n) in QUANT_LEVELS]
+        names = [n for n in SYSTEMS if weight_format == "native"
+                 or (n in LEVEL_OF and runs_weights(LEVEL_OF[n], weight_format))]
     unknown = [n for n in names if n not in SYSTEMS and n not in ALIASES]
     if unknown:
         raise ValueError(f"unknown systems {unknown}; choose from {list(SYSTEMS)} (or {list(ALIASES)})")
     wanted = {ALIASES.get(n, n) for n in names}
-    refused = [n for n in SYSTEMS if n in wanted and n in LEVEL_OF and weight_format != "native"
-               and LEVEL_OF[n] not in QUANT_LEVELS]
+    refused = [n for n in SYSTEMS if n in wanted and n in LEVEL_OF and not runs_weights(LEVEL_OF[n], weight_format)]
     if refused:
-        raise ValueError(f"{refused} run no {weight_format} weights (levels {list(QUANT_LEVELS)} do)")
+        runs = [level for level in dict.fromkeys(LEVEL_OF.values()) if runs_weights(level, weight_format)]
+        raise ValueError(f"{refused} run no {weight_format} weights (levels {runs} do)")
     return [n for n in SYSTEMS if n in wanted]
 
 

@@ -3,7 +3,8 @@ they replace, so a fused kernel is judged by the same math. Chapter 21_norm_fusi
 projection (+ the DeltaNet conv step), gate/up + SwiGLU (the stacked gate/up weight [W_gate; W_up] too, and ln2
 before it); its residual + RMSNorm is `residual.residual_rms_norm`. Chapter 22_layer_fusion (solutions/layer_fusion.py):
 the projection + residual add, the attention's q/k norm + RoPE + cache write, the DeltaNet gates +
-recurrence (q and k normalised there or not), the gated RMSNorm + out_proj + residual add."""
+recurrence (q and k normalised there or not), the gated RMSNorm + out_proj + residual add. The projections of the
+fast level's decode kernels also take an 8-bit weight with its row scales (`scale`): `quant.quant_linear` then."""
 from __future__ import annotations
 
 import torch
@@ -16,16 +17,23 @@ from .linear import linear
 from .mlp import gate_up, swiglu, swiglu_merged
 from .norms import gated_rms_norm, qk_norm, rms_norm
 from .precision import acc
+from .quant import quant_linear
 from .rope import apply_rope
 
 
+def _linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
+    """`linear(x, weight)`, or with `scale` the 8-bit weight's: `quant_linear(x, weight, scale)` (per row)."""
+    return linear(x, weight) if scale is None else quant_linear(x, weight, scale)
+
+
 def rms_norm_linear(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
-                    eps: float = 1e-6) -> torch.Tensor:
+                    eps: float = 1e-6, scale: torch.Tensor | None = None) -> torch.Tensor:
     """`linear(rms_norm(x, norm_weight), weight)`: ln1 + in_proj, ln2 + gate/up in one kernel.
 
     x: [T, hidden]; norm_weight: [hidden] (zero-centred); weight: [N, hidden]; returns [T, N].
+    scale: an 8-bit weight's row scales [N] (`quant_linear`).
     """
-    return linear(rms_norm(x, norm_weight, eps), weight)
+    return _linear(rms_norm(x, norm_weight, eps), weight, scale)
 
 
 def gate_up_swiglu(x: torch.Tensor, gate_weight: torch.Tensor, up_weight: torch.Tensor) -> torch.Tensor:
@@ -42,24 +50,26 @@ def gate_up_swiglu_merged(x: torch.Tensor, gate_up_weight: torch.Tensor) -> torc
 
 
 def rms_norm_gate_up_swiglu(x: torch.Tensor, norm_weight: torch.Tensor, gate_up_weight: torch.Tensor,
-                            eps: float = 1e-6) -> torch.Tensor:
+                            eps: float = 1e-6, scale: torch.Tensor | None = None) -> torch.Tensor:
     """ln2, the merged gate/up projection and SwiGLU: `gate_up_swiglu_merged(rms_norm(x), gate_up_weight)`.
 
     x: [T, hidden] (the residual stream h); norm_weight: [hidden] (zero-centred);
-    gate_up_weight: [2 * I, hidden]; returns [T, I].
+    gate_up_weight: [2 * I, hidden]; returns [T, I]. scale: an 8-bit weight's row scales [2 * I].
     """
-    return gate_up_swiglu_merged(rms_norm(x, norm_weight, eps), gate_up_weight)
+    return swiglu_merged(_linear(rms_norm(x, norm_weight, eps), gate_up_weight, scale))
 
 
-def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
+def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor,
+                    scale: torch.Tensor | None = None) -> torch.Tensor:
     """A projection and the residual add after it: `residual + x @ weight.T`, summed in fp32 and rounded
     once to the stream's dtype (the fused kernel's rounding; the unfused pair rounds `x @ weight.T` to x's
     dtype first).
 
     x: [T, K] (o_proj / out_proj / down input); weight: [N, K]; residual: [T, N], the stream (model dtype,
-    fp32 in fp16 mode); returns [T, N] in residual's dtype.
+    fp32 in fp16 mode); returns [T, N] in residual's dtype. scale: an 8-bit weight's row scales [N].
     """
-    return (residual.float() + linear(x.float(), weight.float())).to(residual.dtype)
+    y = linear(x.float(), weight.float()) if scale is None else quant_linear(x.float(), weight, scale)
+    return (residual.float() + y).to(residual.dtype)
 
 
 def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
@@ -80,11 +90,12 @@ def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
 
 
 def rms_norm_linear_conv(x: torch.Tensor, norm_weight: torch.Tensor, weight: torch.Tensor,
-                         conv_weight: torch.Tensor, conv_state: torch.Tensor, eps: float = 1e-6):
+                         conv_weight: torch.Tensor, conv_state: torch.Tensor, eps: float = 1e-6,
+                         scale: torch.Tensor | None = None):
     """The DeltaNet in-projection of one token, then the conv's step on its first C outputs:
-    y = `rms_norm_linear(x, norm_weight, weight, eps)` [1, N]; returns ([conv1d_decode(y[:, :C]) | y[:, C:]]
-    [1, N] in x's dtype, the new conv state [C, K])."""
-    y = rms_norm_linear(x, norm_weight, weight, eps)                            # [1, N]
+    y = `rms_norm_linear(x, norm_weight, weight, eps, scale)` [1, N]; returns ([conv1d_decode(y[:, :C]) |
+    y[:, C:]] [1, N] in x's dtype, the new conv state [C, K])."""
+    y = rms_norm_linear(x, norm_weight, weight, eps, scale)                     # [1, N]
     C = conv_weight.shape[0]
     conv, state = conv1d_decode(y[:, :C], conv_weight, conv_state)              # [1, C], [C, K]
     return torch.cat([conv, y[:, C:]], dim=1), state
@@ -117,8 +128,9 @@ def gated_delta_rule_chunked_gates(q: torch.Tensor, k: torch.Tensor, v: torch.Te
 
 
 def gated_norm_linear_residual(x: torch.Tensor, z: torch.Tensor, norm_weight: torch.Tensor,
-                               weight: torch.Tensor, residual: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+                               weight: torch.Tensor, residual: torch.Tensor, eps: float = 1e-6,
+                               scale: torch.Tensor | None = None) -> torch.Tensor:
     """The DeltaNet output: gated RMSNorm of x [T, heads, DV] with z, out_proj, and the residual add:
-    `linear_residual(gated_rms_norm(x, z, norm_weight, eps) [T, heads * DV], weight, residual)`."""
+    `linear_residual(gated_rms_norm(x, z, norm_weight, eps) [T, heads * DV], weight, residual, scale)`."""
     T = x.shape[0]
-    return linear_residual(gated_rms_norm(x, z, norm_weight, eps).reshape(T, -1), weight, residual)
+    return linear_residual(gated_rms_norm(x, z, norm_weight, eps).reshape(T, -1), weight, residual, scale)
