@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from . import __version__, exercise_files, kernels, regions, student_version
@@ -256,7 +257,15 @@ def main(argv: list[str] | None = None) -> int:
     if course_folder() is None:   # every command reads the course's kernels, chapters or exercises
         print(f"tritonllm-course: {NO_COURSE}", file=sys.stderr)
         return 2
-    return args.func(args) or 0
+    try:
+        rc = args.func(args) or 0
+        sys.stdout.flush()       # a pipe closed early breaks here, not in the interpreter's exit
+    except BrokenPipeError:
+        # the reader went away (`tritonllm-course progress | head`): stop quietly, as a Unix tool does, with
+        # stdout pointed at /dev/null so that the exit's own flush has nowhere to fail
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141               # 128 + SIGPIPE, what a shell reports for a tool stopped by a closed pipe
+    return rc
 
 
 if __name__ == "__main__":

@@ -606,3 +606,19 @@ def test_layers_on_a_cpu_says_it_needs_a_gpu(capsys):
     assert cli.main(["layers"]) == 1
     err = capsys.readouterr().err
     assert "skipped: it measures the engine on a CUDA GPU" in err and "Traceback" not in err
+
+
+def test_a_reader_that_closes_the_pipe_ends_the_command_quietly():
+    """`tritonllm-course progress | head -1`: the reader goes away before the output is written. The command
+    stops with 141 (128 + SIGPIPE, as a shell reports a tool stopped by a closed pipe), never a traceback."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-m", "tritonllm_course.cli", "progress", "--no-run"], cwd=root,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()                       # no reader at all: the first write of the output breaks the pipe
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
