@@ -9,15 +9,15 @@ config's BLOCK_K (pruning must still leave a config to run).
 """
 from ..reference.linear import linear
 from . import implement
-from .common import projection_bytes, projection_flops, projection_out
-from .linear import PROMPT, _inputs
+from .common import projection_bytes, projection_flops, projection_inputs, projection_out
+from .linear import PROMPT
 
 
 def _shape(M, N, K):
     return {"M": M, "N": N, "K": K}
 
 
-_COMMON = dict(family="autotune", reference=linear, make_inputs=_inputs, make_out=projection_out,
+_COMMON = dict(family="autotune", reference=linear, make_inputs=projection_inputs, make_out=projection_out,
                bytes=projection_bytes, flops=projection_flops, chapter="26_autotune", dims={"out": ("token", "row")})
 
 implement("in_proj.autotuned", function="autotuned_gemv", op=2, title="QKV projection (decode, autotuned)",

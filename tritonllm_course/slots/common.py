@@ -67,6 +67,13 @@ def norm_edges(key: str = "x") -> list[Edge]:
 
 
 # --- a projection y[M, N] = x[M, K] @ W[N, K].T (chapters 05_projections and 28_compilers) --------------------------
+def projection_inputs(shape, dtype, device, gen):
+    """x [M, K] ~ N(0, 1) and a weight [N, K] ~ N(0, 0.02), both in `dtype`."""
+    M, N, K = shape["M"], shape["N"], shape["K"]
+    return {"x": torch.randn(M, K, dtype=dtype, device=device, generator=gen),
+            "weight": (0.02 * torch.randn(N, K, device=device, generator=gen)).to(dtype)}
+
+
 def projection_out(inp):
     """The output buffer of a projection slot: [M, N] in x's dtype."""
     return {"out": torch.empty(inp["x"].shape[0], inp["weight"].shape[0], dtype=inp["x"].dtype,

@@ -16,13 +16,7 @@ import torch
 from ..reference.linear import linear
 from ..reference.lm_head import lm_head
 from . import Edge, implement
-from .common import projection_bytes, projection_flops, projection_out
-
-
-def _inputs(shape, dtype, device, gen):
-    M, N, K = shape["M"], shape["N"], shape["K"]
-    return {"x": torch.randn(M, K, dtype=dtype, device=device, generator=gen),
-            "weight": (0.02 * torch.randn(N, K, device=device, generator=gen)).to(dtype)}
+from .common import projection_bytes, projection_flops, projection_inputs, projection_out
 
 
 
@@ -35,7 +29,7 @@ def _small_activations(inputs, shape, dtype, gen):
 
 
 def _projection(name, function, tiny, real, **fields):
-    implement(name, family="linear", function=function, make_inputs=_inputs, make_out=projection_out,
+    implement(name, family="linear", function=function, make_inputs=projection_inputs, make_out=projection_out,
               bytes=projection_bytes, flops=projection_flops, shapes={"tiny": tiny, "real": real},
               reference=fields.pop("reference", linear),
               edges=[Edge("small activations", _small_activations)],

@@ -6,17 +6,10 @@ row-major weight ([N, K], stride_k = 1) of the shapes, and as an edge the transp
 engine keeps ([K, N] viewed as [N, K], strides (1, N)): a kernel that assumes stride_k = 1 reads the wrong
 elements there and nowhere else.
 """
-import torch
 
 from ..reference.linear import linear
 from . import Edge, implement
-from .common import projection_bytes, projection_flops, projection_out
-
-
-def _inputs(shape, dtype, device, gen):
-    M, N, K = shape["M"], shape["N"], shape["K"]
-    return {"x": torch.randn(M, K, dtype=dtype, device=device, generator=gen),
-            "weight": (0.02 * torch.randn(N, K, device=device, generator=gen)).to(dtype)}
+from .common import projection_bytes, projection_flops, projection_inputs, projection_out
 
 
 def _transposed(inputs, shape, dtype, gen):
@@ -32,7 +25,7 @@ def _shape(M, N, K):
 implement("naive_gemv", family="naive_gemv", function="per_output_linear",
           title="naive projection (one program per output)", chapter="29_naive_to_fast",
           qwen="the ladder's first step: a decode projection at either layout", reference=linear,
-          make_inputs=_inputs, make_out=projection_out, bytes=projection_bytes, flops=projection_flops,
+          make_inputs=projection_inputs, make_out=projection_out, bytes=projection_bytes, flops=projection_flops,
           edges=[Edge("transposed storage", _transposed)], dims={"out": ("token", "feature")},
           shapes={"tiny": [_shape(1, 131, 509), _shape(1, 67, 2085), _shape(1, 509, 131)],
                   "real": [_shape(1, 1024, 2048), _shape(1, 5120, 1024)]})

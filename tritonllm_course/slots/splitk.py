@@ -16,20 +16,19 @@ import torch
 
 from ..reference.linear import linear
 from . import implement
-from .common import projection_bytes, projection_flops, projection_out
-from .linear import _inputs
+from .common import projection_bytes, projection_flops, projection_inputs, projection_out
 
 
 def _shape(N, K):
     return {"M": 1, "N": N, "K": K}
 
 
-_COMMON = dict(family="splitk", reference=linear, make_inputs=_inputs, make_out=projection_out,
+_COMMON = dict(family="splitk", reference=linear, make_inputs=projection_inputs, make_out=projection_out,
                bytes=projection_bytes, flops=projection_flops, chapter="24_split_k")
 
 
 def _atomic_inputs(shape, dtype, device, gen):
-    inputs = _inputs(shape, dtype, device, gen)
+    inputs = projection_inputs(shape, dtype, device, gen)
     return {**inputs, "acc": torch.zeros(shape["N"], dtype=torch.float32, device=device)}
 
 
