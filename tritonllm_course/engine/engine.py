@@ -195,13 +195,20 @@ class Engine(Forward):
                              f"sm_{major}{minor}: use pdl=False or None")
         return has if pdl is None else bool(pdl) and self.device.type != "meta"
 
-    def _launches(self) -> contextlib.ExitStack:
-        """The PDL switches around a step's kernels. The kernels (their tiles, their loads before the wait)
-        follow the GPU: where it has PDL, those made for it. The launch attribute follows `pdl`: without it
-        the same kernels start one after another, so pdl=False changes the timing alone, never a bit."""
+    # Prompt chunks longer than this launch without the overlap. A long chunk's GEMMs fill every SM with
+    # programs; under PDL the next kernel's programs are resident beside them, waiting, and take their
+    # shared memory and registers: on the H200 a 4000-token prompt took 38 ms with PDL against 31 ms
+    # without, a 128-token one 1.7-1.9 against 1.8-2.0 ms (docs/results.md, the engine table's TTFT).
+    PDL_PROMPT_TOKENS = 128
+
+    def _launches(self, tokens: int = 1) -> contextlib.ExitStack:
+        """The PDL switches around a step of `tokens` tokens. The kernels (their tiles, their loads before the
+        wait) follow the GPU: where it has PDL, those made for it. The launch attribute follows `pdl`, and a
+        prompt chunk of more than PDL_PROMPT_TOKENS launches without it: the same kernels then start one
+        after another, so the attribute changes the timing alone, never a bit."""
         stack = contextlib.ExitStack()
         stack.enter_context(programmatic_launches(self.pdl or self.pdl_gpu))
-        if not self.pdl:
+        if not self.pdl or tokens > self.PDL_PROMPT_TOKENS:
             stack.enter_context(no_launch_overlap())
         return stack
 
@@ -328,7 +335,7 @@ class Engine(Forward):
     def _prefill_unchecked(self, T: int, start: int, last: bool) -> None:
         """The chunk of T ids in `prefill_ids` at `start`, without the kernels' host-side range checks: the
         ids and lengths were checked once, in `prefill`."""
-        with validate.no_device_checks(), self._launches():
+        with validate.no_device_checks(), self._launches(T):
             self._prefill_fn(self.prefill_act.take(T), self.prefill_ids[:T], start, last=last)
 
     def _cache_tensors(self) -> list[torch.Tensor]:
