@@ -195,10 +195,8 @@ class Engine(Forward):
                              f"sm_{major}{minor}: use pdl=False or None")
         return has if pdl is None else bool(pdl) and self.device.type != "meta"
 
-    # Prompt chunks longer than this launch without the overlap. A long chunk's GEMMs fill every SM with
-    # programs; under PDL the next kernel's programs are resident beside them, waiting, and take their
-    # shared memory and registers: on the H200 a 4000-token prompt took 38 ms with PDL against 31 ms
-    # without, a 128-token one 1.7-1.9 against 1.8-2.0 ms (docs/results.md, the engine table's TTFT).
+    # longer prompt chunks launch without the overlap: their GEMMs fill every SM, and the next kernel's waiting
+    # programs would take shared memory and registers beside them (H200: 38 against 31 ms at 4000 tokens)
     PDL_PROMPT_TOKENS = 128
 
     def _launches(self, tokens: int = 1) -> contextlib.ExitStack:
