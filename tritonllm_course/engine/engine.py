@@ -200,10 +200,8 @@ class Engine(Forward):
     PDL_PROMPT_TOKENS = 128
 
     def _launches(self, tokens: int = 1) -> contextlib.ExitStack:
-        """The PDL switches around a step of `tokens` tokens. The kernels (their tiles, their loads before the
-        wait) follow the GPU: where it has PDL, those made for it. The launch attribute follows `pdl`, and a
-        prompt chunk of more than PDL_PROMPT_TOKENS launches without it: the same kernels then start one
-        after another, so the attribute changes the timing alone, never a bit."""
+        """The PDL switches around a step of `tokens` tokens. The kernels follow the GPU (where it has PDL, those
+        made for it); the launch attribute follows `pdl` up to PDL_PROMPT_TOKENS: it changes the timing alone."""
         stack = contextlib.ExitStack()
         stack.enter_context(programmatic_launches(self.pdl or self.pdl_gpu))
         if not self.pdl or tokens > self.PDL_PROMPT_TOKENS:
