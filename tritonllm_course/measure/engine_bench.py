@@ -226,6 +226,17 @@ def _engine_runner(engine, graph: bool):
     return run
 
 
+def warm_up(run, prompts: dict[int, list[int]], steps: int) -> None:
+    """Compile and capture before timing: the largest request first (transformers sizes its static cache, and
+    so its compiled graph, for the largest request it has seen), then every prompt twice (the engine captures
+    a prompt chunk's graph at its second use)."""
+    run(prompts[max(prompts)], steps)
+    for _ in range(2):
+        for prompt in prompts.values():
+            run(prompt, 2)
+    torch.cuda.synchronize()
+
+
 def _measure(run, prompts: dict[int, list[int]], prompt_len: int, steps: int, repeats: int, row: Row) -> None:
     """row.ttft_ms[L]: time to the first token after an L-token prompt (row.prefill_ms: at prompt_len);
     row.decode_ms[L]: mean time between tokens after it. Medians over `repeats` runs."""
@@ -442,13 +453,7 @@ def run(args) -> dict:
         try:
             t0 = time.perf_counter()
             fn = runner(name)
-            # warm-up: compile, capture; the largest request first (transformers sizes its static cache,
-            # and so its compiled graph, for the largest request it has seen)
-            fn(prompts[max(contexts)], args.steps)
-            for _ in range(2):   # twice: the engine captures a prompt chunk's graph at its second use
-                for prompt in prompts.values():
-                    fn(prompt, 2)
-            torch.cuda.synchronize()
+            warm_up(fn, prompts, args.steps)
             row.setup_s = time.perf_counter() - t0
             _measure(fn, prompts, args.prompt_len, args.steps, args.repeats, row)
         except Exception as e:  # noqa: BLE001  (one failing system must not lose the others' numbers)

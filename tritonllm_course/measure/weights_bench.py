@@ -33,7 +33,7 @@ from ..runtime import setup
 from ..safe_files import atomic_write_text, results_folder
 from ..triton_helpers import FP8_CAPABILITY
 from .benchmark import ceiling_gbps, gpu_tag
-from .engine_bench import Row, _engine_runner, _hf_runner, _measure, build, byte_model
+from .engine_bench import Row, _engine_runner, _hf_runner, _measure, build, byte_model, warm_up
 from .quant_accuracy import evaluate, prompt_ids
 
 FORMATS = ("native", "int8", "fp8")
@@ -87,11 +87,7 @@ def run(args) -> dict:
             else:
                 engine = Engine(config, weights, max_seq_len=max_len, level="fast", pdl=pdl, weight_format=fmt)
                 fn = _engine_runner(engine, graph=True)
-            fn(prompts[max(contexts)], args.steps)
-            for _ in range(2):   # twice: the engine captures a prompt chunk's graph at its second use
-                for prompt in prompts.values():
-                    fn(prompt, 2)
-            torch.cuda.synchronize()
+            warm_up(fn, prompts, args.steps)
             row.setup_s = time.perf_counter() - t0
             _measure(fn, prompts, contexts[0], args.steps, args.repeats, row)
             if fmt is not None:
