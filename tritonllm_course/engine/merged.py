@@ -138,21 +138,22 @@ def _converted(weight: torch.Tensor, fmt: str) -> torch.Tensor | Quantized:
     return weight if fmt == "native" else Quantized.of(weight, fmt)
 
 
-def _merged_pieces(config: Qwen35Config) -> list[tuple[str, ...]]:
-    """The checkpoint's projection names as the merge groups them: a tuple per engine matrix (several names:
-    stacked into a new matrix; one: kept as it is when native)."""
-    groups = []
-    for i, kind in enumerate(config.layer_types):
-        p = f"layers.{i}."
-        if kind == "full_attention":
-            a = p + "self_attn."
-            groups += [(a + "q_proj.weight", a + "k_proj.weight", a + "v_proj.weight"), (a + "o_proj.weight",)]
-        else:
-            a = p + "linear_attn."
-            groups += [tuple(a + f"in_proj_{n}.weight" for n in ("qkv", "z", "b", "a")), (a + "out_proj.weight",)]
-        m = p + "mlp."
-        groups += [(m + "gate_proj.weight", m + "up_proj.weight"), (m + "down_proj.weight",)]
-    return groups
+DELTANET_PIECES = ("qkv", "z", "b", "a")   # in_proj_<piece>, stacked in this order
+
+
+def layer_projections(config: Qwen35Config, i: int) -> dict[str, tuple[str, ...]]:
+    """The checkpoint's projection names of layer `i` by the engine matrix they make (`LayerWeights`):
+    mixer_in and gate_up stacked from several, mixer_out and down one each (kept as it is when native)."""
+    p = f"layers.{i}."
+    if config.layer_types[i] == "full_attention":
+        a = p + "self_attn."
+        names = {"mixer_in": tuple(a + f"{n}_proj.weight" for n in "qkv"), "mixer_out": (a + "o_proj.weight",)}
+    else:
+        a = p + "linear_attn."
+        names = {"mixer_in": tuple(a + f"in_proj_{n}.weight" for n in DELTANET_PIECES),
+                 "mixer_out": (a + "out_proj.weight",)}
+    m = p + "mlp."
+    return {**names, "gate_up": (m + "gate_proj.weight", m + "up_proj.weight"), "down": (m + "down_proj.weight",)}
 
 
 def merge_bytes(config: Qwen35Config, weights: dict[str, torch.Tensor], fmt: str = "native") -> int:
@@ -162,7 +163,8 @@ def merge_bytes(config: Qwen35Config, weights: dict[str, torch.Tensor], fmt: str
     largest transient of the quantizer: a stacked copy in the model's dtype and an fp32 copy of one matrix."""
     total, transient = 0, 0
     head = weights.get("lm_head.weight", weights["embed_tokens.weight"])
-    for names in _merged_pieces(config) + ([("lm_head.weight",)] if fmt != "native" else []):
+    groups = [names for i in range(config.num_hidden_layers) for names in layer_projections(config, i).values()]
+    for names in groups + ([("lm_head.weight",)] if fmt != "native" else []):
         parts = [head if n == "lm_head.weight" else weights[n] for n in names]
         rows, cols = sum(t.shape[0] for t in parts), parts[0].shape[1]
         stacked = rows * cols * parts[0].element_size() if len(parts) > 1 else 0
@@ -182,28 +184,25 @@ def merge_weights(config: Qwen35Config, weights: dict[str, torch.Tensor], fmt: s
     layers = []
     for i, kind in enumerate(c.layer_types):
         p = f"layers.{i}."
+        names = layer_projections(c, i)
         if kind == "full_attention":
             a = p + "self_attn."
-            q, gate = deinterleave_query_gate(weights[a + "q_proj.weight"], c.num_attention_heads, c.head_dim)
-            mixer_in = Merged.stack({"q": q, "gate": gate, "k": weights[a + "k_proj.weight"],
-                                     "v": weights[a + "v_proj.weight"]}, fmt)
-            mixer_out = _converted(weights[a + "o_proj.weight"], fmt)
+            q_name, k_name, v_name = names["mixer_in"]
+            q, gate = deinterleave_query_gate(weights[q_name], c.num_attention_heads, c.head_dim)
+            parts = {"q": q, "gate": gate, "k": weights[k_name], "v": weights[v_name]}
             small = {"q_norm": weights[a + "q_norm.weight"], "k_norm": weights[a + "k_norm.weight"]}
         else:
             a = p + "linear_attn."
-            mixer_in = Merged.stack({n: weights[a + f"in_proj_{n}.weight"] for n in ("qkv", "z", "b", "a")},
-                                     fmt)
-            mixer_out = _converted(weights[a + "out_proj.weight"], fmt)
+            parts = {piece: weights[n] for piece, n in zip(DELTANET_PIECES, names["mixer_in"])}
             small = {"conv": weights[a + "conv1d.weight"].squeeze(1).contiguous(),     # [C, 1, K] -> [C, K]
                      "A_log": weights[a + "A_log"], "dt_bias": weights[a + "dt_bias"],
                      "norm": weights[a + "norm.weight"]}
-        m = p + "mlp."
+        gate_name, up_name = names["gate_up"]
         layers.append(LayerWeights(
             kind=kind, ln1=weights[p + "input_layernorm.weight"], ln2=weights[p + "post_attention_layernorm.weight"],
-            mixer_in=mixer_in, mixer_out=mixer_out,
-            gate_up=Merged.stack({"gate": weights[m + "gate_proj.weight"], "up": weights[m + "up_proj.weight"]},
-                                 fmt),
-            down=_converted(weights[m + "down_proj.weight"], fmt), small=small))
+            mixer_in=Merged.stack(parts, fmt), mixer_out=_converted(weights[names["mixer_out"][0]], fmt),
+            gate_up=Merged.stack({"gate": weights[gate_name], "up": weights[up_name]}, fmt),
+            down=_converted(weights[names["down"][0]], fmt), small=small))
     embed = weights["embed_tokens.weight"]
     return EngineWeights(embed=embed, lm_head=_converted(weights.get("lm_head.weight", embed), fmt),
                          norm=weights["norm.weight"], layers=layers, format=fmt)
