@@ -1,0 +1,62 @@
+"""How long a prompt chunk should the engine take?
+
+    python -m lab.prefill_chunk_probe [OUTDIR]     (on a GPU)
+
+Question: the engine runs a prompt in chunks of `prefill_chunk` tokens (512 by default), each chunk a pass over
+every weight. A 4,000-token prompt is eight passes; its GEMMs see M = 512 where they could see M = 4,000. What
+does the time to the first token do as the chunk grows, at the fast level, replayed from the chunks' graphs?
+Method: Qwen3.5-0.8B's shapes, random weights, bf16, `Engine.random(level="fast", prefill_chunk=C)` for C in
+512, 1024, 2048, 4096; prompts of 128, 1024 and 4000 tokens; each prompt run twice untimed (a chunk's graph is
+captured at its second use), then the median of five by the host's clock (the cache reset, the prompt, the first
+token read by the host, as `engine_bench` times it). The first token of each chunk size is compared with the
+512-token chunks' (a longer chunk sums in another order: equal tokens are reported, not promised).
+Writes OUTDIR/prefill_chunk_probe_<gpu>_<date>.json.
+"""
+import statistics
+import time
+
+import torch
+
+from lab import common
+
+CHUNKS = (512, 1024, 2048, 4096)
+PROMPTS = (128, 1024, 4000)
+
+
+def main(out):
+    common.setup()
+    from tritonllm_course.config import QWEN35_0_8B
+    from tritonllm_course.engine import Engine
+    path = common.result_path(out, "prefill_chunk_probe")
+    res = common.header(what="time to the first token (ms) by prompt chunk, fast level, graphs", rows=[])
+    gen = torch.Generator().manual_seed(0)
+    prompts = {n: torch.randint(0, QWEN35_0_8B.vocab_size, (n,), generator=gen).tolist() for n in PROMPTS}
+    first = {}
+    for chunk in CHUNKS:
+        engine = Engine.random(QWEN35_0_8B, torch.bfloat16, "cuda", seed=0, max_seq_len=max(PROMPTS) + 64,
+                               level="fast", prefill_chunk=chunk)
+        row = {"prefill_chunk": chunk, "ttft_ms": {}, "first_token": {}}
+        for n, prompt in prompts.items():
+            times = []
+            for i in range(7):
+                engine.reset()
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                engine.prefill(prompt)
+                token = int(engine.counters.ids[0])
+                if i >= 2:
+                    times.append((time.perf_counter() - t0) * 1e3)
+            row["ttft_ms"][n] = statistics.median(times)
+            row["first_token"][n] = token
+            first.setdefault(n, token)
+            row.setdefault("same_first_token_as_512", {})[n] = token == first[n]
+        res["rows"].append(row)
+        print(row, flush=True)
+        common.save(path, res)
+        del engine
+        torch.cuda.empty_cache()
+    return res
+
+
+if __name__ == "__main__":
+    main(common.out_dir())
