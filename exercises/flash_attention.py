@@ -88,8 +88,8 @@ def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted
     interpreter a program costs about the same whatever its size: there, 32 rows and 16 keys, so small
     tests still cross several blocks.
     Long prompts in bf16/fp16, once 128-row blocks alone make a full wave (Qwen3.5: T >= 2112), take
-    128 x 64 tiles on 8 warps (196 KB of tiles, past the budget but within the H200's 227 KB): chapter
-    23_flash_attention's tile table measured 147 us at T = 4096 against 293 us for 64 x 64 (H200, 2026-11-30).
+    128 x 64 tiles on 8 warps (192 KB of tiles, past the budget but within the H200's 227 KB): chapter
+    23_flash_attention's tile table measured 147 us at T = 4096 against 234-292 us for 64 x 64 (H200, 2026-12-04).
     shared_bytes: the GPU's shared memory a block (None: an H200's). Where it is less than the budget (an
     A100's 163 KB, an RTX card's or an L4's 99 KB, a T4's 64 KB) the tiles fit in it instead: no 128-row
     tiles, fewer keys per step, down to 16.
