@@ -11,6 +11,8 @@ captured at its second use), then the median of five by the host's clock (the ca
 token read by the host, as `engine_bench` times it). The first token of each chunk size is compared with the
 512-token chunks' (a longer chunk sums in another order: equal tokens are reported, not promised).
 Writes OUTDIR/prefill_chunk_probe_<gpu>_<date>.json.
+Result: not measured yet: python -m lab.prefill_chunk_probe on an H200 (about a minute).
+Verdict: to be decided; not adopted until measured: tritonllm_course/engine/engine.py keeps prefill_chunk = 512.
 """
 import statistics
 import time

@@ -11,6 +11,9 @@ int8 and fp8 e4m3 (sm_89+) with a scale per row; each config timed as the course
 (`benchmark.time_calls`: a CUDA graph over enough weights to pass L2). Floor: the weight's bytes, its
 scales, x and y at the copy bandwidth (`benchmark.ceiling_gbps`, a copy's read + write rate: the floor of a
 read-mostly kernel, which a GEMV can beat). Writes OUTDIR/quant_gemv_sweep_<gpu>_<date>.json.
+Result: not measured yet: python -m lab.quant_gemv_sweep on an H200 (about 3 minutes; SWEEP_S bounds it).
+Verdict: to be decided; not adopted until measured: solutions/quant.py's `gemv_config` keeps 4 rows and 32
+elements a thread.
 """
 import os
 import time
