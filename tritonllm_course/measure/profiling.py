@@ -243,22 +243,24 @@ def prefill_breakdown(engine, prompt_len: int = 128, runs: int = 3,
 
 
 # --- the GPU script: scripts/gpu_extras.sh profile -----------------------------------------------------------
+LONG_PROMPTS = (1024, 4000)   # profiled at the fast level beside the 128-token prompt every level gets
 def _runs_json(runs: dict[str, Breakdown]) -> dict:
     return {m: {"wall_us": b.wall_us, "kernel_us": b.kernel_us, "launches": b.launches, "kernels": b.kernels,
                 "slots": b.slots} for m, b in runs.items()}
 
 
-def _prefill_report(engine, level: str, result: dict) -> list[str]:
-    """Profile a 128-token prompt at this level into result["prefill_profiles"]; the markdown lines. A
-    failure is reported, not raised: the decode profiles are still written."""
-    title = f"## {level}, prefill of a 128-token prompt"
+def _prefill_report(engine, level: str, result: dict, prompt_len: int = 128) -> list[str]:
+    """Profile a `prompt_len`-token prompt at this level into result["prefill_profiles"]; the markdown lines.
+    A failure is reported, not raised: the decode profiles are still written."""
+    title = f"## {level}, prefill of a {prompt_len}-token prompt"
     try:
-        pre = prefill_breakdown(engine, prompt_len=128)
+        pre = prefill_breakdown(engine, prompt_len=prompt_len)
     except Exception as e:
         print(f"{level} prefill profile failed: {type(e).__name__}: {e}")
         return [f"{title}: failed ({type(e).__name__}: {e})\n"]
-    result.setdefault("prefill_profiles", []).append({"level": level, "prompt_len": 128, "runs": _runs_json(pre)})
-    print(f"{level} prefill 128: " + "; ".join(
+    result.setdefault("prefill_profiles", []).append({"level": level, "prompt_len": prompt_len,
+                                                      "runs": _runs_json(pre)})
+    print(f"{level} prefill {prompt_len}: " + "; ".join(
         f"{m} {b.wall_us:.0f} us wall, {b.kernel_us:.0f} us kernels" for m, b in pre.items()))
     return [f"{title}\n", "```", "\n\n".join(str(b) for b in pre.values()), "",
             pre["CUDA graph"].kernel_table(25), "```\n"]
@@ -266,7 +268,8 @@ def _prefill_report(engine, level: str, result: dict) -> list[str]:
 
 def main(argv=None) -> int:
     """Profile the engine's decode step on the GPU, op by op and from the CUDA graph: every optimisation
-    level at 128 cached tokens, the fast one at 4,096 too; and each level's prefill of a 128-token prompt;
+    level at 128 cached tokens, the fast one at 4,096 too; each level's prefill of a 128-token prompt, the fast
+    level's of LONG_PROMPTS too;
     writes profile_<gpu>_<date>.{json,md,png} (`--config qwen3.5-27b`: another size of the family, random
     weights of its shapes, profile_<config>_<gpu>_<date>.*)."""
     def add_args(ap):
@@ -298,6 +301,9 @@ def main(argv=None) -> int:
             f"{m} {b.wall_us:.0f} us wall, {b.kernel_us:.0f} us kernels" for m, b in prof.runs.items()))
         if context == 128:                      # the bench's prompt, at the same level
             text += _prefill_report(engine, level, result)
+        else:                                   # the long prompts of chapter 20_profile's prompt table
+            for prompt_len in LONG_PROMPTS:
+                text += _prefill_report(engine, level, result, prompt_len)
         del engine
         torch.cuda.empty_cache()
     atomic_write_text(stem.with_suffix(".json"), json.dumps(result, indent=1, default=float))
