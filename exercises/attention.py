@@ -33,11 +33,12 @@ from tritonllm_course.runtime import pdl_args
 from tritonllm_course.triton_helpers import pdl_enter, sigmoid
 
 LOG2E = math.log2(math.e)
-SOFTMAX_BLOCK = 2048     # keys per step of the softmax loop: 16 fp32 per thread at 4 warps
+SOFTMAX_BLOCK = 2048     # keys per step of the softmax loop: 8 fp32 per thread at 8 warps
 GATE_BLOCK = 1024        # elements per program of the output gate
-# chosen by timing BLOCK_N x warps x stages on an H200 in bf16: 64 cached rows per step with 3 loads
-# in flight is the fastest decode loop (2 x 3 x 32 KB of K/V tiles in shared memory) at 128 to 4,096
-# tokens; the prefill kernel is fastest with small row blocks (64 programs at T = 128), 64 keys a step
+# chosen by timing BLOCK_N x warps x stages on an H200 in bf16: 64 cached rows per step, 3 stages deep,
+# is the fastest decode loop (2 x 2 x 32 KB of K/V tiles in shared memory: the pipeliner holds num_stages - 1
+# of them) at 128 to 4,096 tokens; the prefill kernel is fastest with small row blocks (64 programs at
+# T = 128), 64 keys a step
 DECODE_BLOCK_N = 64
 DECODE_STAGES = 3
 PREFILL_BLOCK_M = 16

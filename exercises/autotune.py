@@ -78,7 +78,7 @@ def bucket_m(M: int) -> int:
 def gemm_configs() -> list[triton.Config]:
     """The prefill GEMM's search space on a GPU: (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages).
 
-    Chapter 05_projections's three hand-picked configs (M <= 128 with N < 4096 or N >= 4096; M >= 256), thinner and
+    Chapter 05_projections's three hand-picked configs (M < 256 with N < 4096 or N >= 4096; M >= 256), thinner and
     wider tiles beside them, and 16- and 32-row tiles for short prompts. Every side >= 16 (tl.dot).
     """
     tiles = [(16, 64, 128, 4, 4), (32, 64, 128, 4, 4), (64, 32, 128, 4, 5), (64, 64, 128, 4, 4),

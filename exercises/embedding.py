@@ -1,6 +1,6 @@
 """Embedding lookup (operator 1, chapter 03_embedding): out[t, :] = weight[ids[t], :], a row gather.
 
-The table is [vocab, hidden] = [248320, 1024], 508 MB in bf16 and also the tied LM head, but one call
+The table is [vocab, hidden] = [248320, 1024], 508.6 MB in bf16 and also the tied LM head, but one call
 reads only the T rows its tokens name: 2 KB per token. There is no arithmetic at all, so the kernel is
 judged by bytes per second, and at T = 1 (decode) by its latency alone.
 

@@ -114,14 +114,14 @@ def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted
     """Tile sizes and launch parameters (reasoned for an H200; chapter 23_flash_attention measures the alternatives).
 
     Rows per program (BLOCK_M): 64 when that still gives half a wave of programs (for Qwen3.5 from
-    T = 528 on: 2 KV heads x 4T / 64 row blocks >= 66), else 32 or 16, so a 128-token prompt has 64
+    T = 513 on: 2 KV heads x cdiv(4T, 64) row blocks >= 66), else 32 or 16, so a 128-token prompt has 64
     programs rather than 16. A [64, 256] fp32 accumulator is 64 registers a thread at 8 warps (128 at 4:
     spills), so 64 rows get 8 warps. Keys per step (BLOCK_N): 64, halved until the q tile and
     `num_stages` K and V tiles fit in SMEM_BUDGET: bf16 [64 + 2 x 2 x 64, 256] tiles are 160 KB of the
     H200's 227 KB; fp32 (the model-swap checks run in fp32) drops to 32- or 16-key steps. Under the CPU
     interpreter a program costs about the same whatever its size: there, 32 rows and 16 keys, so small
     tests still cross several blocks.
-    Long prompts in bf16/fp16, once 128-row blocks alone make a full wave (Qwen3.5: T >= 2112), take
+    Long prompts in bf16/fp16, once 128-row blocks alone make a full wave (Qwen3.5: T >= 2081), take
     128 x 64 tiles on 8 warps (192 KB of tiles, past the budget but within the H200's 227 KB): chapter
     23_flash_attention's tile table measured 147 us at T = 4096 against 234-292 us for 64 x 64 (H200, 2026-12-04).
     shared_bytes: the GPU's shared memory a block (None: an H200's). Where it is less than the budget (an

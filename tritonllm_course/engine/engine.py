@@ -119,7 +119,7 @@ class Engine(Forward):
                      interpreter runs the same kernels, for which the PDL calls are no-ops
     merged:          the merged projections (`self.weights`) of another engine of these weights, shared
                      rather than stacked again (a benchmark's engines of several levels over one model: a
-                     27B's merged copies are ~35 GB)
+                     27B's merged copies are ~33 GB)
     weight_format:   "native" (default: the projections in the model's own dtype, bf16 or fp16) or 8-bit,
                      "int8" (a scale per row), "int8_group" (per row and 128 columns) or "fp8" (e4m3, per row;
                      sm_89+): the projections and a copy of the LM head quantized once, at load (`merged.py`),
@@ -196,7 +196,8 @@ class Engine(Forward):
         return has if pdl is None else bool(pdl) and self.device.type != "meta"
 
     # longer prompt chunks launch without the overlap: their GEMMs fill every SM, and the next kernel's waiting
-    # programs would take shared memory and registers beside them (H200: 38 against 31 ms at 4000 tokens)
+    # programs would take shared memory and registers beside them (H200: 38 against 32 ms at 4,096 tokens, the
+    # 0.8B's time to the first token in results/family_nvidia-h200_2026-12-03, with and without PDL)
     PDL_PROMPT_TOKENS = 128
 
     def _launches(self, tokens: int = 1) -> contextlib.ExitStack:

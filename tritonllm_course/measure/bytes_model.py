@@ -42,8 +42,8 @@ def step_bytes(config: Qwen35Config, context: int, dtype=torch.bfloat16,
     the DeltaNet conv state (model dtype) and recurrent state (fp32), each read and written; the KV cache:
     the new token's K and V written (`cache_kv_write`) and `context` tokens' K and V read (`attention`), where
     `context` is the cache length the step attends to, the new token included; the logits written by the
-    LM head; one embedding row. Not counted: activations (under 0.1 MB a token: the residual stream, the
-    projections' outputs, the logits' re-read by the argmax) and the RoPE tables' rows.
+    LM head; one embedding row. Not counted: activations (the residual stream and the projections' outputs,
+    a few KB each; the logits' re-read by the argmax, 0.5 MB) and the RoPE tables' rows.
     For Qwen3.5-0.8B in bf16 the total is 1,544,820,416 + 12,288 * context. With 8-bit weights
     (`weight_format`) the projections and the LM head are counted by `matrix_bytes`.
     """

@@ -42,8 +42,9 @@ as a percentage of the measured time. Time to the first token is recorded at eve
 `--config` takes the shapes of another size of the family (`config.FAMILY`, docs/family.md), random weights;
 its results go to OUT/engine_<config>_<gpu>_<date>/.
 `--weights int8` (or int8_group, fp8) runs the Triton rows from 8-bit weights (`Engine(weight_format=...)`,
-chapter 31_weight_quant) at the levels that take them (operators, fused; by default only those rows run): the byte
-model, and so the floor, counts the 8-bit weights and their scales; results go to OUT/engine_int8_<gpu>_<date>/.
+chapter 31_weight_quant) at the levels that take them (`plan.runs_weights`: all three, the fast one not
+int8_group; by default only those rows run): the byte model, and so the floor, counts the 8-bit weights and
+their scales; results go to OUT/engine_int8_<gpu>_<date>/.
 Kernels per decode token: the slot calls of one traced decode step of each level (an engine of the
 real shapes on the meta device, no memory) and the kernels they launch (`OpTable.launches`).
 Results: markdown, JSON and a PNG plot in OUT/engine_<gpu>_<date>/, rewritten after every system, so a

@@ -8,7 +8,7 @@ _TABLE: dict = {}   # the last large table, shared by the input sets of a benchm
 
 
 def _table(vocab, hidden, dtype, device, gen):
-    """A random [vocab, hidden] table ~ N(0, 0.02). The real one is 508 MB: it is drawn once and shared
+    """A random [vocab, hidden] table ~ N(0, 0.02). The real one is 508.6 MB: it is drawn once and shared
     (only the ids change between input sets), so a benchmark's 64 input sets do not hold 32 GB."""
     key = (vocab, hidden, dtype, str(device))
     if vocab * hidden < 2**24:

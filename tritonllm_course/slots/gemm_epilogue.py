@@ -9,7 +9,7 @@ and four K steps; one token of 509 x 131 takes the GEMV.
 The weight is N(0, 1/K), so that the pre-activations are N(0, 1): GELU bends there. With the projections'
 usual 0.02 at these small K they would sit near 0, where GELU is x / 2 and a wrong constant in either form
 would hide. The edges: pre-activations of scale 30 (tanh saturates; (e^2u - 1) / (e^2u + 1) is NaN past
-|x| ~ 10), and rows of x that are all zero (GELU(0) = 0: every element must still be written).
+x ~ 10), and rows of x that are all zero (GELU(0) = 0: every element must still be written).
 """
 import torch
 import torch.nn.functional as F
@@ -36,7 +36,7 @@ def _unfused(x, weight, approximate="none"):
 
 
 def _large(inputs, shape, dtype, gen):
-    """Pre-activations ~ N(0, 30^2): a third past |x| = 10, where the tanh form's exponential overflows."""
+    """Pre-activations ~ N(0, 30^2): a third past x = 10, where the tanh form's exponential overflows."""
     inputs["weight"] = (inputs["weight"].to(torch.float32) * 30).to(dtype)
     return inputs
 
