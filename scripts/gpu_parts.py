@@ -130,8 +130,11 @@ def counts(durations: Path) -> dict:
 def record(name: str, durations: Path, rc: int, seconds: float) -> dict:
     import platform
     rec = {"part": name, "commit": os.environ.get("COMMIT", "unknown"), "date": _today(), "rc": rc,
-           "passed_all": rc == 0, "seconds": round(seconds), "limit_s": PARTS[name].limit_s,
-           "workers": PARTS[name].workers, "dtype": os.environ.get("TRITONLLM_DTYPE", "bfloat16"),
+           "passed_all": rc == 0, "seconds": round(seconds),
+           # the limit and workers gpu_check.sh ran the part under
+           "limit_s": int(os.environ.get("LIMIT_S") or PARTS[name].limit_s),
+           "workers": int(os.environ.get("JOBS") or PARTS[name].workers),
+           "dtype": os.environ.get("TRITONLLM_DTYPE", "bfloat16"),
            **counts(durations), "python": platform.python_version()}
     try:
         import torch
