@@ -9,9 +9,8 @@ channel, `scale [N]`) or one per row and `group_size` columns (per group, `scale
   converts it in registers (an int8 load sign-extends, an fp8 load widens; both exactly, to fp32) and
   multiplies with x in fp32. Per channel the scale factors out of the row's sum and is applied once, at
   the end; per group it is applied once per K step, each step lying inside one group (BLOCK_K divides
-  group_size). An 8-bit row tile is half the bytes of a bf16 one, so a program takes more rows (4 on a
-  GPU, against the bf16 GEMV's 2) and 32 elements a thread: as many bytes in flight as before, for the
-  same fixed cost per program.
+  group_size). An 8-bit row tile is half the bytes of a bf16 one: the LM head takes 16 rows a program in
+  steps of 256 (`gemv_config`, measured).
 - Prefill (M >= 16) is a GEMM on the tensor cores. The tile of q is converted to x's dtype (exact: int8
   and e4m3 values are all representable in fp16 and bf16) and goes to `tl.dot` unscaled; per channel the
   scales multiply the output tile's columns once, after the K loop; per group, each K step's product,
@@ -20,7 +19,7 @@ channel, `scale [N]`) or one per row and `group_size` columns (per group, `scale
 fp8 needs no special case under the CPU interpreter: its loads and conversions are exact there in triton
 3.5, 3.7 and 3.9 (tests/kernels/test_quant.py, in `make test-window`).
 
-Unmeasured: the block sizes are chosen by the bytes-in-flight argument above, not yet timed on a GPU.
+The GEMV's block sizes are measured (lab/quant_gemv_sweep.py); the GEMM's are not yet.
 """
 import torch
 import triton
@@ -112,21 +111,35 @@ def quant_gemm_kernel(x_ptr, w_ptr, s_ptr, y_ptr, M, N, K, GROUPS, GROUP: tl.con
 
 
 def gemv_config(N: int, K: int, group_size: int | None, interpreted: bool = False) -> dict:
-    """Launch parameters of the dequantizing GEMV (chosen, not yet measured; see the module docstring).
+    """Launch parameters of the dequantizing GEMV, measured on an H200 (lab/quant_gemv_sweep.py, 2026-12-05,
+    int8 and fp8 with row scales at the decode shapes, each config against the first pick of 4 rows and 32
+    weights a thread).
 
-    4 rows a program and 32 elements a thread (32 bytes of int8 or fp8 each step, what the bf16 GEMV's
-    2 rows x 16 elements move). BLOCK_K up to 2048 for the narrow matrices, 1024 for the LM head (many
-    programs: a shorter tail), and at most group_size per group (a step inside one group). Under the CPU
-    interpreter programs run one after another at a few ms each, whatever their size: 64 rows there.
+    The LM head (enough programs to fill every SM many times over): 16 rows in steps of 256 on 4 warps, about
+    two thirds of the first pick's time and 80% (int8) to 88% (fp8) of its own floor. K up to 1024: 4 rows in
+    steps of 512 on 2 warps; wider K: 2 rows in steps of 2048 on 4 warps; each about a tenth faster than the
+    first pick, and still at 20-50% of their floors: at 1-2 MB a call, launch and ramp-up dominate. Per group,
+    a step lies inside one group (at most group_size) and takes more rows, so that a program still moves
+    4096 bytes a step. Under the CPU interpreter programs run one after another at a few ms each, whatever
+    their size: 64 rows there.
     """
-    block_n = 64 if interpreted else 4
-    many_programs = triton.cdiv(N, block_n) >= 64 * SMS
-    block_k = min(1024 if many_programs else 2048, max(16, triton.next_power_of_2(K)))
-    if group_size is not None:
-        block_k = min(block_k, group_size)
+    if interpreted:
+        block_n = 64
+        block_k = min(1024 if triton.cdiv(N, block_n) >= 64 * SMS else 2048, max(16, triton.next_power_of_2(K)))
+        warps = max(1, min(8, block_n * block_k // (32 * 32)))
+    elif triton.cdiv(N, 4) >= 64 * SMS:
+        block_n, block_k, warps = 16, 256, 4
+    elif K <= 1024:
+        block_n, block_k, warps = 4, 512, 2
+    else:
+        block_n, block_k, warps = 2, 2048, 4
+    block_k = min(block_k, max(16, triton.next_power_of_2(K)))
+    if group_size is not None and block_k > group_size:
+        block_k = group_size
         if not interpreted:   # a short step: more rows, so that a program still moves 4096 bytes a step
             block_n = max(block_n, 4096 // block_k)
-    return {"BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": max(1, min(8, block_n * block_k // (32 * 32)))}
+            warps = max(1, min(8, block_n * block_k // (32 * 32)))
+    return {"BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": warps}
 
 
 def gemm_config(M: int, N: int, group_size: int | None, dtype: torch.dtype, device: torch.device) -> dict:
