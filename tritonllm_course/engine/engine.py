@@ -45,6 +45,8 @@ from .merged import EngineWeights, check_fp8, merge_bytes, merge_weights
 from .ops import OpTable
 from .plan import check_limits, check_weight_format, fitted_plan
 
+PREFILL_CHUNK = 4096   # prompt tokens a pass: 17.5 against 33.3 ms for 512 at 4,000 tokens (lab/prefill_chunk_probe.py)
+
 
 class StreamSuperseded(RuntimeError):
     """A stream resumed after the same Engine was used otherwise (a newer `stream` or `generate`, or a
@@ -129,7 +131,7 @@ class Engine(Forward):
 
     def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], *, max_seq_len: int = 4096,
                  sources: dict | None = None, default_source: str | None = None, cuda_graph: bool = True,
-                 prefill_chunk: int = 512, level: str = "operators", prefill_graph: bool = True,
+                 prefill_chunk: int = PREFILL_CHUNK, level: str = "operators", prefill_graph: bool = True,
                  pdl: bool | None = None, merged: EngineWeights | None = None, weight_format: str = "native"):
         max_seq_len, prefill_chunk = _sizes(max_seq_len, prefill_chunk)
         check_weight_format(level, weight_format)
@@ -195,9 +197,7 @@ class Engine(Forward):
                              f"sm_{major}{minor}: use pdl=False or None")
         return has if pdl is None else bool(pdl) and self.device.type != "meta"
 
-    # longer prompt chunks launch without the overlap: their GEMMs fill every SM, and the next kernel's waiting
-    # programs would take shared memory and registers beside them (H200: 38 against 32 ms at 4,096 tokens, the
-    # 0.8B's time to the first token in results/family_nvidia-h200_2026-12-03, with and without PDL)
+    # longer chunks launch without the overlap: 38 against 32 ms at 4,096 tokens (results/family_nvidia-h200_2026-12-03)
     PDL_PROMPT_TOKENS = 128
 
     def _launches(self, tokens: int = 1) -> contextlib.ExitStack:
@@ -220,7 +220,7 @@ class Engine(Forward):
         """From a checkpoint directory or hub id (`weights.load_weights`); kwargs as `Engine`. With 8-bit
         `weight_format` the loaded projections are dropped once the engine is built: it keeps their 8-bit copies
         and the embedding table."""
-        _sizes(kwargs.get("max_seq_len", 4096), kwargs.get("prefill_chunk", 512))    # before the weights load
+        _sizes(kwargs.get("max_seq_len", 4096), kwargs.get("prefill_chunk", PREFILL_CHUNK))    # before the weights load
         check_weight_format(kwargs.get("level", "operators"), kwargs.get("weight_format", "native"))
         check_fp8(kwargs.get("weight_format", "native"), torch.device(device))
         config, weights = load_weights(source, dtype=dtype, device=device)
@@ -229,7 +229,7 @@ class Engine(Forward):
     @classmethod
     def random(cls, config: Qwen35Config, dtype=torch.float32, device="cpu", seed: int = 0, **kwargs) -> "Engine":
         """Random weights of the config's shapes (transformers' initialisation)."""
-        _sizes(kwargs.get("max_seq_len", 4096), kwargs.get("prefill_chunk", 512))    # before the weights are made
+        _sizes(kwargs.get("max_seq_len", 4096), kwargs.get("prefill_chunk", PREFILL_CHUNK))    # before any weight
         check_weight_format(kwargs.get("level", "operators"), kwargs.get("weight_format", "native"))
         check_fp8(kwargs.get("weight_format", "native"), torch.device(device))
         return cls(config, random_weights(config, dtype=dtype, device=device, seed=seed), **kwargs)
