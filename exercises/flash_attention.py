@@ -92,7 +92,7 @@ def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted
     23_flash_attention's tile table measured 147 us at T = 4096 against 234-292 us for 64 x 64 (H200, 2026-12-04).
     shared_bytes: the GPU's shared memory a block (None: an H200's). Where it is less than the budget (an
     A100's 163 KB, an RTX card's or an L4's 99 KB, a T4's 64 KB) the tiles fit in it instead: no 128-row
-    tiles, fewer keys per step, down to 16.
+    tiles, fewer keys per step, down to 16, and where even those do not fit beside the q tile, fewer rows.
     """
     if interpreted:
         return {"BLOCK_M": 32, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}
@@ -103,6 +103,8 @@ def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted
         return {"BLOCK_M": 128, "BLOCK_N": 64, "num_warps": 8, "num_stages": 2}
     block_m = next((bm for bm in (64, 32) if KV * triton.cdiv(T * G, bm) >= SMS // 2), 16)
     budget = SMEM_BUDGET if shared_bytes is None else min(SMEM_BUDGET, shared_bytes)
+    while block_m > 16 and element_size * block_d * (block_m + 2 * stages * 16) >= budget:
+        block_m //= 2   # not even 16-key steps beside this q tile (a T4's 64 KB at D = 256): fewer rows
     block_n = helpers.rows_within(budget, 64, element_size * block_d, 2 * stages,
                                   fixed=element_size * block_d * block_m)
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": 8 if block_m == 64 else 4,

@@ -35,9 +35,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 LEVELS = ("operators", "fused", "fast")
-PROMPT_CHUNK = 512            # the engine's default prefill chunk; a prompt of 640 tokens takes two
-PROMPT = 640
-MAX_SEQ_LEN = 4096            # the engine's default cache
+PROMPT_CHUNK = 4096           # the engine's default prefill chunk (engine.PREFILL_CHUNK; a test holds them equal)
+PROMPT = PROMPT_CHUNK + 128   # two chunks: a full one and a short one after it
+MAX_SEQ_LEN = 2 * PROMPT_CHUNK   # a cache that holds the prompt and the decode steps
 DTYPE_NAMES = ("bfloat16", "float16")
 
 
@@ -139,7 +139,7 @@ def _trace_autotune(dtype) -> None:
     for N, K in sorted(shapes):
         w = torch.empty(N, K, dtype=dtype, device="meta")
         autotune.autotuned_gemv(torch.empty(K, dtype=dtype, device="meta"), w)
-        autotune.autotuned_gemm(torch.empty(PROMPT_CHUNK // 4, K, dtype=dtype, device="meta"), w)
+        autotune.autotuned_gemm(torch.empty(128, K, dtype=dtype, device="meta"), w)
 
 
 def _expand(launches: list[tuple], backend, where: str) -> list[dict]:

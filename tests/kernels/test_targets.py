@@ -120,3 +120,11 @@ def test_bad_arguments_are_named(capsys):
     assert cli.main(["targets", "--arch", "sm75"]) == 2
     with pytest.raises(ValueError, match="archs"):
         targets.survey([70])
+
+
+def test_the_compiled_prompt_is_the_engines_default_chunk_and_one_more():
+    """The targets compile the engine as it runs by default: a full prompt chunk of the engine's size, then a
+    second, short one (a default changed in one place and not the other would leave its tiles unchecked)."""
+    from tritonllm_course.engine import engine
+    assert targets.PROMPT_CHUNK == engine.PREFILL_CHUNK
+    assert targets.PROMPT_CHUNK < targets.PROMPT <= targets.MAX_SEQ_LEN - 2
