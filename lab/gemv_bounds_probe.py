@@ -22,7 +22,7 @@ program storing one value: 0.76 us.
   5120 x 1024 (2560)        2.29            3.80           3.62             4.51 (54%)
   1024 x 3584 (512)         1.13            2.86           2.78             3.69 (47%)
   1024 x 2048 (512)         1.13            2.32           2.32             2.89 (34%)
-From HBM rather than L2 adds 0.6-0.9 us a GEMV (`evict_first` or `evict_last`: the same, L2 keeps the
+From HBM rather than L2 adds 0.6-1.0 us a GEMV (`evict_first` or `evict_last`: the same, L2 keeps the
 weight either way); the rest is there without any weight: the launch, scheduling the grid's programs
 (2.5 us for 4112 of them) and each program's round trip to memory for x and back.
 Verdict: nothing to adopt (a measurement): it showed that the bytes are not what a decode GEMV waits on,

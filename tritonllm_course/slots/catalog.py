@@ -28,7 +28,7 @@ _CATALOG = [
     ("mlp_residual", 13, "mlp_residual", "MLP residual add", "h + mlp(h)", "09_output_residual"),
     ("ln1", 14, "ln1", "input RMSNorm", "zero-centred RMSNorm x/rms * (1+w), fp32 statistics", "04_rmsnorm"),
     ("ln2", 15, "ln2", "post-attention RMSNorm", "the same norm before the MLP (and the final norm)", "04_rmsnorm"),
-    ("lm_head", 16, "logits_head", "LM head", "tied lm_head, 248,320 outputs: the largest read (508 MB)", "11_lm_head"),
+    ("lm_head", 16, "logits_head", "LM head", "tied lm_head, 248,320 outputs: the largest read (509 MB)", "11_lm_head"),
     ("argmax", 17, "argmax_sample", "argmax", "two-stage argmax (sampling: the slot `sample`, the same op)",
      "12_sampling"),
     ("cache_kv_write", 18, "cache_kv_write", "KV cache write", "static cache, position read from device memory",
