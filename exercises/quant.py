@@ -78,10 +78,9 @@ def gemv_config(N: int, K: int, group_size: int | None, interpreted: bool = Fals
     4096 bytes a step. Under the CPU interpreter programs run one after another at a few ms each, whatever
     their size: 64 rows there.
     """
+    warps = None   # None: 32 weights a thread
     if interpreted:
-        block_n = 64
-        block_k = min(1024 if triton.cdiv(N, block_n) >= 64 * SMS else 2048, max(16, triton.next_power_of_2(K)))
-        warps = max(1, min(8, block_n * block_k // (32 * 32)))
+        block_n, block_k = 64, (1024 if triton.cdiv(N, 64) >= 64 * SMS else 2048)
     elif triton.cdiv(N, 4) >= 64 * SMS:
         block_n, block_k, warps = 16, 256, 4
     elif K <= 1024:
@@ -92,8 +91,9 @@ def gemv_config(N: int, K: int, group_size: int | None, interpreted: bool = Fals
     if group_size is not None and block_k > group_size:
         block_k = group_size
         if not interpreted:   # a short step: more rows, so that a program still moves 4096 bytes a step
-            block_n = max(block_n, 4096 // block_k)
-            warps = max(1, min(8, block_n * block_k // (32 * 32)))
+            block_n, warps = max(block_n, 4096 // block_k), None
+    if warps is None:
+        warps = max(1, min(8, block_n * block_k // (32 * 32)))
     return {"BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": warps}
 
 

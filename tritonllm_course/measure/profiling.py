@@ -244,6 +244,8 @@ def prefill_breakdown(engine, prompt_len: int = 128, runs: int = 3,
 
 # --- the GPU script: scripts/gpu_extras.sh profile -----------------------------------------------------------
 LONG_PROMPTS = (1024, 4000)   # profiled at the fast level beside the 128-token prompt every level gets
+
+
 def _runs_json(runs: dict[str, Breakdown]) -> dict:
     return {m: {"wall_us": b.wall_us, "kernel_us": b.kernel_us, "launches": b.launches, "kernels": b.kernels,
                 "slots": b.slots} for m, b in runs.items()}

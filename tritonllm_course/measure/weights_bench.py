@@ -33,7 +33,7 @@ from ..runtime import setup
 from ..safe_files import atomic_write_text, results_folder
 from ..triton_helpers import FP8_CAPABILITY
 from .benchmark import ceiling_gbps, gpu_tag
-from .engine_bench import Row, _engine_runner, _hf_runner, _measure, build, byte_model, warm_up
+from .engine_bench import Row, _engine_runner, _hf_runner, _measure, build, byte_model, recorded_bytes, warm_up
 from .quant_accuracy import evaluate, prompt_ids
 
 FORMATS = ("native", "int8", "fp8")
@@ -46,7 +46,7 @@ def _row_name(fmt: str) -> str:
 
 def floor_ms(row_bytes: dict, context: int, ceiling: float) -> float:
     """The row's bandwidth floor in ms: its byte model's bytes at `context` at `ceiling` GB/s."""
-    return (row_bytes["weight_and_state_bytes"] + row_bytes["kv_bytes_per_token"] * context) / (ceiling * 1e6)
+    return recorded_bytes(row_bytes, context) / (ceiling * 1e6)
 
 
 def token_agreement(a: list[int], b: list[int]) -> dict:
@@ -76,7 +76,7 @@ def run(args) -> dict:
     prompts = {c: torch.randint(0, config.vocab_size, (c,), generator=gen).tolist() for c in contexts}
     max_len = max(contexts) + args.steps + 8
     greedy = {}
-    systems = [(_row_name(f), f, True) for f in formats] + [(BASELINES[0], "native", False), (BASELINES[1], None, 0)]
+    systems = [(_row_name(f), f, True) for f in formats] + [(BASELINES[0], "native", False), (BASELINES[1], None, None)]
     for name, fmt, pdl in systems:
         row = Row(name, note="" if fmt is None else f"weights {fmt}")
         print(f"[{time.perf_counter() - start:6.0f} s] {name} ...", file=sys.stderr, flush=True)
