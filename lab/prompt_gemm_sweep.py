@@ -1,0 +1,274 @@
+"""Which tiles bring the prompt's GEMMs to cuBLAS's speed, from 128 to 4,096 tokens?
+
+    python -m lab.prompt_gemm_sweep [OUTDIR]    (on a GPU; SWEEP_S=seconds bounds the run, default 420;
+                                                 MS="4096 1024" picks the prompt lengths)
+
+Question: a prompt chunk runs five kinds of GEMM a layer at the fast level: the merged in-projection with
+ln1 folded in (5,120 x 1,024 for attention, 8,224 x 1,024 for DeltaNet: `fused_gemm_kernel`,
+solutions/norm_fusion.py), the gate/up GEMM with ln2 and the SwiGLU folded in (2 x 3,584 x 1,024, the same
+kernel, gated), and the output projections with the residual add in their epilogue (1,024 x 2,048 and
+1,024 x 3,584: `gemm_residual_kernel`, solutions/layer_fusion.py). Their configs were measured at
+M = 128 (`prefill_probe`); from M = 256 on they take 128 x 128 tiles, which at N = 1,024 makes
+cdiv(M, 128) x 8 programs: 32 at M = 512 for 132 SMs. An unsaved per-kernel profile of a 4,000-token prompt in
+512-token chunks (2026-12-05, docs/results.md section 4) put the GEMM + residual at 37-40% of the prompt. How
+far from cuBLAS is each GEMM at M = 128 to 4,096, which tiles close the gap, and does a tensor-descriptor
+(TMA) form of the same kernels go further?
+Method: the five shapes (from the config) at each M of MS; for each, (1) the course's kernel as the engine
+launches it (its config function's pick), (2) the same kernel at every config of `space` that fits shared
+memory, (3) `tma_gemm_kernel` below (the same three epilogues, operands through host-built tensor
+descriptors) over the configs of 64 rows or more, and beside them (4) cuBLAS on the same operands: `torch.matmul` of the
+normed activations (the GEMM alone, without the norm or SwiGLU that the course's kernel also does: a lower
+bound of any eager or `torch.compile` default-mode baseline, which call cuBLAS for the GEMM) and
+`torch.addmm` for the GEMM + residual (cuBLAS adds the residual in its epilogue). bf16, each timed as the
+course times (`benchmark.time_calls`: a CUDA graph replayed over copies of the operands past L2); TFLOP/s
+from 2 M N K (x2 gated). Writes OUTDIR/prompt_gemm_sweep_<gpu>_<date>.json, saved after every case.
+`check` runs the TMA kernel's three epilogues under the interpreter at odd shapes.
+Result: not measured yet: `python -m lab.prompt_gemm_sweep` on the GPU, then the figures here with its data file.
+Verdict: not adopted yet: whichever configs beat the course's picks go to `fused_gemm_config`
+(solutions/norm_fusion.py) and `gemm_residual_config` (solutions/layer_fusion.py); the TMA form, if it wins,
+to a chapter of its own kernel.
+"""
+import os
+import time
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from lab import common
+from tritonllm_course.triton_helpers import silu
+
+MS = (4096, 1024, 128, 512, 2048)          # the long prompts first: a run cut short keeps them
+EPS = 1e-6
+
+
+@triton.jit
+def tma_gemm_kernel(x_desc, w_desc, up_desc, norm_w_ptr, res_ptr, y_ptr, M, N, K, eps,
+                    HAS_NORM: tl.constexpr, GATED: tl.constexpr, RESIDUAL: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """y[M, N] tile (program_id(0) along M, (1) along N) of x [M, K] @ W[N, K].T with the course's epilogues:
+    HAS_NORM: x's rows RMS-normalised (zero-centred weight: 1 + w) before the product, rounded once to x's
+    dtype, 1 / rms applied to the fp32 sums; GATED: silu(x W.T) * (x W_up.T); RESIDUAL: + res [M, N].
+    The x, W and W_up tiles come through tensor descriptors (zeros past M, N and K)."""
+    m0 = tl.program_id(0) * BLOCK_M
+    n0 = tl.program_id(1) * BLOCK_N
+    rk = tl.arange(0, BLOCK_K)
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if GATED:
+        acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if HAS_NORM:
+        sum_sq = tl.zeros([BLOCK_M], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = x_desc.load([m0, k0])                                                   # [BLOCK_M, BLOCK_K]
+        if HAS_NORM:
+            a32 = a.to(tl.float32)
+            sum_sq += tl.sum(a32 * a32, axis=1)
+            scale = 1.0 + tl.load(norm_w_ptr + k0 + rk, mask=k0 + rk < K, other=0.0).to(tl.float32)
+            a = (a32 * scale[None, :]).to(a.dtype)
+        # "ieee": fp32 operands (the check) in full fp32; no effect on bf16
+        acc = tl.dot(a, tl.trans(w_desc.load([n0, k0])), acc, input_precision="ieee")   # W [BLOCK_N, BLOCK_K]
+        if GATED:
+            acc_up = tl.dot(a, tl.trans(up_desc.load([n0, k0])), acc_up, input_precision="ieee")
+    if HAS_NORM:
+        inv_rms = tl.rsqrt(sum_sq / K + eps)[:, None]                              # [BLOCK_M, 1]
+        acc = acc * inv_rms
+        if GATED:
+            acc = silu(acc) * (acc_up * inv_rms)
+    rm = m0 + tl.arange(0, BLOCK_M)
+    rn = n0 + tl.arange(0, BLOCK_N)
+    offs = rm[:, None].to(tl.int64) * N + rn[None, :]                               # [BLOCK_M, BLOCK_N]
+    ok = (rm < M)[:, None] & (rn < N)[None, :]
+    if RESIDUAL:
+        acc += tl.load(res_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+    tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=ok)
+
+
+def tma_gemm(x, w, y, cfg, up=None, norm_w=None, res=None, descs=None):
+    """Launch `tma_gemm_kernel` with config `cfg` (BLOCK_M/N/K, num_warps, num_stages); descs: prebuilt
+    (x, w, up) descriptors (a timed graph reuses them)."""
+    M, K = x.shape
+    N = w.shape[0]
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    if descs is None:
+        descs = (TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
+                 TensorDescriptor.from_tensor(w if up is None else up, [bn, bk]))
+    grid = (triton.cdiv(M, bm), triton.cdiv(N, bn))
+    tma_gemm_kernel[grid](*descs, w if norm_w is None else norm_w, y if res is None else res, y, M, N, K, EPS,
+                          HAS_NORM=norm_w is not None, GATED=up is not None, RESIDUAL=res is not None,
+                          BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=cfg["num_warps"],
+                          num_stages=cfg["num_stages"])
+    return y
+
+
+def reference(x, w, up=None, norm_w=None, res=None):
+    """The three epilogues in fp64 (the normed activations rounded once to x's dtype, as the kernels do)."""
+    a = x.double()
+    if norm_w is not None:
+        a = (x.float() * (1.0 + norm_w.float())).to(x.dtype).double()
+        inv = torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + EPS)
+    y = a @ w.double().T
+    if norm_w is not None:
+        y = y * inv
+    if up is not None:
+        y = torch.nn.functional.silu(y) * ((a @ up.double().T) * inv)
+    return y if res is None else y + res.double()
+
+
+def check(device="cpu"):
+    """The TMA kernel's three epilogues at odd shapes (M, N, K not multiples of the tiles: the descriptors'
+    zero padding), outputs poisoned with NaN: the largest relative error against fp64."""
+    worst = 0.0
+    gen = torch.Generator().manual_seed(0)
+    dtype = torch.float32
+    cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 1}
+    for M, N, K in [(37, 24, 40), (5, 48, 16)]:
+        x = torch.randn(M, K, generator=gen).to(device, dtype)
+        w = (torch.randn(N, K, generator=gen) / K ** 0.5).to(device, dtype)
+        up = (torch.randn(N, K, generator=gen) / K ** 0.5).to(device, dtype)
+        nw = (0.1 * torch.randn(K, generator=gen)).to(device, dtype)
+        res = torch.randn(M, N, generator=gen).to(device, dtype)
+        for kw in ({"norm_w": nw}, {"norm_w": nw, "up": up}, {"res": res}):
+            y = torch.full((M, N), float("nan"), device=device, dtype=dtype)
+            tma_gemm(x, w, y, cfg, **kw)
+            worst = max(worst, common.rel_err(y, reference(x, w, **kw)))
+    return worst
+
+
+def shapes(config):
+    """(name, N, K, kind) of the fast level's prompt GEMMs; kind: "norm", "gated" (2 x N rows) or "residual"."""
+    c = config
+    attn = (2 * c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim      # q|gate, k, v
+    key, value = c.linear_num_key_heads * c.linear_key_head_dim, c.linear_num_value_heads * c.linear_value_head_dim
+    deltanet = 2 * key + 2 * value + 2 * c.linear_num_value_heads                     # q, k, v, z, b, a
+    h, i = c.hidden_size, c.intermediate_size
+    return [("attention in_proj + ln1", attn, h, "norm"), ("DeltaNet in_proj + ln1", deltanet, h, "norm"),
+            ("gate/up + ln2 + SwiGLU", i, h, "gated"), ("o_proj / out_proj + residual", h, value, "residual"),
+            ("down + residual", h, i, "residual")]
+
+
+def space(M, gated):
+    """The tile configs tried at M rows (either form): every side >= 16; no BLOCK_M taller than M's power of
+    two and, past M = 256, none under 64 (wgmma's tile); 256 columns only on 8 warps and never gated (two fp32
+    accumulators); 8 warps only for tiles of 64 x 64 or more."""
+    for bm in (16, 32, 64, 128):
+        if bm > max(16, triton.next_power_of_2(M)) or (bm < 64 and M > 256):
+            continue
+        for bn in ((64, 128) if gated else (64, 128, 256)):
+            for bk in (64, 128):
+                for warps in (4, 8):
+                    if bn == 256 and warps == 4 or bm * bn < 64 * 64 and warps == 8:
+                        continue
+                    for stages in (3, 4):
+                        yield {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
+
+
+def shared_bytes(cfg, gated):
+    """The pipeline's operand tiles in shared memory, bf16 (num_stages deep)."""
+    return cfg["num_stages"] * (cfg["BLOCK_M"] + (2 if gated else 1) * cfg["BLOCK_N"]) * cfg["BLOCK_K"] * 2
+
+
+def operands(M, N, K, kind):
+    """Copies of the case's operands past L2 (the weight dominates: one copy a set)."""
+    mk = {"dtype": torch.bfloat16, "device": "cuda"}
+    w0 = torch.randn(N, K, **mk) / K ** 0.5
+    up0 = torch.randn(N, K, **mk) / K ** 0.5 if kind == "gated" else None
+    x = torch.randn(M, K, **mk)
+    nw = 0.1 * torch.randn(K, **mk)
+    res = torch.randn(M, N, **mk) if kind == "residual" else None
+    per_set = (N * K * (2 if up0 is not None else 1) + M * K + 2 * M * N) * 2
+    sets = []
+    for i in range(common.copies_past_l2(per_set, most=16)):
+        s = {"x": x, "w": w0 if i == 0 else w0.clone(), "y": torch.empty(M, N, **mk), "nw": nw, "res": res,
+             "up": None if up0 is None else (up0 if i == 0 else up0.clone())}
+        s["xn"] = (x.float() * (1.0 + nw.float())).to(torch.bfloat16)       # what cuBLAS multiplies
+        s["wu"] = w0 if up0 is None else torch.cat([s["w"], s["up"]])       # [2N, K] for the gated GEMM
+        sets.append(s)
+    return sets
+
+
+def _launchers(M, N, K, kind, fused, residual):
+    """call(cfg) -> a function of one operand set: the course's kernel at cfg."""
+    def course(cfg):
+        grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
+        tiles = {k: cfg[k] for k in ("BLOCK_M", "BLOCK_N", "BLOCK_K")}
+        if kind == "residual":
+            return lambda s: residual.gemm_residual_kernel[grid](
+                s["x"], s["w"], s["res"], s["y"], M, N, K, **tiles, num_warps=cfg["num_warps"],
+                num_stages=cfg["num_stages"])
+        return lambda s: fused.fused_gemm_kernel[grid](
+            s["x"], s["nw"], s["w"], s["w"] if s["up"] is None else s["up"], s["y"], M, N, K, EPS, HAS_NORM=True,
+            GATED=kind == "gated", **tiles, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    return course
+
+
+def _time(fn, sets):
+    """us per fn(operand set), the best of two graph replays over the sets."""
+    return common.best_time_calls(lambda **s: fn(s), sets)
+
+
+def main(out):
+    common.setup()
+    from tritonllm_course import kernels
+    from tritonllm_course.config import QWEN35_0_8B
+    fused = kernels.load("norm_fusion", "solutions").module
+    residual = kernels.load("layer_fusion", "solutions").module
+    path = common.result_path(out, "prompt_gemm_sweep")
+    budget, t0 = float(os.environ.get("SWEEP_S", "420")), time.time()
+    ms = [int(m) for m in os.environ.get("MS", " ".join(map(str, MS))).split()]
+    smem = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
+    res = common.header(check_rel_err=check("cuda"), shared_bytes=smem, cases=[])
+    torch.manual_seed(0)
+    for M in ms:
+        for name, N, K, kind in shapes(QWEN35_0_8B):
+            if time.time() - t0 > budget:
+                break
+            gated = kind == "gated"
+            flops = 2 * M * N * K * (2 if gated else 1)
+            sets = operands(M, N, K, kind)
+            if kind == "residual":
+                cublas = _time(lambda s: torch.addmm(s["res"], s["x"], s["w"].T, out=s["y"]), sets)
+                hand = residual.gemm_residual_config(M, N, K, torch.bfloat16, torch.device("cuda"))
+            else:
+                cublas = _time(lambda s: torch.matmul(s["xn"], s["wu"].T), sets)
+                hand = fused.fused_gemm_config(M, N, K, gated, torch.bfloat16, torch.device("cuda"))
+            course = _launchers(M, N, K, kind, fused, residual)
+            rows = []
+            tiles = list(space(M, gated))
+            for form, configs in (("course", [hand] + [c for c in tiles if c != hand]),
+                                  ("tma", [c for c in tiles if c["BLOCK_M"] >= 64])):
+                for cfg in configs:
+                    if time.time() - t0 > budget or shared_bytes(cfg, gated) > smem:
+                        continue
+                    programs = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+                    row = {"form": form, **cfg, "programs": programs}
+                    try:
+                        if form == "course":
+                            fn = course(cfg)
+                        else:
+                            def fn(s, cfg=cfg):
+                                return tma_gemm(s["x"], s["w"], s["y"], cfg, up=s["up"],
+                                                norm_w=None if kind == "residual" else s["nw"], res=s["res"])
+                        us = _time(fn, sets)
+                        row.update(us=us, tflops=flops / us / 1e6, vs_cublas=cublas / us)
+                    except Exception as e:  # noqa: BLE001  (a config that does not compile is recorded)
+                        row["error"] = common.error_text(e)
+                    rows.append(row)
+            ok = sorted((r for r in rows if "us" in r), key=lambda r: r["us"])
+            hand_row = next((r for r in rows if r["form"] == "course" and "us" in r
+                             and all(r[k] == hand[k] for k in hand)), None)
+            case = {"shape": name, "M": M, "N": N, "K": K, "kind": kind, "flops": flops, "cublas_us": cublas,
+                    "cublas_tflops": flops / cublas / 1e6, "hand": hand, "hand_row": hand_row,
+                    "best_course": next((r for r in ok if r["form"] == "course"), None),
+                    "best_tma": next((r for r in ok if r["form"] == "tma"), None), "best": ok[:8], "all": rows}
+            res["cases"].append(case)
+            best = ok[0] if ok else None
+            print(f"M={M} {name} {N}x{K}: cuBLAS {cublas:.1f} us; course's pick "
+                  f"{hand_row and round(hand_row['us'], 1)} us; best {best and round(best['us'], 1)} us "
+                  f"({best and best['form']} {best and {k: best[k] for k in hand}})", flush=True)
+            common.save(path, res)
+    return res
+
+
+if __name__ == "__main__":
+    main(common.out_dir())
