@@ -73,6 +73,7 @@ PROBES_CHECKED = {
     "family_tile_probe.py": "the whole-tile cap where the solutions read it, undone after",
     "splitk_pdl_probe.py": "the split-K GEMV + residual both ways, the counts reset; the tiny engine's tokens",
     "prompt_gemm_sweep.py": "the tensor-descriptor GEMM's three epilogues at odd shapes",
+    "quant_tile_probe.py": "the 8-bit tile variant where the solutions read it, undone after",
 }
 
 
