@@ -74,6 +74,7 @@ PROBES_CHECKED = {
     "splitk_pdl_probe.py": "the split-K GEMV + residual both ways, the counts reset; the tiny engine's tokens",
     "prompt_gemm_sweep.py": "the tensor-descriptor GEMM's three epilogues at odd shapes",
     "quant_tile_probe.py": "the 8-bit tile variant where the solutions read it, undone after",
+    "delta_rule_kernels_probe.py": "the chunked rule at every chunk size and value block it times, a short last chunk",
 }
 
 

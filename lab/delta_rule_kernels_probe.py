@@ -1,0 +1,136 @@
+"""Where does the chunked delta rule lose to flash-linear-attention, kernel by kernel?
+
+    python -m lab.delta_rule_kernels_probe [OUTDIR]    (on a GPU with fla importable; PROBE_S bounds it,
+                                                        default 240)
+
+Question: chapter 16_delta_rule_chunked's rule runs in three kernels (the UT transform per chunk, the scan
+over chunks per value head and block of `block_v` value columns, the output per chunk); flash-linear-attention's
+`chunk_gated_delta_rule` runs the same algebra in about six (the decay's cumulative sum, beta K K^T, the
+triangular solve, w and u, the state scan, the output). The course's rule is 1.3-1.4x behind fla from
+T = 2,048 (docs/results.md section 6) and 18 layers of a prompt run it. Which of the three kernels holds the
+gap, and do other chunk sizes and value blocks close it?
+Method: Qwen3.5-0.8B's DeltaNet shapes (16 heads, 128 x 128 state), bf16, inputs as the chapter's check
+makes them (`slots.delta_rule.make_inputs`), T in TS. (1) Each call timed as the course times
+(`benchmark.time_calls`: a CUDA graph over input copies past L2): the course's rule at every chunk size in
+CHUNKS and value block in BLOCKS, fla's chunk kernel beside it. (2) The device time of each kernel of one
+call, from torch.profiler's trace over TRACE_CALLS eager calls (`measure.trace.device_events`), for the course's
+rule as the engine runs it (`chunk_size_for`, block_v 16), its fastest variant of (1), and fla. Writes
+OUTDIR/delta_rule_kernels_probe_<gpu>_<date>.json, saved after every length.
+Result: not measured yet: python -m lab.delta_rule_kernels_probe on an H200 (about 4 minutes).
+Verdict: to be decided; not adopted until measured: solutions/delta_rule.py keeps `chunk_size_for` and
+block_v = 16.
+"""
+import os
+import time
+from collections import defaultdict
+
+import torch
+
+from lab import common
+
+TS = (512, 1024, 2048, 4096)
+CHUNKS = (32, 64)
+BLOCKS = (16, 32, 64)
+SHAPE = {"H": 16, "HV": 16, "DK": 128, "DV": 128}
+TRACE_CALLS = 10
+
+
+def make_inputs(*args):
+    """The chapter's check's inputs (`slots.delta_rule.make_inputs`, through the registry, which loads the
+    catalogue first)."""
+    from tritonllm_course import slots
+    return slots.get("gated_delta_chunked").make_inputs(*args)
+
+
+def inputs(T, copies=1):
+    """Input sets of the chapter's check at T tokens (fp32 state, bf16 q, k, v)."""
+    gen = torch.Generator(device="cuda").manual_seed(T)
+    return [make_inputs({"T": T, **SHAPE}, torch.bfloat16, "cuda", gen) for _ in range(copies)]
+
+
+def fla_fn():
+    """fla's chunk kernel taking our [T, H, D] inputs (None when fla does not import), and its version."""
+    try:
+        import fla
+        from fla.ops.gated_delta_rule import chunk_gated_delta_rule
+    except Exception as e:  # noqa: BLE001  (absent or broken on this stack: the probe says so)
+        return None, common.error_text(e)
+
+    def call(q, k, v, g, beta, initial_state):
+        return chunk_gated_delta_rule(q[None], k[None], v[None], g[None], beta[None], scale=1.0,
+                                      initial_state=initial_state[None], output_final_state=True)
+    return call, fla.__version__
+
+
+def per_kernel(fn, inp) -> dict:
+    """{kernel name: device us per call}, from a profiler trace of TRACE_CALLS eager calls."""
+    from tritonllm_course.measure.trace import device_events
+    fn(**inp)
+    torch.cuda.synchronize()
+    names, starts, ends = device_events(lambda: fn(**inp), TRACE_CALLS)
+    out = defaultdict(float)
+    for n, s, e in zip(names, starts, ends):
+        out[n] += (e - s) / TRACE_CALLS
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def check(device="cpu") -> float:
+    """The variants the probe times compute the same rule: the course's chunked kernel at each chunk size and
+    value block against its recurrent kernel (fp32, T = 40: a last chunk cut short): the largest relative error."""
+    from tritonllm_course import kernels
+    dr = kernels.load("delta_rule", "solutions").module
+    gen = torch.Generator(device=device).manual_seed(0)
+    inp = make_inputs({"T": 40, "H": 2, "HV": 4, "DK": 16, "DV": 64}, torch.float32, device, gen)
+    want, want_state = dr.gated_delta_rule_recurrent(**inp)
+    worst = 0.0
+    for chunk in CHUNKS:
+        for block_v in BLOCKS:
+            got, state = dr.gated_delta_rule_chunked(**inp, chunk_size=chunk, block_v=block_v)
+            worst = max(worst, common.rel_err(got, want), common.rel_err(state, want_state))
+    return worst
+
+
+def main(out):
+    common.setup()
+    from tritonllm_course import kernels
+    from tritonllm_course.measure.benchmark import time_calls
+    dr = kernels.load("delta_rule", "solutions").module
+    fla, fla_version = fla_fn()
+    budget, t0 = float(os.environ.get("PROBE_S", "240")), time.time()
+    path = common.result_path(out, "delta_rule_kernels_probe")
+    res = common.header(check_rel_err=check("cuda"), fla=fla_version, shape=SHAPE, rows=[])
+    for T in TS:
+        if time.time() - t0 > budget:
+            break
+        sets = inputs(T, copies=4)
+        row = {"T": T, "engine_chunk": dr.chunk_size_for(T), "us": {}}
+        for chunk in CHUNKS:
+            for block_v in BLOCKS:
+                key = f"course chunk {chunk} block_v {block_v}"
+                try:
+                    row["us"][key] = time_calls(
+                        lambda chunk=chunk, block_v=block_v, **s: dr.gated_delta_rule_chunked(
+                            **s, chunk_size=chunk, block_v=block_v), sets)
+                except Exception as e:  # noqa: BLE001  (recorded, not fatal)
+                    row["us"][key] = common.error_text(e)
+        if fla is not None:
+            row["us"]["fla"] = time_calls(fla, sets)
+        timed = {k: v for k, v in row["us"].items() if isinstance(v, float) and k != "fla"}
+        best = min(timed, key=timed.get)
+        row["best_course"] = best
+        chunk, block_v = (int(best.split()[2]), int(best.split()[4]))
+        row["kernels_us"] = {
+            "course as the engine runs it": per_kernel(
+                lambda **s: dr.gated_delta_rule_chunked(**s, chunk_size=row["engine_chunk"]), sets[0]),
+            "course " + best[7:]: per_kernel(
+                lambda **s: dr.gated_delta_rule_chunked(**s, chunk_size=chunk, block_v=block_v), sets[0])}
+        if fla is not None:
+            row["kernels_us"]["fla"] = per_kernel(fla, sets[0])
+        res["rows"].append(row)
+        print(T, {k: round(v, 1) for k, v in timed.items()}, "fla", row["us"].get("fla"), flush=True)
+        common.save(path, res)
+    return res
+
+
+if __name__ == "__main__":
+    main(common.out_dir())
