@@ -50,8 +50,8 @@ _CATALOG = [
     ("l2norm_qk", None, None, "L2 norm of q and k", "per 128-dim head; q scaled by 128^-0.5", "14_gates_l2norm"),
     ("gated_delta_recurrent", None, None, "gated delta rule, recurrent", "decode: fp32 state [16, 128, 128]",
      "15_delta_rule"),
-    ("gated_delta_chunked", None, None, "gated delta rule, chunked", "prefill: chunk 64, UT transform / WY",
-     "16_delta_rule_chunked"),
+    ("gated_delta_chunked", None, None, "gated delta rule, chunked",
+     "prefill: chunks of 16 or 32 tokens, UT transform / WY", "16_delta_rule_chunked"),
     ("gated_rmsnorm", None, None, "gated RMSNorm", "norm(o) * w * silu(z) per 128-dim value head",
      "17_deltanet_layer"),
     # performance kernels
