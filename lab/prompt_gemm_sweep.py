@@ -3,30 +3,30 @@
     python -m lab.prompt_gemm_sweep [OUTDIR]    (on a GPU; SWEEP_S=seconds bounds the run, default 420;
                                                  MS="4096 1024" picks the prompt lengths)
 
-Question: a prompt chunk runs five kinds of GEMM a layer at the fast level: the merged in-projection with
-ln1 folded in (5,120 x 1,024 for attention, 8,224 x 1,024 for DeltaNet: `fused_gemm_kernel`,
-solutions/norm_fusion.py), the gate/up GEMM with ln2 and the SwiGLU folded in (2 x 3,584 x 1,024, the same
-kernel, gated), and the output projections with the residual add in their epilogue (1,024 x 2,048 and
-1,024 x 3,584: `gemm_residual_kernel`, solutions/layer_fusion.py). Their configs were measured at
-M = 128 (`prefill_probe`); from M = 256 on they take 128 x 128 tiles, which at N = 1,024 makes
-cdiv(M, 128) x 8 programs: 32 at M = 512 for 132 SMs. An unsaved per-kernel profile of a 4,000-token prompt in
-512-token chunks (2026-12-05, docs/results.md section 4) put the GEMM + residual at 37-40% of the prompt. How
-far from cuBLAS is each GEMM at M = 128 to 4,096, which tiles close the gap, and does a tensor-descriptor
-(TMA) form of the same kernels go further?
+Question: a prompt chunk runs three kinds of GEMM at the fast level (the norms run apart at prompts): the
+merged in-projection (5,120 x 1,024 for attention, 8,224 x 1,024 for DeltaNet: `gemm_kernel`,
+solutions/linear.py), the gate/up GEMM with the SwiGLU in its epilogue (2 x 3,584 x 1,024:
+`fused_gemm_kernel`, gated, solutions/norm_fusion.py) and the output projections with the residual add in
+their epilogue (1,024 x 2,048 and 1,024 x 3,584: `gemm_residual_kernel`, solutions/layer_fusion.py). Their
+configs were measured at M = 128 (`prefill_probe`); from M = 256 on they take 128 x 128 tiles (gated
+128 x 64), which at N = 1,024 makes cdiv(M, 128) x 8 programs: 32 at M = 512 for 132 SMs. An unsaved
+per-kernel profile of a 4,000-token prompt in 512-token chunks (2026-12-05, docs/results.md section 4) put
+the GEMM + residual at 37-40% of the prompt. How far from cuBLAS is each GEMM at M = 128 to 4,096, which
+tiles close the gap, and does a tensor-descriptor (TMA) form of the same kernels go further?
 Method: the five shapes (from the config) at each M of MS; for each, (1) the course's kernel as the engine
 launches it (its config function's pick), (2) the same kernel at every config of `space` that fits shared
 memory, (3) `tma_gemm_kernel` below (the same three epilogues, operands through host-built tensor
-descriptors) over the configs of 64 rows or more, and beside them (4) cuBLAS on the same operands: `torch.matmul` of the
-normed activations (the GEMM alone, without the norm or SwiGLU that the course's kernel also does: a lower
-bound of any eager or `torch.compile` default-mode baseline, which call cuBLAS for the GEMM) and
+descriptors) over the configs of 64 rows or more, and beside them (4) cuBLAS on the same operands:
+`torch.matmul` (for the gated GEMM one product with the stacked [W_gate; W_up], without the SwiGLU: a lower
+bound of any eager or `torch.compile` default-mode baseline, which call cuBLAS for the product) and
 `torch.addmm` for the GEMM + residual (cuBLAS adds the residual in its epilogue). bf16, each timed as the
 course times (`benchmark.time_calls`: a CUDA graph replayed over copies of the operands past L2); TFLOP/s
 from 2 M N K (x2 gated). Writes OUTDIR/prompt_gemm_sweep_<gpu>_<date>.json, saved after every case.
 `check` runs the TMA kernel's three epilogues under the interpreter at odd shapes.
 Result: not measured yet: `python -m lab.prompt_gemm_sweep` on the GPU, then the figures here with its data file.
-Verdict: not adopted yet: whichever configs beat the course's picks go to `fused_gemm_config`
-(solutions/norm_fusion.py) and `gemm_residual_config` (solutions/layer_fusion.py); the TMA form, if it wins,
-to a chapter of its own kernel.
+Verdict: not adopted yet: whichever configs beat the course's picks go to `gemm_config` (solutions/linear.py),
+`fused_gemm_config` (solutions/norm_fusion.py) and `gemm_residual_config` (solutions/layer_fusion.py); the
+TMA form, if it wins, to a chapter of its own kernel.
 """
 import os
 import time
@@ -44,37 +44,25 @@ EPS = 1e-6
 
 
 @triton.jit
-def tma_gemm_kernel(x_desc, w_desc, up_desc, norm_w_ptr, res_ptr, y_ptr, M, N, K, eps,
-                    HAS_NORM: tl.constexpr, GATED: tl.constexpr, RESIDUAL: tl.constexpr,
+def tma_gemm_kernel(x_desc, w_desc, up_desc, res_ptr, y_ptr, M, N, K,
+                    GATED: tl.constexpr, RESIDUAL: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """y[M, N] tile (program_id(0) along M, (1) along N) of x [M, K] @ W[N, K].T with the course's epilogues:
-    HAS_NORM: x's rows RMS-normalised (zero-centred weight: 1 + w) before the product, rounded once to x's
-    dtype, 1 / rms applied to the fp32 sums; GATED: silu(x W.T) * (x W_up.T); RESIDUAL: + res [M, N].
-    The x, W and W_up tiles come through tensor descriptors (zeros past M, N and K)."""
+    GATED: silu(x W.T) * (x W_up.T); RESIDUAL: + res [M, N]. The x, W and W_up tiles come through tensor
+    descriptors (zeros past M, N and K)."""
     m0 = tl.program_id(0) * BLOCK_M
     n0 = tl.program_id(1) * BLOCK_N
-    rk = tl.arange(0, BLOCK_K)
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if GATED:
         acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    if HAS_NORM:
-        sum_sq = tl.zeros([BLOCK_M], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         a = x_desc.load([m0, k0])                                                   # [BLOCK_M, BLOCK_K]
-        if HAS_NORM:
-            a32 = a.to(tl.float32)
-            sum_sq += tl.sum(a32 * a32, axis=1)
-            scale = 1.0 + tl.load(norm_w_ptr + k0 + rk, mask=k0 + rk < K, other=0.0).to(tl.float32)
-            a = (a32 * scale[None, :]).to(a.dtype)
         # "ieee": fp32 operands (the check) in full fp32; no effect on bf16
         acc = tl.dot(a, tl.trans(w_desc.load([n0, k0])), acc, input_precision="ieee")   # W [BLOCK_N, BLOCK_K]
         if GATED:
             acc_up = tl.dot(a, tl.trans(up_desc.load([n0, k0])), acc_up, input_precision="ieee")
-    if HAS_NORM:
-        inv_rms = tl.rsqrt(sum_sq / K + eps)[:, None]                              # [BLOCK_M, 1]
-        acc = acc * inv_rms
-        if GATED:
-            acc = silu(acc) * (acc_up * inv_rms)
+    if GATED:
+        acc = silu(acc) * acc_up
     rm = m0 + tl.arange(0, BLOCK_M)
     rn = n0 + tl.arange(0, BLOCK_N)
     offs = rm[:, None].to(tl.int64) * N + rn[None, :]                               # [BLOCK_M, BLOCK_N]
@@ -84,9 +72,9 @@ def tma_gemm_kernel(x_desc, w_desc, up_desc, norm_w_ptr, res_ptr, y_ptr, M, N, K
     tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=ok)
 
 
-def tma_gemm(x, w, y, cfg, up=None, norm_w=None, res=None, descs=None):
+def tma_gemm(x, w, y, cfg, up=None, res=None, descs=None):
     """Launch `tma_gemm_kernel` with config `cfg` (BLOCK_M/N/K, num_warps, num_stages); descs: prebuilt
-    (x, w, up) descriptors (a timed graph reuses them)."""
+    (x, w, up) descriptors."""
     M, K = x.shape
     N = w.shape[0]
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
@@ -94,24 +82,17 @@ def tma_gemm(x, w, y, cfg, up=None, norm_w=None, res=None, descs=None):
         descs = (TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
                  TensorDescriptor.from_tensor(w if up is None else up, [bn, bk]))
     grid = (triton.cdiv(M, bm), triton.cdiv(N, bn))
-    tma_gemm_kernel[grid](*descs, w if norm_w is None else norm_w, y if res is None else res, y, M, N, K, EPS,
-                          HAS_NORM=norm_w is not None, GATED=up is not None, RESIDUAL=res is not None,
-                          BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_warps=cfg["num_warps"],
-                          num_stages=cfg["num_stages"])
+    tma_gemm_kernel[grid](*descs, y if res is None else res, y, M, N, K, GATED=up is not None,
+                          RESIDUAL=res is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                          num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return y
 
 
-def reference(x, w, up=None, norm_w=None, res=None):
-    """The three epilogues in fp64 (the normed activations rounded once to x's dtype, as the kernels do)."""
-    a = x.double()
-    if norm_w is not None:
-        a = (x.float() * (1.0 + norm_w.float())).to(x.dtype).double()
-        inv = torch.rsqrt(x.double().pow(2).mean(-1, keepdim=True) + EPS)
-    y = a @ w.double().T
-    if norm_w is not None:
-        y = y * inv
+def reference(x, w, up=None, res=None):
+    """The three epilogues in fp64."""
+    y = x.double() @ w.double().T
     if up is not None:
-        y = torch.nn.functional.silu(y) * ((a @ up.double().T) * inv)
+        y = torch.nn.functional.silu(y) * (x.double() @ up.double().T)
     return y if res is None else y + res.double()
 
 
@@ -120,30 +101,28 @@ def check(device="cpu"):
     zero padding), outputs poisoned with NaN: the largest relative error against fp64."""
     worst = 0.0
     gen = torch.Generator().manual_seed(0)
-    dtype = torch.float32
     cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 1}
     for M, N, K in [(37, 24, 40), (5, 48, 16)]:
-        x = torch.randn(M, K, generator=gen).to(device, dtype)
-        w = (torch.randn(N, K, generator=gen) / K ** 0.5).to(device, dtype)
-        up = (torch.randn(N, K, generator=gen) / K ** 0.5).to(device, dtype)
-        nw = (0.1 * torch.randn(K, generator=gen)).to(device, dtype)
-        res = torch.randn(M, N, generator=gen).to(device, dtype)
-        for kw in ({"norm_w": nw}, {"norm_w": nw, "up": up}, {"res": res}):
-            y = torch.full((M, N), float("nan"), device=device, dtype=dtype)
+        x = torch.randn(M, K, generator=gen).to(device)
+        w = (torch.randn(N, K, generator=gen) / K ** 0.5).to(device)
+        up = (torch.randn(N, K, generator=gen) / K ** 0.5).to(device)
+        res = torch.randn(M, N, generator=gen).to(device)
+        for kw in ({}, {"up": up}, {"res": res}):
+            y = torch.full((M, N), float("nan"), device=device)
             tma_gemm(x, w, y, cfg, **kw)
             worst = max(worst, common.rel_err(y, reference(x, w, **kw)))
     return worst
 
 
 def shapes(config):
-    """(name, N, K, kind) of the fast level's prompt GEMMs; kind: "norm", "gated" (2 x N rows) or "residual"."""
+    """(name, N, K, kind) of the fast level's prompt GEMMs; kind: "plain", "gated" (2 x N rows) or "residual"."""
     c = config
     attn = (2 * c.num_attention_heads + 2 * c.num_key_value_heads) * c.head_dim      # q|gate, k, v
     key, value = c.linear_num_key_heads * c.linear_key_head_dim, c.linear_num_value_heads * c.linear_value_head_dim
     deltanet = 2 * key + 2 * value + 2 * c.linear_num_value_heads                     # q, k, v, z, b, a
     h, i = c.hidden_size, c.intermediate_size
-    return [("attention in_proj + ln1", attn, h, "norm"), ("DeltaNet in_proj + ln1", deltanet, h, "norm"),
-            ("gate/up + ln2 + SwiGLU", i, h, "gated"), ("o_proj / out_proj + residual", h, value, "residual"),
+    return [("attention in_proj", attn, h, "plain"), ("DeltaNet in_proj", deltanet, h, "plain"),
+            ("gate/up + SwiGLU", i, h, "gated"), ("o_proj / out_proj + residual", h, value, "residual"),
             ("down + residual", h, i, "residual")]
 
 
@@ -174,20 +153,18 @@ def operands(M, N, K, kind):
     w0 = torch.randn(N, K, **mk) / K ** 0.5
     up0 = torch.randn(N, K, **mk) / K ** 0.5 if kind == "gated" else None
     x = torch.randn(M, K, **mk)
-    nw = 0.1 * torch.randn(K, **mk)
     res = torch.randn(M, N, **mk) if kind == "residual" else None
     per_set = (N * K * (2 if up0 is not None else 1) + M * K + 2 * M * N) * 2
     sets = []
     for i in range(common.copies_past_l2(per_set, most=16)):
-        s = {"x": x, "w": w0 if i == 0 else w0.clone(), "y": torch.empty(M, N, **mk), "nw": nw, "res": res,
+        s = {"x": x, "w": w0 if i == 0 else w0.clone(), "y": torch.empty(M, N, **mk), "res": res,
              "up": None if up0 is None else (up0 if i == 0 else up0.clone())}
-        s["xn"] = (x.float() * (1.0 + nw.float())).to(torch.bfloat16)       # what cuBLAS multiplies
         s["wu"] = w0 if up0 is None else torch.cat([s["w"], s["up"]])       # [2N, K] for the gated GEMM
         sets.append(s)
     return sets
 
 
-def _launchers(M, N, K, kind, fused, residual):
+def _launchers(M, N, K, kind, linear, fused, residual):
     """call(cfg) -> a function of one operand set: the course's kernel at cfg."""
     def course(cfg):
         grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
@@ -196,9 +173,12 @@ def _launchers(M, N, K, kind, fused, residual):
             return lambda s: residual.gemm_residual_kernel[grid](
                 s["x"], s["w"], s["res"], s["y"], M, N, K, **tiles, num_warps=cfg["num_warps"],
                 num_stages=cfg["num_stages"])
+        if kind == "plain":
+            return lambda s: linear.gemm_kernel[grid](s["x"], s["w"], s["y"], M, N, K, **tiles,
+                                                      num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
         return lambda s: fused.fused_gemm_kernel[grid](
-            s["x"], s["nw"], s["w"], s["w"] if s["up"] is None else s["up"], s["y"], M, N, K, EPS, HAS_NORM=True,
-            GATED=kind == "gated", **tiles, num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+            s["x"], s["w"], s["w"], s["up"], s["y"], M, N, K, EPS, HAS_NORM=False, GATED=True, **tiles,
+            num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
     return course
 
 
@@ -211,6 +191,7 @@ def main(out):
     common.setup()
     from tritonllm_course import kernels
     from tritonllm_course.config import QWEN35_0_8B
+    linear = kernels.load("linear", "solutions").module
     fused = kernels.load("norm_fusion", "solutions").module
     residual = kernels.load("layer_fusion", "solutions").module
     path = common.result_path(out, "prompt_gemm_sweep")
@@ -230,9 +211,10 @@ def main(out):
                 cublas = _time(lambda s: torch.addmm(s["res"], s["x"], s["w"].T, out=s["y"]), sets)
                 hand = residual.gemm_residual_config(M, N, K, torch.bfloat16, torch.device("cuda"))
             else:
-                cublas = _time(lambda s: torch.matmul(s["xn"], s["wu"].T), sets)
-                hand = fused.fused_gemm_config(M, N, K, gated, torch.bfloat16, torch.device("cuda"))
-            course = _launchers(M, N, K, kind, fused, residual)
+                cublas = _time(lambda s: torch.matmul(s["x"], s["wu"].T), sets)
+                hand = (fused.fused_gemm_config(M, N, K, True, torch.bfloat16, torch.device("cuda")) if gated
+                        else linear.gemm_config(M, N, K, torch.bfloat16, torch.device("cuda")))
+            course = _launchers(M, N, K, kind, linear, fused, residual)
             rows = []
             tiles = list(space(M, gated))
             for form, configs in (("course", [hand] + [c for c in tiles if c != hand]),
@@ -247,8 +229,7 @@ def main(out):
                             fn = course(cfg)
                         else:
                             def fn(s, cfg=cfg):
-                                return tma_gemm(s["x"], s["w"], s["y"], cfg, up=s["up"],
-                                                norm_w=None if kind == "residual" else s["nw"], res=s["res"])
+                                return tma_gemm(s["x"], s["w"], s["y"], cfg, up=s["up"], res=s["res"])
                         us = _time(fn, sets)
                         row.update(us=us, tflops=flops / us / 1e6, vs_cublas=cublas / us)
                     except Exception as e:  # noqa: BLE001  (a config that does not compile is recorded)
