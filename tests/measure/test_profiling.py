@@ -203,3 +203,27 @@ def test_the_gpu_script_without_a_gpu_says_why_and_fails(tmp_path, capsys, rt):
         pytest.skip("this machine has a GPU")
     assert P.main(["--out", str(tmp_path)]) == 1
     assert "needs a GPU: nothing measured" in capsys.readouterr().out and not list(tmp_path.iterdir())
+
+
+def test_prompt_table_puts_a_records_prompts_side_by_side():
+    """Chapter 20_profile's prompt table: one column a prompt length of the level asked for (shortest first),
+    the slots in the order of the longest prompt's time, a slot absent from a prompt shown as "-"."""
+    from tritonllm_course.measure.profiling import prompt_table
+
+    def prompt(level, n, slots, wall):
+        rows = [{"slot": s, "calls": 1.0, "us": us, "share": us / sum(slots.values())} for s, us in slots.items()]
+        kernel_us = sum(slots.values())
+        return {"level": level, "prompt_len": n, "runs": {"CUDA graph": {
+            "wall_us": wall, "kernel_us": kernel_us, "launches": 2.0 * len(slots), "kernels": [], "slots": rows}}}
+    record = {"prefill_profiles": [
+        prompt("fast", 4000, {"gemm": 300.0, "delta": 600.0, "flash": 100.0}, 1100.0),
+        prompt("fast", 128, {"gemm": 30.0, "delta": 10.0}, 50.0),
+        prompt("fused", 128, {"other": 1.0}, 2.0)]}
+    table = prompt_table(record).splitlines()
+    assert table[0] == "| slot | 128 tokens: us (share) | 4000 tokens: us (share) |"
+    assert [line.split("|")[1].strip() for line in table[2:5]] == ["`delta`", "`gemm`", "`flash`"]
+    assert table[2] == "| `delta` | 10.0 (25%) | 600.0 (60%) |"
+    assert table[4] == "| `flash` | - | 100.0 (10%) |"
+    assert table[5:] == ["| kernels | 40.0 us | 1000.0 us |", "| wall | 50.0 us | 1100.0 us |",
+                         "| launches | 4 | 6 |"]
+    assert prompt_table(record, level="operators") == ""

@@ -10,6 +10,7 @@ on the traces (`trace.py`: the calls the engine makes, the kernels the GPU ran, 
   the time it adds after that end, so the times add up to the GPU's busy time.
 - `prefill_breakdown` (GPU only): the same for a prompt, per prompt.
 - `Breakdown` / `DecodeProfile`: the tables and the plot of one profile.
+- `prompt_table`: a profile record's prompts of one level side by side, slot by slot (chapter 20_profile).
 - `main`: the GPU script (scripts/gpu_extras.sh profile).
 """
 from __future__ import annotations
@@ -249,6 +250,31 @@ LONG_PROMPTS = (1024, 4000)   # profiled at the fast level beside the 128-token 
 def _runs_json(runs: dict[str, Breakdown]) -> dict:
     return {m: {"wall_us": b.wall_us, "kernel_us": b.kernel_us, "launches": b.launches, "kernels": b.kernels,
                 "slots": b.slots} for m, b in runs.items()}
+
+
+def prompt_table(record: dict, level: str = "fast", mode: str = "CUDA graph") -> str:
+    """The prompts profiled at `level` in a profile record (`main`'s JSON), side by side: each slot's GPU time
+    per prompt (us) and its share of the prompt's kernel time, slots in the order of the longest prompt,
+    then the kernel time, the wall time and the launches. Markdown; "" when the record has no such prompt."""
+    runs = sorted(((p["prompt_len"], p["runs"][mode]) for p in record.get("prefill_profiles", [])
+                   if p["level"] == level and mode in p["runs"]), key=lambda lr: lr[0])
+    if not runs:
+        return ""
+    by_len = {n: {r["slot"]: r for r in run["slots"]} for n, run in runs}
+    longest = runs[-1][0]
+    order = sorted({s for slots in by_len.values() for s in slots},
+                   key=lambda s: -by_len[longest].get(s, {"us": 0.0})["us"])
+
+    def cell(n, slot):
+        r = by_len[n].get(slot)
+        return "-" if r is None else f"{r['us']:.1f} ({100 * r['share']:.0f}%)"
+    head = "| slot | " + " | ".join(f"{n} tokens: us (share)" for n, _ in runs) + " |"
+    lines = [head, "|---" * (len(runs) + 1) + "|"]
+    lines += [f"| `{slot}` | " + " | ".join(cell(n, slot) for n, _ in runs) + " |" for slot in order]
+    for what, key, fmt in (("kernels", "kernel_us", "{:.1f} us"), ("wall", "wall_us", "{:.1f} us"),
+                           ("launches", "launches", "{:.0f}")):
+        lines.append(f"| {what} | " + " | ".join(fmt.format(run[key]) for _, run in runs) + " |")
+    return "\n".join(lines)
 
 
 def _prefill_report(engine, level: str, result: dict, prompt_len: int = 128) -> list[str]:
