@@ -21,7 +21,9 @@ descriptors) over the configs of 64 rows or more, and beside them (4) cuBLAS on 
 bound of any eager or `torch.compile` default-mode baseline, which call cuBLAS for the product) and
 `torch.addmm` for the GEMM + residual (cuBLAS adds the residual in its epilogue). bf16, each timed as the
 course times (`benchmark.time_calls`: a CUDA graph replayed over copies of the operands past L2); TFLOP/s
-from 2 M N K (x2 gated). Writes OUTDIR/prompt_gemm_sweep_<gpu>_<date>.json, saved after every case.
+from 2 M N K (x2 gated). The fastest config of each form is run once more and its output compared with the
+same product in fp32 PyTorch (`rel_err`). Writes OUTDIR/prompt_gemm_sweep_<gpu>_<date>.json, saved after
+every case.
 `check` runs the TMA kernel's three epilogues under the interpreter at odd shapes.
 Result: not measured yet: `python -m lab.prompt_gemm_sweep` on the GPU, then the figures here with its data file.
 Verdict: not adopted yet: whichever configs beat the course's picks go to `gemm_config` (solutions/linear.py),
@@ -182,6 +184,19 @@ def _launchers(M, N, K, kind, linear, fused, residual):
     return course
 
 
+def _rel_err(fn, s) -> float:
+    """fn's output on operand set s against the same product in fp32 PyTorch: a timed config that computes
+    something else would show here."""
+    fn(s)
+    x, w = s["x"].float(), s["w"].float()
+    want = x @ w.T
+    if s["up"] is not None:
+        want = torch.nn.functional.silu(want) * (x @ s["up"].float().T)
+    if s["res"] is not None:
+        want = want + s["res"].float()
+    return common.rel_err(s["y"], want)
+
+
 def _time(fn, sets):
     """us per fn(operand set), the best of two graph replays over the sets."""
     return common.best_time_calls(lambda **s: fn(s), sets)
@@ -215,7 +230,7 @@ def main(out):
                 hand = (fused.fused_gemm_config(M, N, K, True, torch.bfloat16, torch.device("cuda")) if gated
                         else linear.gemm_config(M, N, K, torch.bfloat16, torch.device("cuda")))
             course = _launchers(M, N, K, kind, linear, fused, residual)
-            rows = []
+            rows, fns = [], {}
             tiles = list(space(M, gated))
             for form, configs in (("course", [hand] + [c for c in tiles if c != hand]),
                                   ("tma", [c for c in tiles if c["BLOCK_M"] >= 64])):
@@ -232,6 +247,7 @@ def main(out):
                                 return tma_gemm(s["x"], s["w"], s["y"], cfg, up=s["up"], res=s["res"])
                         us = _time(fn, sets)
                         row.update(us=us, tflops=flops / us / 1e6, vs_cublas=cublas / us)
+                        fns[id(row)] = fn
                     except Exception as e:  # noqa: BLE001  (a config that does not compile is recorded)
                         row["error"] = common.error_text(e)
                     rows.append(row)
@@ -242,6 +258,9 @@ def main(out):
                     "cublas_tflops": flops / cublas / 1e6, "hand": hand, "hand_row": hand_row,
                     "best_course": next((r for r in ok if r["form"] == "course"), None),
                     "best_tma": next((r for r in ok if r["form"] == "tma"), None), "best": ok[:8], "all": rows}
+            for key in ("best_course", "best_tma"):
+                if case[key] is not None:
+                    case[key] = {**case[key], "rel_err": _rel_err(fns[id(case[key])], sets[0])}
             res["cases"].append(case)
             best = ok[0] if ok else None
             print(f"M={M} {name} {N}x{K}: cuBLAS {cublas:.1f} us; course's pick "
