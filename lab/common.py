@@ -1,5 +1,5 @@
 """What the lab's probes share: where a result goes and how it is written, the timing helpers, the
-relative error of a check, and the grid barrier of the one-kernel experiments.
+relative error of a check, a variant swapped in for a block (`replaced`), and the grid barrier of the one-kernel experiments.
 
 A probe runs from the repository root as a module, so that it finds this one as `lab.common`:
 
@@ -14,6 +14,7 @@ call's inputs (`copies_past_l2` of them), `per_launch_us` for LAUNCHES launches 
 import json
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -53,6 +54,18 @@ def header(**fields) -> dict:
 def save(path: Path, res: dict) -> None:
     """Write `res` (again: a probe saves after every case, so a run cut short keeps what it measured)."""
     path.write_text(json.dumps(res, indent=1))
+
+
+@contextmanager
+def replaced(owner, name: str, value):
+    """`owner.name` is `value` inside the block and what it was after (a probe's variant swapped into the
+    code that reads it at call time, e.g. `triton_helpers.pdl_gemv_config`)."""
+    original = getattr(owner, name)
+    setattr(owner, name, value)
+    try:
+        yield original
+    finally:
+        setattr(owner, name, original)
 
 
 def error_text(e: Exception, limit: int = 300) -> str:

@@ -23,7 +23,6 @@ Verdict: to be decided; not adopted until measured: tritonllm_course/triton_help
 to K = 16,384.
 """
 import functools
-from contextlib import contextmanager
 
 from lab import common
 from tritonllm_course import triton_helpers
@@ -33,19 +32,14 @@ CAPS = (16384, 8192, 4096, 0)          # the widest K that takes the whole tile;
 CONTEXT, TOKENS = 128, 32
 
 
-@contextmanager
 def capped(max_k: int):
-    """`triton_helpers.pdl_gemv_config` returning None (walk K) past `max_k`; as it was after."""
+    """`triton_helpers.pdl_gemv_config` returning None (walk K) past `max_k`, for a block; as it was after."""
     original = triton_helpers.pdl_gemv_config
 
     @functools.wraps(original)
     def config(K):
         return original(K) if K <= max_k else None
-    triton_helpers.pdl_gemv_config = config
-    try:
-        yield
-    finally:
-        triton_helpers.pdl_gemv_config = original
+    return common.replaced(triton_helpers, "pdl_gemv_config", config)
 
 
 def check() -> float:

@@ -22,8 +22,8 @@ Result: not measured yet: python -m lab.quant_tile_probe on an H200 (about 5 min
 Verdict: to be decided; not adopted until measured: tritonllm_course/triton_helpers.py keeps one tile for every
 weight format.
 """
+import contextlib
 import functools
-from contextlib import contextmanager
 
 import torch
 import triton
@@ -37,14 +37,12 @@ VARIANTS = {"as it is": None, "8 rows x 32": (8, 32), "4 rows x 64": (4, 64), "8
 CONTEXT, TOKENS, REPEATS = 128, 64, 2
 
 
-@contextmanager
 def tile(variant):
     """`triton_helpers.pdl_gemv_config` giving `variant` = (rows, weights a thread) wherever K fits 16 warps of
-    it (else as it is); as it was after. None: unchanged."""
+    it (else as it is), for a block; as it was after. None: unchanged."""
     original = triton_helpers.pdl_gemv_config
     if variant is None:
-        yield
-        return
+        return contextlib.nullcontext()
     rows, per_thread = variant
 
     @functools.wraps(original)
@@ -54,11 +52,7 @@ def tile(variant):
         if K > triton_helpers.PDL_MAX_K or not 1 <= warps <= triton_helpers.PDL_WARPS:
             return original(K)
         return {"BLOCK_N": rows, "BLOCK_K": block_k, "num_warps": triton.next_power_of_2(warps)}
-    triton_helpers.pdl_gemv_config = config
-    try:
-        yield
-    finally:
-        triton_helpers.pdl_gemv_config = original
+    return common.replaced(triton_helpers, "pdl_gemv_config", config)
 
 
 def check() -> float:
