@@ -1,5 +1,6 @@
 """What the lab's probes share: where a result goes and how it is written, the timing helpers, the
-relative error of a check, a variant swapped in for a block (`replaced`), and the grid barrier of the one-kernel experiments.
+relative error of a check, a variant swapped in for a block (`replaced`), and the grid barrier of the
+one-kernel experiments.
 
 A probe runs from the repository root as a module, so that it finds this one as `lab.common`:
 
