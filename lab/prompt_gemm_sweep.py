@@ -11,12 +11,16 @@ their epilogue (1,024 x 2,048 and 1,024 x 3,584: `gemm_residual_kernel`, solutio
 configs were measured at M = 128 (`prefill_probe`); from M = 256 on they take 128 x 128 tiles (gated
 128 x 64), which at N = 1,024 makes cdiv(M, 128) x 8 programs: 32 at M = 512 for 132 SMs. An unsaved
 per-kernel profile of a 4,000-token prompt in 512-token chunks (2026-12-05, docs/results.md section 4) put
-the GEMM + residual at 37-40% of the prompt. How far from cuBLAS is each GEMM at M = 128 to 4,096, which
-tiles close the gap, and does a tensor-descriptor (TMA) form of the same kernels go further?
+the GEMM + residual at 37-40% of the prompt; at M = 128 `prefill_probe` found it and cuBLAS alike at 8-11
+us for 4-7 MB of weights, far from both the bytes' and the FLOPs' bound. How far from cuBLAS is each GEMM
+at M = 128 to 4,096, which tiles close the gap, and do a tensor-descriptor (TMA) form of the same kernels or
+a split-K one go further?
 Method: the five shapes (from the config) at each M of MS; for each, (1) the course's kernel as the engine
 launches it (its config function's pick), (2) the same kernel at every config of `space` that fits shared
 memory, (3) `tma_gemm_kernel` below (the same three epilogues, operands through host-built tensor
-descriptors) over the configs of 64 rows or more, and beside them (4) cuBLAS on the same operands:
+descriptors) over the configs of 64 rows or more, (4) for the GEMM + residual up to M = 1,024, the split-K
+form of `prefill_probe` (K cut in 2-8 pieces, the last piece of a tile to arrive adds them in a fixed order
+and the residual) at tiles of 64-128 rows, and beside them (5) cuBLAS on the same operands:
 `torch.matmul` (for the gated GEMM one product with the stacked [W_gate; W_up], without the SwiGLU: a lower
 bound of any eager or `torch.compile` default-mode baseline, which call cuBLAS for the product) and
 `torch.addmm` for the GEMM + residual (cuBLAS adds the residual in its epilogue). bf16, each timed as the
@@ -24,7 +28,8 @@ course times (`benchmark.time_calls`: a CUDA graph replayed over copies of the o
 from 2 M N K (x2 gated). The fastest config of each form is run once more and its output compared with the
 same product in fp32 PyTorch (`rel_err`). Writes OUTDIR/prompt_gemm_sweep_<gpu>_<date>.json, saved after
 every case.
-`check` runs the TMA kernel's three epilogues under the interpreter at odd shapes.
+`check` runs the TMA kernel's three epilogues under the interpreter at odd shapes (the split-K kernel has
+`prefill_probe`'s check).
 Result: not measured yet: `python -m lab.prompt_gemm_sweep` on the GPU, then the figures here with its data file.
 Verdict: not adopted yet: whichever configs beat the course's picks go to `gemm_config` (solutions/linear.py),
 `fused_gemm_config` (solutions/norm_fusion.py) and `gemm_residual_config` (solutions/layer_fusion.py); the
@@ -144,6 +149,19 @@ def space(M, gated):
                         yield {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
 
 
+def splitk_space(M):
+    """The split-K GEMM + residual's configs (`prefill_probe.gemm_residual_splitk`) at M rows, M <= 1,024: tiles
+    tall enough that the activations are read by few column tiles, K cut in 2-8 pieces for the programs."""
+    if M > 1024:
+        return
+    for bm in (64, 128):
+        for bn in (32, 64):
+            for split in (2, 4, 8):
+                for bk in (64, 128):
+                    yield {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 8 if bm * bn >= 8192 else 4,
+                           "num_stages": 3, "SPLIT": split}
+
+
 def shared_bytes(cfg, gated):
     """The pipeline's operand tiles in shared memory, bf16 (num_stages deep)."""
     return cfg["num_stages"] * (cfg["BLOCK_M"] + (2 if gated else 1) * cfg["BLOCK_N"]) * cfg["BLOCK_K"] * 2
@@ -204,6 +222,7 @@ def _time(fn, sets):
 
 def main(out):
     common.setup()
+    from lab.prefill_probe import gemm_residual_splitk as splitk
     from tritonllm_course import kernels
     from tritonllm_course.config import QWEN35_0_8B
     linear = kernels.load("linear", "solutions").module
@@ -233,15 +252,20 @@ def main(out):
             rows, fns = [], {}
             tiles = list(space(M, gated))
             for form, configs in (("course", [hand] + [c for c in tiles if c != hand]),
-                                  ("tma", [c for c in tiles if c["BLOCK_M"] >= 64])):
+                                  ("tma", [c for c in tiles if c["BLOCK_M"] >= 64]),
+                                  ("splitk", list(splitk_space(M)) if kind == "residual" else [])):
                 for cfg in configs:
                     if time.time() - t0 > budget or shared_bytes(cfg, gated) > smem:
                         continue
-                    programs = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"])
+                    programs = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]) * cfg.get("SPLIT", 1)
                     row = {"form": form, **cfg, "programs": programs}
                     try:
                         if form == "course":
                             fn = course(cfg)
+                        elif form == "splitk":
+                            def fn(s, c=cfg):
+                                return splitk(s["x"], s["w"], s["res"], s["y"], c["SPLIT"], c["BLOCK_M"], c["BLOCK_N"],
+                                              c["BLOCK_K"], c["num_warps"], c["num_stages"])
                         else:
                             def fn(s, cfg=cfg):
                                 return tma_gemm(s["x"], s["w"], s["y"], cfg, up=s["up"], res=s["res"])
@@ -257,8 +281,9 @@ def main(out):
             case = {"shape": name, "M": M, "N": N, "K": K, "kind": kind, "flops": flops, "cublas_us": cublas,
                     "cublas_tflops": flops / cublas / 1e6, "hand": hand, "hand_row": hand_row,
                     "best_course": next((r for r in ok if r["form"] == "course"), None),
-                    "best_tma": next((r for r in ok if r["form"] == "tma"), None), "best": ok[:8], "all": rows}
-            for key in ("best_course", "best_tma"):
+                    "best_tma": next((r for r in ok if r["form"] == "tma"), None),
+                    "best_splitk": next((r for r in ok if r["form"] == "splitk"), None), "best": ok[:8], "all": rows}
+            for key in ("best_course", "best_tma", "best_splitk"):
                 if case[key] is not None:
                     case[key] = {**case[key], "rel_err": _rel_err(fns[id(case[key])], sets[0])}
             res["cases"].append(case)
