@@ -34,8 +34,9 @@ compiler keeps them where the source puts them. Read before the wait, 19,456 of 
 stale; after it, none. The engine's decode step at 128 cached tokens: 690 us a token without PDL, 663 us
 with it at 4 rows and 32 weights a thread (16: 699; 64: 677; 2 rows: 671; 8 rows: 695), its tokens
 identical to the same kernels launched without the overlap.
-Verdict: adopted: every kernel of the engine's decode step takes PDL (`Engine(pdl=...)`,
-tritonllm_course/engine/engine.py; on by default on sm_90+), the decode GEMVs of solutions/norm_fusion.py
+Verdict: adopted: every kernel of the engine's decode step but the LM head's GEMV takes PDL (`Engine(pdl=...)`,
+tritonllm_course/engine/engine.py; on by default on sm_90+; the LM head runs without it, `pdl_variants_probe`,
+solutions/linear.py's PDL_MAX_PROGRAMS), the decode GEMVs of solutions/norm_fusion.py
 and solutions/layer_fusion.py hold their whole tile at 4 rows and 32 weights a thread
 (`triton_helpers.pdl_gemv_config`), the recurrence loads its state before the wait. On the chain PDL
 gains 19%; in the engine 4% at 128 cached tokens and 9% at 4,096 (results/engine_nvidia-h200_2026-12-02_pdl/):

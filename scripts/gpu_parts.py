@@ -161,20 +161,29 @@ def records() -> dict[str, dict]:
 
 
 def readme_line() -> str:
-    """What the README says of the GPU verification, computed from the records (tests/measure/test_gpu_parts.py)."""
+    """What the README says of the GPU verification, computed from the records (tests/measure/test_gpu_parts.py):
+    quick and the full suite in bf16, then every part that passed in fp16 (`<part>_float16.json`), with its date."""
     recs = records()
-    quick = {}                                  # (gpu, date, commit) -> the dtypes quick passed in
+    quick = {}                                  # (gpu, date, commit) -> the dtypes quick passed in, fp16 aside
     for r in recs.values():
-        if r["part"] == "quick" and r["passed_all"]:
+        if r["part"] == "quick" and r["passed_all"] and r["dtype"] != "float16":
             quick.setdefault((r["gpu"], r["date"], r["commit"]), []).append(r["dtype"])
     quick_text = "; ".join(f"passed on {gpu} in {' and '.join(sorted(dtypes))}, {date} (commit {commit})"
                            for (gpu, date, commit), dtypes in sorted(quick.items())) or "not run"
     full = [recs[p] for p in FULL if p in recs and recs[p]["passed_all"]]          # the full suite in bf16
     done = ", ".join(f"{r['part']} ({r['passed']} passed, {r['date']})" for r in full) or "none yet"
     missing = [p for p in FULL if p not in recs or not recs[p]["passed_all"]]
-    text = f"GPU checks (`scripts/gpu_check.sh`, records in results/gpu_check/): quick {quick_text}; full suite: {done}"
+    text = f"GPU checks (`scripts/gpu_check.sh`, records in results/gpu_check/): quick {quick_text}; "
+    text += f"full suite in bfloat16: {done}"
     if missing:
         text += f" (to run: {', '.join(missing)})"
+    half = {}                                   # gpu -> the parts passed in fp16, in the parts' order
+    for p in ("quick", *FULL):
+        r = recs.get(f"{p}_float16")
+        if r is not None and r["passed_all"]:
+            half.setdefault(r["gpu"], []).append(f"{p} ({r['date']})")
+    for gpu, parts in sorted(half.items()):
+        text += f"; in float16 on {gpu}: {', '.join(parts)}"
     return text + "."
 
 

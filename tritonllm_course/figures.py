@@ -36,8 +36,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY_DIR = ROOT / "results" / "figures"
 
-# Units written flush against the number ("56.1%", "6.1x"); every other unit follows a space ("0.648 ms").
-_FLUSH_UNITS = ("%", "x")
+# Units written flush against the number ("56.1%", "6.1x", a power of ten: "1.7e-3" from unit "e-3", the entry
+# scaling its value by the inverse power in `expr`); every other unit follows a space ("0.648 ms").
+_FLUSH_UNITS = ("%", "x", "e-")
 
 _MARKER = re.compile(r"<!--\s*fig:([a-z0-9_.\-]+)\s*-->")
 # Thousands separators are allowed in prose ("4,260 GB/s"); they are dropped before comparing.

@@ -8,12 +8,13 @@ itself or a folder on the way), that is a directory, or that exists read-only (t
 `os.replace`: a reader sees the old file or the new one, never a mix, and a link planted at `path` after the
 check is replaced, never followed. The folders on the way are opened one by one without following a link
 (O_NOFOLLOW, then every step relative to the folder so opened: Linux and macOS, where triton runs), so a
-folder swapped for a link after the check is refused too. Ctrl-C during a write is held until the file is
-whole (or removed), then raised: no interrupt leaves a temporary file behind. A new file gets the usual
-permissions (0666 less the umask), an existing one keeps its own. `check_writable` runs the same checks
-without writing, so a tool can check every file it is about to write before it writes any. A name the file
-system cannot hold (too long, a NUL byte), an existing target that is not a regular file (a fifo, a socket,
-a device) and text that cannot be encoded are refused the same way, before anything is written.
+folder swapped for a link after the check is refused too. Ctrl-C (SIGINT) and SIGTERM during a write are
+held until the file is whole (or removed), then delivered: no interrupt or `kill` leaves a temporary file
+behind. A new file gets the usual permissions (0666 less the umask), an existing one keeps its own.
+`check_writable` runs the same checks without writing, so a tool can check every file it is about to write
+before it writes any. A name the file system cannot hold (too long, a NUL byte), an existing target that is
+not a regular file (a fifo, a socket, a device) and text that cannot be encoded are refused the same way,
+before anything is written.
 
 `read_regular(path)` reads a file the tools are given (an exercise, a solution, a chapter, a file handed out)
 only when it is a regular file: a fifo or a device would block the tool or never end, so it is opened without
@@ -71,28 +72,45 @@ def _as_path(path, argument: str = "path") -> Path:
     return Path(path)
 
 
+# Held during a write, and delivered after it in this order: the termination first, as an interrupt raised
+# first would drop it.
+_HELD_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
 @contextlib.contextmanager
-def _interrupt_after():
-    """Ctrl-C (SIGINT) held back until the block is done, then raised: a temporary file is never left behind
-    by an interrupt that lands between its creation and its removal or rename. Only the main thread receives
-    signals; elsewhere the block runs as it is."""
+def _signals_held():
+    """Ctrl-C (SIGINT) and a termination request (SIGTERM: `kill`, a closing Jupyter kernel or CI job) held back
+    until the block is done, then delivered to the handlers they would have met: a temporary file is never left
+    behind by a signal that lands between its creation and its removal or rename. The previous handlers are
+    back in place before delivery: a Python handler is called; SIGINT left at its default raises
+    KeyboardInterrupt, SIGTERM left at its default is raised again and ends the process; an ignored one
+    vanishes. Only the main thread receives signals; elsewhere the block runs as it is."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    caught = []
+    caught, previous = [], {}
     try:
-        previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+        for signum in _HELD_SIGNALS:
+            if signal.getsignal(signum) is not None:   # None: a handler set outside Python, left to itself
+                previous[signum] = signal.signal(signum, lambda number, frame: caught.append(number))
     except (ValueError, OSError):   # signals cannot be handled here (an embedded interpreter)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         yield
         return
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
-        if caught and callable(previous):
-            previous(signal.SIGINT, None)
-        elif caught and previous == signal.SIG_DFL:
-            raise KeyboardInterrupt
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        for signum in (s for s in _HELD_SIGNALS if s in caught):
+            handler = previous[signum]
+            if callable(handler):
+                handler(signum, None)
+            elif handler == signal.SIG_DFL and signum == signal.SIGINT:
+                raise KeyboardInterrupt
+            elif handler == signal.SIG_DFL:
+                signal.raise_signal(signum)
 
 
 def read_regular(path: str | Path, follow_links: bool = True) -> bytes:
@@ -215,7 +233,7 @@ def atomic_write_bytes(path: str | Path, data: bytes, root: str | Path | None = 
             raise UnsafeWrite(f"{path} cannot be written: {e.strerror or e}") from None
         path = root / Path(path).name
     real = check_writable(path, root)
-    with _interrupt_after():
+    with _signals_held():
         return _write(path, real, root, bytes(data), mode)
 
 

@@ -22,7 +22,7 @@ def randn(*shape, gen, dtype=torch.float32):
 
 
 def test_every_catalogued_slot_has_a_reference():
-    catalogued = {name for name, *_ in catalog._CATALOG}
+    catalogued = {name for name, *_ in catalog.CATALOG}
     assert catalogued <= {s.name for s in slots.all_slots()}
     assert all(callable(slots.get(name).reference) for name in catalogued)
     assert all(callable(s.reference) for s in slots.all_slots())

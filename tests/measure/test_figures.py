@@ -135,12 +135,16 @@ def test_a_marker_must_carry_the_records_number(monkeypatch, tmp_path):
         "t.a.ms": {"file": file, "path": ["rows", {"system": "a"}, "ms"], "digits": 3, "unit": "ms"},
         "t.b.gbps": {"file": file, "path": ["rows", 1, "ms"], "digits": 0, "unit": "GB/s"},
         "t.ratio": {"expr": "b / a", "args": {"a": "t.a.ms", "b": "t.b.gbps"}, "digits": 1, "unit": "x"},
+        "t.err": {"expr": "1e3 * a / 100", "args": {"a": "t.a.ms"}, "digits": 1, "unit": "e-3"},
     }))
     monkeypatch.setattr(figures, "REGISTRY_DIR", tmp_path / "figures")
     figures.clear_cache()
     assert figures.text("t.a.ms") == "0.648 ms"
     assert figures.text("t.ratio") == "6573.5x"
     assert figures.cite("t.a.ms") == f"0.648 ms (H200, 2026-12-02, {file})"
+    assert figures.text("t.err") == "6.5e-3"              # a power of ten is written flush, as a float prints it
+    assert figures.check_markers("off by 6.5e-3<!-- fig:t.err -->, 6.5<!-- fig:t.err -->-7.0e-3") == []
+    assert len(figures.check_markers("off by 6.5e-4<!-- fig:t.err -->")) == 1
     good = "took 0.648 ms<!-- fig:t.a.ms -->, copied 4,260 GB/s<!-- fig:t.b.gbps --> | 0.648<!-- fig:t.a.ms --> |"
     assert figures.check_markers(good) == []
     # a range: the hyphen before the second number is not a minus sign

@@ -92,4 +92,8 @@ def test_the_records_are_whole_and_the_readme_says_what_they_say():
         for key in ("part", "commit", "date", "gpu", "passed", "failed", "skipped", "passed_all", "seconds"):
             assert key in rec, f"{path.name} lacks {key}"
         assert path.stem.split("_")[0] == rec["part"]
-    assert gpu_parts.readme_line() in (ROOT / "README.md").read_text().replace("\n", " ")
+    line = gpu_parts.readme_line()
+    assert line in (ROOT / "README.md").read_text().replace("\n", " ")
+    for path in gpu_parts.RECORDS.glob("*_float16.json"):       # the fp16 passes are named, each with its date
+        rec = json.loads(path.read_text())
+        assert (f"{rec['part']} ({rec['date']})" in line.partition("in float16 on")[2]) == rec["passed_all"], line

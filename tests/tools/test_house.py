@@ -67,9 +67,8 @@ def _nodes(tree: ast.Module):
 
 def imports(name: str, path: Path, known: set[str]) -> list[tuple[int, str, str]]:
     """(line, imported module, the import as written) of every import of the package's own modules, those
-    inside functions included, but a package loading one of its own modules inside a function (the slots'
-    registry, `slots._load`): that runs once the package is whole, the way a plug-in is loaded, not a
-    circle."""
+    inside functions included, but a package loading one of its own modules inside a function (`ladder.measure`
+    importing `ladder.rungs`): that runs once the package is whole, not a circle."""
     is_package = path.name == "__init__.py"
     here = name.split(".") if name else []
     out = []

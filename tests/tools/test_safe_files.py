@@ -249,6 +249,57 @@ def test_ctrl_c_during_a_write_is_held_until_the_file_is_whole(tmp_path, monkeyp
     assert (tmp_path / "a.txt").read_text() == "new\n" and not leftovers(tmp_path)
 
 
+class Terminated(Exception):
+    """What the pinned SIGTERM handler below raises."""
+
+
+def test_sigterm_during_a_write_is_held_until_the_file_is_whole(tmp_path, monkeypatch):
+    import signal
+    real_fsync, seen = os.fsync, []
+
+    def terminated_fsync(fd):         # `kill` lands between the data and the rename
+        signal.raise_signal(signal.SIGTERM)  # to this thread: caught before raise_signal returns
+        seen.append(os.listdir(tmp_path))    # held: on_term has not run, the temporary file is still there
+        real_fsync(fd)
+
+    def on_term(signum, frame):       # a Python handler, pinned: whatever the worker had installed is set aside
+        raise Terminated(signum)
+
+    (tmp_path / "a.txt").write_text("old\n")
+    monkeypatch.setattr(os, "fsync", terminated_fsync)
+    before = signal.signal(signal.SIGTERM, on_term)
+    try:
+        with pytest.raises(Terminated):
+            atomic_write_text(tmp_path / "a.txt", "new\n", tmp_path)
+        assert signal.getsignal(signal.SIGTERM) is on_term        # the caller's handler back in place
+    finally:
+        signal.signal(signal.SIGTERM, before)
+    assert len(seen) == 1 and any(name.endswith(".tmp") for name in seen[0])
+    assert (tmp_path / "a.txt").read_text() == "new\n" and not leftovers(tmp_path)
+
+
+def test_sigterm_at_its_default_ends_the_process_once_the_file_is_whole(tmp_path):
+    """The default action (the process ends by SIGTERM) is carried out after the write, not in its middle."""
+    import signal
+    import subprocess
+    import sys
+    script = (
+        "import os, signal, sys\n"
+        "from tritonllm_course.safe_files import atomic_write_text\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_DFL)\n"
+        "real = os.fsync\n"
+        "os.fsync = lambda fd: (signal.raise_signal(signal.SIGTERM), real(fd))\n"
+        "atomic_write_text(sys.argv[1], 'new\\n', sys.argv[2])\n"
+        "print('not ended')\n")
+    (tmp_path / "a.txt").write_text("old\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(safe_files.__file__).resolve().parents[1]),
+                                                         os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "a.txt"), str(tmp_path)],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert done.returncode == -signal.SIGTERM and "not ended" not in done.stdout, (done.returncode, done.stderr)
+    assert (tmp_path / "a.txt").read_text() == "new\n" and not leftovers(tmp_path)
+
+
 def test_a_chapter_saved_while_the_chapters_are_synced_is_kept_as_saved(chapters, capsys, monkeypatch):
     from tritonllm_course import notebooks_tools
     saved = chapters[0].read_text().replace("my own set-up", "saved in Jupyter meanwhile")

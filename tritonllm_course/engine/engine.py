@@ -38,15 +38,13 @@ from ..model.cache import Qwen35Cache
 from ..runtime import no_launch_overlap, programmatic_launches
 from ..validate import check_count, check_ids, check_sampling, check_seed, eos_set, nonfinite_error
 from ..weights import check_memory, check_weights, load_weights, random_weights
+from .arguments import LEVEL, MAX_SEQ_LEN, PREFILL_CHUNK, WEIGHT_FORMAT, check_arguments
 from .buffers import Activations, Counters
 from .forward import Forward, Sampling
 from .graph import GraphedStep
 from .merged import EngineWeights, check_fp8, merge_bytes, merge_weights
 from .ops import OpTable
-from .plan import check_limits, check_weight_format, fitted_plan
-
-PREFILL_CHUNK = 4096   # prompt tokens a pass: 17.5 against 33.3 ms for 512 at 4,000 tokens (lab/prefill_chunk_probe.py)
-
+from .plan import check_limits, fitted_plan
 
 class StreamSuperseded(RuntimeError):
     """A stream resumed after the same Engine was used otherwise (a newer `stream` or `generate`, or a
@@ -86,16 +84,6 @@ class TokenReader:
         return int(buf[0])
 
 
-def _sizes(max_seq_len, prefill_chunk) -> tuple[int, int]:
-    """Engine's two sizes as ints >= 1, else a TypeError / ValueError naming the argument (1.5 or True would
-    otherwise fail deep in an allocation, or run as 1)."""
-    sizes = (check_count(max_seq_len, "max_seq_len"), check_count(prefill_chunk, "prefill_chunk"))
-    for name, n in zip(("max_seq_len", "prefill_chunk"), sizes):
-        if n < 1:
-            raise ValueError(f"{name} must be >= 1, got {n}")
-    return sizes
-
-
 class Engine(Forward):
     """Qwen3.5 from kernel slots with static buffers.
 
@@ -129,18 +117,17 @@ class Engine(Forward):
                      may differ from the native weights' (chapter 31_weight_quant's accuracy table)
     """
 
-    def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], *, max_seq_len: int = 4096,
+    def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], *, max_seq_len: int = MAX_SEQ_LEN,
                  sources: dict | None = None, default_source: str | None = None, cuda_graph: bool = True,
-                 prefill_chunk: int = PREFILL_CHUNK, level: str = "operators", prefill_graph: bool = True,
-                 pdl: bool | None = None, merged: EngineWeights | None = None, weight_format: str = "native"):
-        max_seq_len, prefill_chunk = _sizes(max_seq_len, prefill_chunk)
-        check_weight_format(level, weight_format)
+                 prefill_chunk: int = PREFILL_CHUNK, level: str = LEVEL, prefill_graph: bool = True,
+                 pdl: bool | None = None, merged: EngineWeights | None = None, weight_format: str = WEIGHT_FORMAT):
+        max_seq_len, prefill_chunk = check_arguments(max_seq_len, prefill_chunk, level, weight_format)
         check_weights(config, weights)
         check_limits(config)            # shapes no level takes: refused before anything is allocated
         embed = weights["embed_tokens.weight"]
         c = self.config = config
         self.dtype, self.device = embed.dtype, embed.device
-        check_fp8(weight_format, self.device)
+        check_fp8(weight_format, self.device)   # check_arguments' last check: the device is the weights'
         if merged is None:   # the merged projections are a second copy of every layer's projections
             check_memory(merge_bytes(c, weights, weight_format), self.device, "the engine's merged projections")
         self.cache = Qwen35Cache.allocate(c, max_seq_len, dtype=self.dtype, device=self.device)
@@ -220,18 +207,14 @@ class Engine(Forward):
         """From a checkpoint directory or hub id (`weights.load_weights`); kwargs as `Engine`. With 8-bit
         `weight_format` the loaded projections are dropped once the engine is built: it keeps their 8-bit copies
         and the embedding table."""
-        _sizes(kwargs.get("max_seq_len", 4096), kwargs.get("prefill_chunk", PREFILL_CHUNK))    # before the weights load
-        check_weight_format(kwargs.get("level", "operators"), kwargs.get("weight_format", "native"))
-        check_fp8(kwargs.get("weight_format", "native"), torch.device(device))
+        check_arguments(**kwargs, device=device)    # before the weights load
         config, weights = load_weights(source, dtype=dtype, device=device)
         return cls(config, weights, **kwargs)
 
     @classmethod
     def random(cls, config: Qwen35Config, dtype=torch.float32, device="cpu", seed: int = 0, **kwargs) -> "Engine":
         """Random weights of the config's shapes (transformers' initialisation)."""
-        _sizes(kwargs.get("max_seq_len", 4096), kwargs.get("prefill_chunk", PREFILL_CHUNK))    # before any weight
-        check_weight_format(kwargs.get("level", "operators"), kwargs.get("weight_format", "native"))
-        check_fp8(kwargs.get("weight_format", "native"), torch.device(device))
+        check_arguments(**kwargs, device=device)    # before any weight
         return cls(config, random_weights(config, dtype=dtype, device=device, seed=seed), **kwargs)
 
     @classmethod

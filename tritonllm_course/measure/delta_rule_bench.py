@@ -308,7 +308,7 @@ def main(argv=None) -> int:
     import torch
     from .. import kernels
     from .. import slots
-    slots.get("gated_delta_chunked")              # registers the catalogue before the spec module is used
+    slots.get("gated_delta_chunked")              # loads every slot's spec before the kernel module is used
     mod = kernels.load("delta_rule", "solutions").module
     peers, fla_note = _peers()
     print(fla_note)

@@ -254,7 +254,7 @@ def main(argv=None) -> int:
     args, rt = started
     import torch
     from .. import kernels, slots
-    slots.get("flash_attention")                  # registers the catalogue and the slot specs
+    slots.get("flash_attention")                  # loads every slot's spec
     fa = kernels.load("flash_attention", "solutions").module
     fd = kernels.load("flash_decoding", "solutions").module
     attn = kernels.load("attention", "solutions").module

@@ -17,6 +17,8 @@ from typing import Any, Callable
 
 import torch
 
+from .catalog import CATALOG
+
 
 @dataclass
 class Slot:
@@ -121,11 +123,11 @@ def implement(name: str, **fields) -> Slot:
 
 
 def _load() -> None:
+    """Import every `slots/<family>.py` once (each attaches its kernels with `implement`)."""
     global _loaded
     if _loaded:
         return
     _loaded = True
-    from . import catalog  # noqa: F401  (registers every planned slot first)
     for info in pkgutil.iter_modules(__path__):
         if info.name not in ("catalog", "common"):
             importlib.import_module(f"{__name__}.{info.name}")
@@ -146,3 +148,8 @@ def get(name: str) -> Slot:
 
 def tensor_bytes(*tensors) -> int:
     return sum(t.numel() * t.element_size() for t in tensors if isinstance(t, torch.Tensor))
+
+
+# every planned slot, registered as the package is imported: a family module imported on its own finds its slots
+for _name, _op, _article, _title, _qwen, _chapter in CATALOG:
+    register(Slot(name=_name, title=_title, op=_op, article=_article, qwen=_qwen, chapter=_chapter))

@@ -1,11 +1,12 @@
 """Every slot of the course, planned or ready: the article's 21 operators, what Qwen3.5 adds, and the
-performance kernels. Kernel details are attached by the `slots/<family>.py` modules."""
-from . import Slot, register
+performance kernels, as data: the package (`slots/__init__.py`) registers each as a planned slot when it is
+imported, and the `slots/<family>.py` modules attach the kernel details. It imports nothing, so the package
+can import it at its top."""
 
 # (name, article op, the article's name for it, title, what it is in Qwen3.5-0.8B, chapter): the course's
 # name is the one the engine's steps, the kernel families and the references use; the article's own name is
 # kept as `Slot.article` (chapter 02_inside_qwen35's operator map shows both)
-_CATALOG = [
+CATALOG = [
     ("vector_add", None, None, "vector add", "the first kernel: programs, blocks, masks", "01_triton_basics"),
     # the source article's 21 operators, in their Qwen3.5 form
     ("embedding", 1, "embedding_lookup", "embedding lookup", "row gather from the 248,320 x 1024 table",
@@ -81,6 +82,3 @@ _CATALOG = [
     ("quant_gemm", None, None, "dequantizing GEMM", "prompt projections from int8 / fp8 weights, tl.dot",
      "31_weight_quant"),
 ]
-
-for _name, _op, _article, _title, _qwen, _chapter in _CATALOG:
-    register(Slot(name=_name, title=_title, op=_op, article=_article, qwen=_qwen, chapter=_chapter))
