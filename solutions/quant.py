@@ -118,7 +118,7 @@ def gemv_config(N: int, K: int, group_size: int | None, interpreted: bool = Fals
     The LM head (enough programs to fill every SM many times over): 16 rows in steps of 256 on 4 warps, about
     two thirds of the first pick's time and 80% (int8) to 88% (fp8) of its own floor. K up to 1024: 4 rows in
     steps of 512 on 2 warps; wider K: 2 rows in steps of 2048 on 4 warps; each about a tenth faster than the
-    first pick, and still at 20-50% of their floors: at 1-2 MB a call, launch and ramp-up dominate. Per group,
+    first pick, and still at 18-48% of their floors: at 2-8 MB a call, launch and ramp-up dominate. Per group,
     a step lies inside one group (at most group_size) and takes more rows, so that a program still moves
     4096 bytes a step. Under the CPU interpreter programs run one after another at a few ms each, whatever
     their size: 64 rows there.
