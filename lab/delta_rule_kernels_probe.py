@@ -1,4 +1,5 @@
 """Where does the chunked delta rule lose to flash-linear-attention, kernel by kernel?
+    (scripts/gpu_extras.sh prompt runs it)
 
     python -m lab.delta_rule_kernels_probe [OUTDIR]    (on a GPU with fla importable; PROBE_S bounds it,
                                                         default 240)

@@ -1,4 +1,5 @@
 """Which tiles bring the prompt's GEMMs to cuBLAS's speed, from 128 to 4,096 tokens?
+    (scripts/gpu_extras.sh prompt runs it)
 
     python -m lab.prompt_gemm_sweep [OUTDIR]    (on a GPU; SWEEP_S=seconds bounds the run, default 420;
                                                  MS="4096 1024" picks the prompt lengths)

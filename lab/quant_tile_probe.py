@@ -1,4 +1,5 @@
 """The fast level's 8-bit decode GEMVs: the bf16 whole-tile config, or one sized for one-byte weights?
+    (scripts/gpu_extras.sh quant runs it)
 
     python -m lab.quant_tile_probe [OUTDIR]    (on a GPU; fp8 needs sm_89+; about 5 minutes on an H200)
 

@@ -50,13 +50,21 @@
 # prefill     the lab's prompt experiment (16_delta_rule_chunked, 22_layer_fusion, 21_norm_fusion,
 #             lab/prefill_probe.py): the chunked delta rule's chunk size and value block, the GEMM + residual's
 #             tiles and a split-K version at M = 128, the gated MLP GEMM's tiles
+# prompt      the prompt's kernels against the strongest libraries (16_delta_rule_chunked, 22_layer_fusion): the prompt
+#             GEMMs' tiles, a TMA form and a split-K form against cuBLAS at M = 128 to 4,096
+#             (lab/prompt_gemm_sweep.py), then the chunked delta rule against flash-linear-attention, kernel by
+#             kernel (lab/delta_rule_kernels_probe.py; fla installed for that run only, as for delta_rule)
+# quant       8-bit weights (31_weight_quant): the engine's decode by weight format beside bf16 and transformers,
+#             with the accuracy figures (tritonllm_course/measure/weights_bench.py), then the fast level's 8-bit
+#             decode GEMVs at other tiles (lab/quant_tile_probe.py)
 # profile     the engine's decode step per kernel and per slot (20_profile), op by op and from the CUDA graph, every
 #             level at 128 cached tokens, the fast one at 4,096 too; RESULTS_DIR/profile_<gpu>_<date>.*
 #             (CONFIG=qwen3.5-27b: another size of the family, profile_<config>_<gpu>_<date>.*)
 # splitk      the split-K GEMV (24_split_k): time against the number of pieces, against chapter 05_projections's GEMV
 #             and cuBLAS at the narrow decode shapes and the LM head, the atomic reduction's run-to-run spread
 set -uo pipefail
-NAMES="autotune claims compilers delta_rule engine family flash gemv ladder layers pdl prefill profile splitk"
+NAMES="autotune claims compilers delta_rule engine family flash gemv ladder layers pdl prefill prompt quant profile"
+NAMES="$NAMES splitk"
 if [ "${1:-}" = "--list" ]; then
   echo $NAMES
   exit 0
@@ -87,7 +95,7 @@ compilers() {
   exec timeout 300 $PY -m tritonllm_course.measure.compiler_bench --out "$OUT"
 }
 
-delta_rule() {
+with_fla() {
   # flash-linear-attention is the peer to beat. If it is not installed but its wheel was carried in .whl/,
   # install it for this run only (the tests must not see it: transformers would route Qwen3.5 through it).
   if ! $PY -c "import fla" 2>/dev/null; then
@@ -99,6 +107,10 @@ delta_rule() {
         && export PYTHONPATH="$PYTHONPATH:$site"
     fi
   fi
+}
+
+delta_rule() {
+  with_fla
   exec $PY -m tritonllm_course.measure.delta_rule_bench --out "$OUT"
 }
 
@@ -159,6 +171,23 @@ pdl() {
 prefill() {
   export TRITONLLM_KERNELS=solutions
   PROBE_S=${PROBE_S:-120} exec timeout 400 $PY -m lab.prefill_probe "$OUT"
+}
+
+prompt() {   # each under its own time limit; one that fails does not stop the other
+  export TRITONLLM_KERNELS=solutions
+  local status=0
+  SWEEP_S=${SWEEP_S:-300} timeout 400 $PY -m lab.prompt_gemm_sweep "$OUT" || status=1
+  with_fla
+  PROBE_S=${PROBE_S:-150} timeout 240 $PY -m lab.delta_rule_kernels_probe "$OUT" || status=1
+  exit $status
+}
+
+quant() {
+  export TRITONLLM_KERNELS=solutions
+  local status=0
+  timeout 360 $PY -m tritonllm_course.measure.weights_bench --out "$OUT" || status=1
+  timeout 400 $PY -m lab.quant_tile_probe "$OUT" || status=1
+  exit $status
 }
 
 profile() {
