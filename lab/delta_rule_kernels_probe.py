@@ -1,8 +1,8 @@
 """Where does the chunked delta rule lose to flash-linear-attention, kernel by kernel?
-    (scripts/gpu_extras.sh prompt runs it)
 
     python -m lab.delta_rule_kernels_probe [OUTDIR]    (on a GPU with fla importable; PROBE_S bounds it,
                                                         default 240)
+    (scripts/gpu_extras.sh prompt runs it)
 
 Question: chapter 16_delta_rule_chunked's rule runs in three kernels (the UT transform per chunk, the scan
 over chunks per value head and block of `block_v` value columns, the output per chunk); flash-linear-attention's

@@ -1,8 +1,8 @@
 """Which tiles bring the prompt's GEMMs to cuBLAS's speed, from 128 to 4,096 tokens?
-    (scripts/gpu_extras.sh prompt runs it)
 
     python -m lab.prompt_gemm_sweep [OUTDIR]    (on a GPU; SWEEP_S=seconds bounds the run, default 420;
                                                  MS="4096 1024" picks the prompt lengths)
+    (scripts/gpu_extras.sh prompt runs it)
 
 Question: a prompt chunk runs three kinds of GEMM at the fast level (the norms run apart at prompts): the
 merged in-projection (5,120 x 1,024 for attention, 8,224 x 1,024 for DeltaNet: `gemm_kernel`,
