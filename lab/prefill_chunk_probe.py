@@ -4,7 +4,8 @@
 
 Question: the engine runs a prompt in chunks of `prefill_chunk` tokens (512 by default before this probe),
 each chunk a pass over every weight. A 4,000-token prompt is eight passes; its GEMMs see M = 512 where they
-could see M = 4,000. What does the time to the first token do as the chunk grows, at the fast level, replayed from the chunks' graphs?
+could see M = 4,000. What does the time to the first token do as the chunk grows, at the fast level, replayed
+from the chunks' graphs?
 Method: Qwen3.5-0.8B's shapes, random weights, bf16, `Engine.random(level="fast", prefill_chunk=C)` for C in
 512, 1024, 2048, 4096; prompts of 128, 1024 and 4000 tokens; each prompt run twice untimed (a chunk's graph is
 captured at its second use), then the median of five by the host's clock (the cache reset, the prompt, the first
