@@ -69,7 +69,7 @@ def deltanet_gates(b: torch.Tensor, a: torch.Tensor, A_log: torch.Tensor, dt_bia
     b, a:    [T, HV] float, one dtype (in_proj_b and in_proj_a outputs); each head's values contiguous,
              any token stride (column slices of the merged in-projection's output are fine)
     A_log:   [HV] float (fp32 in the checkpoint); dt_bias: [HV] float; both read as fp32
-    beta:    [T, HV] in b's dtype;  g: [T, HV] fp32 (a chunk sums 64 of them: keep them exact)
+    beta:    [T, HV] in b's dtype;  g: [T, HV] fp32 (a chunk sums up to 64 of them: keep them exact)
     returns (beta, g).
     """
     validate.tensor(b, "b", dtype=validate.FLOATS, ndim=2, contiguous=False)
