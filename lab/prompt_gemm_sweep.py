@@ -18,18 +18,17 @@ at M = 128 to 4,096, which tiles close the gap, and do a tensor-descriptor (TMA)
 a split-K one go further?
 Method: the five shapes (from the config) at each M of MS; for each, (1) the course's kernel as the engine
 launches it (its config function's pick), (2) the same kernel at every config of `space` that fits shared
-memory, (3) `tma_gemm_kernel` below (the same three epilogues, operands through host-built tensor
-descriptors) over the configs of 64 rows or more, (4) for the GEMM + residual up to M = 1,024, the split-K
-form of `prefill_probe` (K cut in 2-8 pieces, the last piece of a tile to arrive adds them in a fixed order
-and the residual) at tiles of 64-128 rows, and beside them (5) cuBLAS on the same operands:
-`torch.matmul` (for the gated GEMM one product with the stacked [W_gate; W_up], without the SwiGLU: a lower
-bound of any eager or `torch.compile` default-mode baseline, which call cuBLAS for the product) and
-`torch.addmm` for the GEMM + residual (cuBLAS adds the residual in its epilogue). bf16, each timed as the
-course times (`benchmark.time_calls`: a CUDA graph replayed over copies of the operands past L2); TFLOP/s
-from 2 M N K (x2 gated). The fastest config of each form is run once more and its output compared with the
-same product in fp32 PyTorch (`rel_err`). Writes OUTDIR/prompt_gemm_sweep_<gpu>_<date>.json, saved after
-every case.
-`check` runs the TMA kernel's three epilogues under the interpreter at odd shapes (the split-K kernel has
+memory, (3) `tma_gemm_kernel` below (the same three epilogues, operands through host-built tensor descriptors)
+over the configs of 64 rows or more, (4) up to M = 1,024, the split-K GEMM + residual of `prefill_probe` (K cut
+in 2-8 pieces, the last piece of a tile to arrive adds them in a fixed order and the residual; for the plain
+GEMM a zero residual, one more read of M x N) at tiles of 64-128 rows, and beside them (5) cuBLAS on the same
+operands: `torch.matmul` (for the gated GEMM one product with the stacked [W_gate; W_up], without the SwiGLU: a
+lower bound of any eager or `torch.compile` default-mode baseline, which call cuBLAS for the product) and
+`torch.addmm` for the GEMM + residual (cuBLAS adds the residual in its epilogue). bf16, each timed as the course
+times (`benchmark.time_calls`: a CUDA graph replayed over copies of the operands past L2); TFLOP/s from 2 M N K
+(x2 gated). The fastest config of each form is run once more and its output compared with the same product in
+fp32 PyTorch (`rel_err`). Writes OUTDIR/prompt_gemm_sweep_<gpu>_<date>.json, saved after every case. `check`
+runs the TMA kernel's three epilogues under the interpreter at odd shapes (the split-K kernel has
 `prefill_probe`'s check).
 Result: not measured yet: `python -m lab.prompt_gemm_sweep` on the GPU, then the figures here with its data file.
 Verdict: not adopted yet: whichever configs beat the course's picks go to `gemm_config` (solutions/linear.py),
@@ -152,11 +151,12 @@ def space(M, gated):
 
 def splitk_space(M):
     """The split-K GEMM + residual's configs (`prefill_probe.gemm_residual_splitk`) at M rows, M <= 1,024: tiles
-    tall enough that the activations are read by few column tiles, K cut in 2-8 pieces for the programs."""
+    tall enough that the activations are read by few column tiles, K cut in 2-8 pieces for the programs
+    (at M = 128 the activations are read once per column tile: with 16 columns, 64 times over)."""
     if M > 1024:
         return
     for bm in (64, 128):
-        for bn in (32, 64):
+        for bn in (32, 64, 128):
             for split in (2, 4, 8):
                 for bk in (64, 128):
                     yield {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": 8 if bm * bn >= 8192 else 4,
@@ -175,10 +175,11 @@ def operands(M, N, K, kind):
     up0 = torch.randn(N, K, **mk) / K ** 0.5 if kind == "gated" else None
     x = torch.randn(M, K, **mk)
     res = torch.randn(M, N, **mk) if kind == "residual" else None
+    zeros = torch.zeros(M, N, **mk) if kind == "plain" else None      # the split-K form's residual there
     per_set = (N * K * (2 if up0 is not None else 1) + M * K + 2 * M * N) * 2
     sets = []
     for i in range(common.copies_past_l2(per_set, most=16)):
-        s = {"x": x, "w": w0 if i == 0 else w0.clone(), "y": torch.empty(M, N, **mk), "res": res,
+        s = {"x": x, "w": w0 if i == 0 else w0.clone(), "y": torch.empty(M, N, **mk), "res": res, "zeros": zeros,
              "up": None if up0 is None else (up0 if i == 0 else up0.clone())}
         s["wu"] = w0 if up0 is None else torch.cat([s["w"], s["up"]])       # [2N, K] for the gated GEMM
         sets.append(s)
@@ -254,7 +255,7 @@ def main(out):
             tiles = list(space(M, gated))
             for form, configs in (("course", [hand] + [c for c in tiles if c != hand]),
                                   ("tma", [c for c in tiles if c["BLOCK_M"] >= 64]),
-                                  ("splitk", list(splitk_space(M)) if kind == "residual" else [])):
+                                  ("splitk", list(splitk_space(M)) if kind != "gated" else [])):
                 for cfg in configs:
                     if time.time() - t0 > budget or shared_bytes(cfg, gated) > smem:
                         continue
@@ -265,7 +266,8 @@ def main(out):
                             fn = course(cfg)
                         elif form == "splitk":
                             def fn(s, c=cfg):
-                                return splitk(s["x"], s["w"], s["res"], s["y"], c["SPLIT"], c["BLOCK_M"], c["BLOCK_N"],
+                                res = s["res"] if s["res"] is not None else s["zeros"]
+                                return splitk(s["x"], s["w"], res, s["y"], c["SPLIT"], c["BLOCK_M"], c["BLOCK_N"],
                                               c["BLOCK_K"], c["num_warps"], c["num_stages"])
                         else:
                             def fn(s, cfg=cfg):
