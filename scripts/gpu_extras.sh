@@ -53,7 +53,8 @@
 # prompt      the prompt's kernels against the strongest libraries (16_delta_rule_chunked, 22_layer_fusion): the prompt
 #             GEMMs' tiles, a TMA form and a split-K form against cuBLAS at M = 128 to 4,096
 #             (lab/prompt_gemm_sweep.py), then the chunked delta rule against flash-linear-attention, kernel by
-#             kernel (lab/delta_rule_kernels_probe.py; fla installed for that run only, as for delta_rule)
+#             kernel (lab/delta_rule_kernels_probe.py; fla installed for that run only, as for delta_rule), and a
+#             short prompt's rule in one launch (lab/delta_rule_fused_probe.py)
 # quant       8-bit weights (31_weight_quant): the engine's decode by weight format beside bf16 and transformers,
 #             with the accuracy figures (tritonllm_course/measure/weights_bench.py), then the fast level's 8-bit
 #             decode GEMVs at other tiles (lab/quant_tile_probe.py)
@@ -179,6 +180,7 @@ prompt() {   # each under its own time limit; one that fails does not stop the o
   SWEEP_S=${SWEEP_S:-300} timeout 400 $PY -m lab.prompt_gemm_sweep "$OUT" || status=1
   with_fla
   PROBE_S=${PROBE_S:-150} timeout 240 $PY -m lab.delta_rule_kernels_probe "$OUT" || status=1
+  PROBE_S=${PROBE_S:-150} timeout 300 $PY -m lab.delta_rule_fused_probe "$OUT" || status=1
   exit $status
 }
 

@@ -75,6 +75,7 @@ PROBES_CHECKED = {
     "prompt_gemm_sweep.py": "the tensor-descriptor GEMM's three epilogues at odd shapes",
     "quant_tile_probe.py": "the 8-bit tile variant where the solutions read it, undone after",
     "delta_rule_kernels_probe.py": "the chunked rule at every chunk size and value block it times, a short last chunk",
+    "delta_rule_fused_probe.py": "the one-launch rule against the three kernels; the tiny engine's logits with it",
 }
 
 
