@@ -133,6 +133,23 @@ def engine_variants(res: dict, path: Path, variants: dict, engine_us, contexts, 
             for k, v in res["engine"].items() if "tokens" in v}
 
 
+def ttft_ms(engine, prompt: list[int], runs: int = 5) -> tuple[float, int]:
+    """(ms, the first token) of the engine's time to the first token of `prompt`, as `engine_bench` times it:
+    the cache reset, the prompt, the first token read by the host; the median of `runs` after two untimed
+    (a prompt chunk's graph is captured at its second use)."""
+    import statistics
+    times, token = [], None
+    for i in range(runs + 2):
+        engine.reset()
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        engine.prefill(prompt)
+        token = int(engine.counters.ids[0])
+        if i >= 2:
+            times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times), token
+
+
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:
     """|got - want| / |want| (2-norms, in fp64)."""
     want = want.double()

@@ -29,7 +29,6 @@ Result: not measured yet: python -m lab.delta_rule_fused_probe on an H200 (about
 Verdict: to be decided; not adopted until measured: solutions/delta_rule.py keeps its three kernels.
 """
 import os
-import statistics
 import time
 
 import torch
@@ -219,20 +218,6 @@ def check(device="cpu") -> float:
     return worst
 
 
-def _ttft_ms(engine, prompt, runs=5):
-    """The time to the first token, as `engine_bench` times it: the median of `runs` after two untimed."""
-    times = []
-    for i in range(runs + 2):
-        engine.reset()
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        engine.prefill(prompt)
-        token = int(engine.counters.ids[0])
-        if i >= 2:
-            times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times), token
-
-
 def main(out):
     common.setup()
     from tritonllm_course.config import QWEN35_0_8B
@@ -282,7 +267,7 @@ def main(out):
                                      original if name == "as it is" else swapped_gates_rule(original)):
                     engine = Engine.random(QWEN35_0_8B, torch.bfloat16, "cuda", seed=0, max_seq_len=512,
                                            level="fast")
-                    ms, token = _ttft_ms(engine, prompt)
+                    ms, token = common.ttft_ms(engine, prompt)
                 res["engine"][f"{name} #{rep}"] = {"ttft_ms": ms, "first_token": token}
                 del engine
                 torch.cuda.empty_cache()

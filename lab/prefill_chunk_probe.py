@@ -20,8 +20,6 @@ Verdict: adopted in tritonllm_course/engine/engine.py: prefill_chunk = 4096 (`En
 GEMMs at M = 512 ran far below the tensor cores' rate (the 1,024-row output projections' GEMM + residual 28 us
 a call), and each chunk reads every weight again.
 """
-import statistics
-import time
 
 import torch
 
@@ -45,16 +43,7 @@ def main(out):
                                level="fast", prefill_chunk=chunk)
         row = {"prefill_chunk": chunk, "ttft_ms": {}, "first_token": {}}
         for n, prompt in prompts.items():
-            times = []
-            for i in range(7):
-                engine.reset()
-                torch.cuda.synchronize()
-                t0 = time.perf_counter()
-                engine.prefill(prompt)
-                token = int(engine.counters.ids[0])
-                if i >= 2:
-                    times.append((time.perf_counter() - t0) * 1e3)
-            row["ttft_ms"][n] = statistics.median(times)
+            row["ttft_ms"][n], token = common.ttft_ms(engine, prompt)
             row["first_token"][n] = token
             first.setdefault(n, token)
             row.setdefault("same_first_token_as_512", {})[n] = token == first[n]
