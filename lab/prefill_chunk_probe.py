@@ -16,8 +16,8 @@ Result: NVIDIA H200, 2026-12-05 (lab/results/prefill_chunk_probe_nvidia-h200_202
 token, chunks of 512 / 1,024 / 2,048 / 4,096 tokens: 4,000-token prompt 33.3 / 24.4 / 19.8 / 17.5 ms; 1,024
 tokens 7.87 / 5.86 / 5.84 / 5.88 ms; 128 tokens 1.94 / 1.76 / 1.82 / 1.78 ms (one chunk whatever the size).
 The first token was the same at every chunk size.
-Verdict: adopted in tritonllm_course/engine/engine.py: prefill_chunk = 4096 (`Engine.PREFILL_CHUNK`). A chunk's
-GEMMs at M = 512 ran far below the tensor cores' rate (the 1,024-row output projections' GEMM + residual 28 us
+Verdict: adopted: the Engine's default prefill_chunk = 4096 (PREFILL_CHUNK, tritonllm_course/engine/arguments.py). A
+chunk's GEMMs at M = 512 ran far below the tensor cores' rate (the 1,024-row output projections' GEMM + residual 28 us
 a call), and each chunk reads every weight again.
 """
 

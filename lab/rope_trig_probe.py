@@ -23,14 +23,14 @@ inputs are a few KB and every table row read comes from L2). Accuracy: fp32 q ro
 spread over 0..262,143, against the rotation in fp64 with exact angles, per band of positions. The check
 runs every form under the interpreter against fp64 from the form's own angles or table values.
 Result: NVIDIA H200, 2026-12-02 (lab/results/rope_trig_nvidia-h200_2026-12-02.json), q and k together.
-Decode (T = 1, position 262,143): fp32 table 2.21 us, bf16 table 2.81, tl.cos/tl.sin in fp32 4.22, in
+Decode (T = 1, position 262,143): fp32 table 2.21 us, bf16 table 2.80, tl.cos/tl.sin in fp32 4.22, in
 fp64 3.34 (fp32 trigonometry of a large angle takes the slow argument reduction). 128 tokens: 2.89, 3.16,
-3.17, 3.82 us; 2,048 tokens: 6.00, 6.27, 6.18, 6.92 us: within 5% of each other but fp64. Accuracy
-against fp64 (relative error of the rotated q): the fp32 table and fp64 trigonometry exact to fp32; the
-bf16 table 1.1e-3 to 1.3e-3 at every position; fp32 trigonometry 4e-5 below position 4,096, 1e-4 up to
-32,768 and 7e-4 beyond (max abs error 0.028), as its angle loses bits with the position.
+3.17, 3.82 us; 2,048 tokens: 6.00, 6.27, 6.18, 6.92 us: but fp64, within 9.5% of each other at 128 tokens,
+4.5% at 2,048. Accuracy against fp64 (relative error of the rotated q): the fp32 table and fp64 trigonometry
+exact to fp32; the bf16 table 1.1e-3 to 1.3e-3 at every position; fp32 trigonometry 1e-5 below position
+4,096, 1e-4 up to 32,768 and 7e-4 beyond (max abs error 0.028), as its angle loses bits with the position.
 Verdict: nothing to adopt: the article's advice holds at decode: a table read beats the trigonometry by
-1.4-1.9x there, and fp32 in-kernel angles drift past a bf16 table's error at long positions.
+1.2-1.9x there, and fp32 in-kernel angles drift past a bf16 table's error at long positions.
 solutions/rope.py keeps its table, in the activation dtype as transformers keeps it (the tokens must match
 the reference's).
 """
