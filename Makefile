@@ -67,8 +67,10 @@ student-copy: $(STAMP)   ## make DEST=dir: the course without solutions/
 student-branch: $(STAMP)   ## the student version of HEAD as a new commit on the branch `student` (BRANCH=...)
 	$(VENV)/bin/tritonllm-course student-branch --branch $(or $(BRANCH),student)
 
-gpu-check:   ## on a GPU machine: GPU tests, notebooks, benchmarks -> $(OUT)
-	scripts/gpu_check.sh $(OUT)
+PART ?= quick
+OUT ?= gpu_results
+gpu-check:   ## on a GPU machine: one part of the GPU verification (PART=quick, kernels, ...) -> $(OUT)
+	scripts/gpu_check.sh $(PART) $(OUT)
 
 clean:
 	rm -rf $(VENV) .pytest_cache
