@@ -1,4 +1,4 @@
-"""A short prompt's chunked delta rule in one kernel rather than three?
+"""The chunked delta rule in one kernel or two rather than three: at a short prompt, and at a long one?
 
     python -m lab.delta_rule_fused_probe [OUTDIR]    (on a GPU; PROBE_S bounds it, default 300)
     (scripts/gpu_extras.sh prompt runs it)
@@ -12,14 +12,18 @@ v_new and the chunk-start states written by one kernel and read by the next). Fo
 programs can do the whole rule themselves, chunk after chunk: each recomputes its chunk's UT transform and
 w (the same for every value block of a head: redundant, but small at 16-token chunks), keeps its state
 slice in registers, and writes only o and the final state. Which is faster, and up to which prompt length?
+And at long prompts, where the UT transform is better done in parallel: the first kernel as it is, then the
+scan computing each chunk's output as it goes (two launches; the chunk-start states, 67 MB at 4,096 tokens
+in chunks of 32, and v_new never written)?
 Method: `fused_chunked_kernel` below, one program per (value head, block of BV value columns), the gates
 (chapter 14_gates_l2norm) computed inside as the fast level's first kernel does and, with the gated RMSNorm
 (chapter 17_deltanet_layer) in the epilogue, whole heads a program (BV = DV); every product in fp32 (tf32 on
 the tensor cores for bf16 inputs) where the three kernels round w, u, v_new and the chunk-start states to
-bf16. (1) The rule alone at Qwen3.5-0.8B's shapes (16 heads, 128 x 128 state, bf16), T in TS, timed as the
+bf16. (1) The rule alone at Qwen3.5-0.8B's shapes (16 heads, 128 x 128 state, bf16), T = 16 to 4,096 (TS), timed as the
 course times (`benchmark.time_calls`): the three kernels as the engine launches them
 (`gated_delta_rule_chunked_gates` with the gated norm) against the fused kernel at chunks of 16, 32, 64 and,
-without the norm, value blocks of 16-64; each one's relative error against the fp64 reference. (2) The
+without the norm, value blocks of 16-64, and against the two-launch form (`prepared=True`) at the same
+chunks and blocks; each one's relative error against the fp64 reference. (2) The
 fast level's time to the first token of a 128-token prompt (its chunk graphs, the median of five as
 `engine_bench` times it) with the fused kernel swapped in for prompts of at most 128 tokens, against the
 engine as it is, each twice in alternation; the first tokens compared. Writes
@@ -41,7 +45,7 @@ from tritonllm_course.triton_helpers import sigmoid, silu, softplus
 
 unit_lower_inverse = kernels.load("delta_rule", "solutions").module.unit_lower_inverse   # chapter 16's UT transform
 
-TS = (16, 64, 128, 256, 512)
+TS = (16, 64, 128, 256, 512, 1024, 4096)
 CHUNKS = (16, 32, 64)
 BLOCKS = (16, 32, 64)
 SHAPE = {"H": 16, "HV": 16, "DK": 128, "DV": 128}
@@ -51,17 +55,19 @@ SUB = 16
 
 @triton.jit(do_not_specialize=["T"])
 def fused_chunked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st_ptr, T, sq, sk, sv,
-                         a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, sa, sb, z_ptr, nw_ptr, sz, eps,
+                         a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, sa, sb, z_ptr, nw_ptr, sz, eps, w_ptr, u_ptr,
                          H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr,
                          BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr, NC: tl.constexpr,
                          PREC: tl.constexpr, HAS_S0: tl.constexpr, GATES: tl.constexpr,
-                         GATED_NORM: tl.constexpr):
+                         GATED_NORM: tl.constexpr, PREPARED: tl.constexpr = False):
     """Program (value head hv, value block): the gated delta rule over all T tokens, C at a time, its
     [BK, BV] state slice in registers (fp32). Per chunk: gamma = cumsum(g), A = strictly_lower(beta_i
     k_i.k_j exp(gamma_i - gamma_j)), Tm = (I + A)^-1, w = Tm (beta exp(gamma) k), u = Tm (beta v),
     v_new = u - w S, o = exp(gamma) q S + (lower_incl(q k^T) Gamma) v_new, S = exp(gamma_C) S +
     k^T (exp(gamma_C - gamma) v_new). GATES: beta and g from a, b, A_log, dt_bias; GATED_NORM (BV >= DV):
-    o -> rmsnorm(o) * w_norm * silu(z) per head, of o as it would be stored."""
+    o -> rmsnorm(o) * w_norm * silu(z) per head, of o as it would be stored. PREPARED: w and u (and g) as
+    chapter 16's first kernel wrote them ([T, HV, DK] and [T, HV, DV] in v's dtype), not recomputed: the
+    scan and the output in one kernel after it."""
     hv = tl.program_id(0)
     h = hv // (HV // H)
     rk = tl.arange(0, BK)
@@ -77,7 +83,7 @@ def fused_chunked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st
     for n in range(tl.cdiv(T, C)):
         rc = n * C + tl.arange(0, C)
         mt = rc < T
-        if GATES:
+        if GATES and not PREPARED:
             a = tl.load(a_ptr + rc * sa + hv, mask=mt, other=0.0).to(tl.float32)
             b = tl.load(b_ptr + rc * sb + hv, mask=mt, other=0.0).to(tl.float32)
             decay_rate = -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32))
@@ -89,15 +95,21 @@ def fused_chunked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st
         kq = mt[:, None] & mk[None, :]
         k = tl.load(k_ptr + rc[:, None] * sk + h * DK + rk[None, :], mask=kq, other=0.0).to(tl.float32)
         q = tl.load(q_ptr + rc[:, None] * sq + h * DK + rk[None, :], mask=kq, other=0.0).to(tl.float32)
-        v = tl.load(v_ptr + rc[:, None] * sv + hv * DV + rv[None, :], mask=mt[:, None] & mv[None, :],
-                    other=0.0).to(tl.float32)                    # [C, BV]
+        if not PREPARED:
+            v = tl.load(v_ptr + rc[:, None] * sv + hv * DV + rv[None, :], mask=mt[:, None] & mv[None, :],
+                        other=0.0).to(tl.float32)                # [C, BV]
         gamma = tl.cumsum(g, axis=0)
         gamma_last = tl.sum(g, axis=0)
         decay = tl.exp(tl.minimum(gamma[:, None] - gamma[None, :], 0.0))           # [C, C]
-        A = tl.where(i > j, tl.dot(k, tl.trans(k), input_precision=PREC) * beta[:, None] * decay, 0.0)
-        Tm = unit_lower_inverse(A, C, NC, PREC)
-        w = tl.dot(Tm, k * (beta * tl.exp(gamma))[:, None], input_precision=PREC)   # [C, BK]
-        u = tl.dot(Tm, v * beta[:, None], input_precision=PREC)                     # [C, BV]
+        if PREPARED:
+            w = tl.load(w_ptr + (rc[:, None] * HV + hv) * DK + rk[None, :], mask=kq, other=0.0).to(tl.float32)
+            u = tl.load(u_ptr + (rc[:, None] * HV + hv) * DV + rv[None, :], mask=mt[:, None] & mv[None, :],
+                        other=0.0).to(tl.float32)
+        else:
+            A = tl.where(i > j, tl.dot(k, tl.trans(k), input_precision=PREC) * beta[:, None] * decay, 0.0)
+            Tm = unit_lower_inverse(A, C, NC, PREC)
+            w = tl.dot(Tm, k * (beta * tl.exp(gamma))[:, None], input_precision=PREC)   # [C, BK]
+            u = tl.dot(Tm, v * beta[:, None], input_precision=PREC)                     # [C, BV]
         v_new = u - tl.dot(w, S, input_precision=PREC)
         P = tl.where(i >= j, tl.dot(q, tl.trans(k), input_precision=PREC) * decay, 0.0)
         o = tl.dot(q, S, input_precision=PREC) * tl.exp(gamma)[:, None] + tl.dot(P, v_new, input_precision=PREC)
@@ -119,23 +131,32 @@ def _pow2(n):
 
 
 def fused_chunked(q, k, v, g=None, beta=None, initial_state=None, out=None, final_state=None, chunk_size=16,
-                  block_v=16, gates=None, norm=None):
+                  block_v=16, gates=None, norm=None, prepared=False):
     """The rule in one launch on validated inputs (the chunked rule's arguments): gates = (a, b, A_log,
-    dt_bias) or None (then g and beta); norm = (z, norm_weight, eps) or None. Returns (out, final_state)."""
+    dt_bias) or None (then g and beta); norm = (z, norm_weight, eps) or None. prepared: in two launches,
+    chapter 16's first kernel (`chunk_prepare`) and then the scan with the output. Returns (out,
+    final_state)."""
     T, H, DK = k.shape
     HV, DV = v.shape[1:]
+    w = u = v                                                    # unused pointers unless prepared
+    if prepared:
+        dr = kernels.load("delta_rule", "solutions").module
+        if gates is not None:       # the first kernel computes the gates and leaves g in this workspace
+            g = torch.empty(T, HV, dtype=torch.float32, device=v.device)
+        w, u = dr.chunk_prepare(k, v, g, g if beta is None else beta, chunk_size, gates)
+
     out = torch.empty(T, HV, DV, dtype=v.dtype, device=v.device) if out is None else out
     final_state = (torch.empty(HV, DK, DV, dtype=torch.float32, device=v.device) if final_state is None
                    else final_state)
     BV = _pow2(DV) if norm is not None else min(block_v, _pow2(DV))
     a, b, A_log, dt_bias = gates if gates is not None else (g, g, g, g)      # unused pointers: any tensor
     z, nw, eps = norm if norm is not None else (out, out, 1.0)
-    g, beta = (a, a) if gates is not None else (g, beta)
+    g, beta = (a, a) if gates is not None and not prepared else (g, g if beta is None else beta)
     fused_chunked_kernel[(HV, triton.cdiv(DV, BV))](
         q, k, v, g, beta, initial_state, out, final_state, T, q.stride(0), k.stride(0), v.stride(0),
-        a, b, A_log, dt_bias, a.stride(0), b.stride(0), z, nw, z.stride(0), eps, H=H, HV=HV, DK=DK, DV=DV,
+        a, b, A_log, dt_bias, a.stride(0), b.stride(0), z, nw, z.stride(0), eps, w, u, H=H, HV=HV, DK=DK, DV=DV,
         BK=_pow2(DK), BV=BV, C=chunk_size, NC=chunk_size // SUB, PREC="tf32x3" if v.dtype == torch.float32 else "tf32",
-        HAS_S0=initial_state is not None, GATES=gates is not None, GATED_NORM=norm is not None,
+        HAS_S0=initial_state is not None, GATES=gates is not None, GATED_NORM=norm is not None, PREPARED=prepared,
         num_warps=8 if norm is not None else 4)
     return out, final_state
 
@@ -206,15 +227,18 @@ def check(device="cpu") -> float:
             want, want_s = dr.gated_delta_rule_chunked_gates(q, k, v, a, b, A_log, dt_bias, s0.clone(), z=z if norm
                                                              else None, norm_weight=nw if norm else None,
                                                              chunk_size=chunk)
-            out = torch.full_like(want, float("nan"))
-            got, got_s = fused_chunked(q, k, v, initial_state=s0.clone(), out=out, chunk_size=chunk,
-                                       block_v=block_v, gates=(a, b, A_log, dt_bias), norm=norm)
-            worst = max(worst, common.rel_err(got, want), common.rel_err(got_s, want_s))
+            for prepared in (False, True):
+                out = torch.full_like(want, float("nan"))
+                got, got_s = fused_chunked(q, k, v, initial_state=s0.clone(), out=out, chunk_size=chunk,
+                                           block_v=block_v, gates=(a, b, A_log, dt_bias), norm=norm, prepared=prepared)
+                worst = max(worst, common.rel_err(got, want), common.rel_err(got_s, want_s))
         g = torch.nn.functional.logsigmoid(torch.randn(T, dims["HV"], generator=torch.Generator().manual_seed(T)) + 4)
         beta = torch.sigmoid(a.float())
         want, want_s = dr.gated_delta_rule_recurrent(q, k, v, g.to(device), beta, s0.clone())
-        got, got_s = fused_chunked(q, k, v, g.to(device), beta, s0.clone(), chunk_size=chunk, block_v=block_v)
-        worst = max(worst, common.rel_err(got, want), common.rel_err(got_s, want_s))
+        for prepared in (False, True):
+            got, got_s = fused_chunked(q, k, v, g.to(device), beta, s0.clone(), chunk_size=chunk, block_v=block_v,
+                                       prepared=prepared)
+            worst = max(worst, common.rel_err(got, want), common.rel_err(got_s, want_s))
     return worst
 
 
@@ -240,9 +264,15 @@ def main(out):
         for chunk in CHUNKS:
             calls[f"fused + norm, chunk {chunk}"] = (lambda s0, c=chunk: fused_chunked(
                 q, k, v, initial_state=s0, final_state=s0, chunk_size=c, gates=gates, norm=(z, nw, 1e-6)))
+            calls[f"prepare, then scan + output + norm, chunk {chunk}"] = (lambda s0, c=chunk: fused_chunked(
+                q, k, v, initial_state=s0, final_state=s0, chunk_size=c, gates=gates, norm=(z, nw, 1e-6),
+                prepared=True))
             for bv in BLOCKS:
                 calls[f"fused, chunk {chunk}, block_v {bv}"] = (lambda s0, c=chunk, bv=bv: fused_chunked(
                     q, k, v, initial_state=s0, final_state=s0, chunk_size=c, block_v=bv, gates=gates))
+                calls[f"prepare, then scan + output, chunk {chunk}, block_v {bv}"] = (
+                    lambda s0, c=chunk, bv=bv: fused_chunked(q, k, v, initial_state=s0, final_state=s0, chunk_size=c,
+                                                             block_v=bv, gates=gates, prepared=True))
         calls["three kernels"] = lambda s0: dr.gated_delta_rule_chunked_gates(q, k, v, a, b, A_log, dt_bias, s0,
                                                                               final_state=s0)
         beta = torch.sigmoid(b.float())
