@@ -4,7 +4,8 @@
 #   scripts/gpu_check.sh PART DIR      one part of the full suite, 8 minutes or less: kernels planted model
 #                                      chapters timing (scripts/gpu_parts.py --list says what each holds)
 #   scripts/gpu_check.sh full DIR      every part in turn (longer than one 10-minute call)
-#   scripts/gpu_check.sh bench DIR     the kernel table (tritonllm_course.measure.kernel_table)
+#   scripts/gpu_check.sh bench DIR     the kernel table (tritonllm_course.measure.kernel_table; BUDGET_S=seconds
+#                                      stops it between rows, RESUME=an earlier table's JSON goes on from it)
 #   scripts/gpu_check.sh extra DIR     the chapters' and lab's GPU runs (scripts/gpu_extras.sh; EXTRAS="engine
 #                                      profile" picks some, EXTRA_TIMEOUT=seconds bounds each)
 # DIR receives summary.md, logs.tgz (each part's log, failures-<part>.log written as failures happen, and
@@ -87,7 +88,8 @@ case $WHAT in
           part "$name" || status=1
         done ;;
   bench) step "kernel benchmarks" "$LOGS/bench.log" \
-           $PY -m tritonllm_course.measure.kernel_table --out "$OUT/results" || status=1 ;;
+           $PY -m tritonllm_course.measure.kernel_table --out "$OUT/results" ${BUDGET_S:+--budget-s "$BUDGET_S"} \
+           ${RESUME:+--resume "$RESUME"} || status=1 ;;
   extra) for name in $(bash scripts/gpu_extras.sh --list); do   # chapters and lab/ add their runs to its table
            [ -n "${EXTRAS:-}" ] && [[ " $EXTRAS " != *" $name "* ]] && continue
            step "gpu_extra_$name" "$LOGS/extra_$name.log" timeout "${EXTRA_TIMEOUT:-0}" bash scripts/gpu_extras.sh \

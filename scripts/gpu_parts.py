@@ -61,7 +61,7 @@ HOST_ONLY = (
     "tools/test_kernel_sources", "lab/test_lab", "model/test_configs", "model/test_family_configs",
     "kernels/test_memcheck", "lab/test_deltanet_head_fusion_probe", "measure/test_figures",
     "planted/test_check_robustness", "kernels/test_targets", "measure/test_gpu_parts", "tools/test_house",
-    "tools/test_chapter_slugs", "measure/test_weights_bench",
+    "tools/test_chapter_slugs", "measure/test_weights_bench", "measure/test_kernel_table",
 )
 QUICK_CHAPTERS = ("04_rmsnorm.ipynb", "08_attention.ipynb", "19_engine.ipynb")
 

@@ -186,6 +186,12 @@ class BenchResult:
                 "strongest_baseline": self.strongest_baseline(), "failed": dict(self.failed),
                 "rows": self.rows()}
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "BenchResult":
+        """The result `as_dict` wrote (a kernel table resumed from its JSON)."""
+        return cls(d["name"], d["shape"], d["dtype"], d["bytes"], d["flops"], d["ceiling_gbps"], d["gpu"],
+                   {r["impl"]: r["time_us"] for r in d["rows"]}, dict(d.get("failed", {})))
+
     def plot(self, ax=None):
         import matplotlib.pyplot as plt
         ax = ax or plt.subplots(figsize=(6, 3))[1]

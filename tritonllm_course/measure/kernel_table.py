@@ -5,14 +5,24 @@ fails at a shape is written as failed with its error. Writes JSON, a markdown ta
 
     python -m tritonllm_course.measure.kernel_table --out results/   # on a GPU machine
     python -m tritonllm_course.measure.kernel_table --out results/ --no-max-autotune   # minutes, not an hour
+    python -m tritonllm_course.measure.kernel_table --out DIR --budget-s 480 --resume OLD.json   # in stretches
+
+max-autotune times only the slots with a FLOP count (the projections, attention, the delta rule): Inductor's
+max-autotune mode tunes its matmul templates and leaves pointwise and reduction kernels as the default mode
+builds them, so elsewhere it would repeat the default column at the cost of its compile. The files are written
+after every row: `--budget-s` stops starting rows after that many seconds, and `--resume` takes the rows of an
+earlier JSON (same GPU and max-autotune setting) and measures only the rest, so a GPU lent in short calls
+builds the table over several.
 """
 from __future__ import annotations
 
 import json
+import sys
+import time
 from pathlib import Path
 
 from ..safe_files import atomic_write_text, save_figure
-from .benchmark import MAX_AUTOTUNE_LABEL, bench, gpu_script, results_stem
+from .benchmark import MAX_AUTOTUNE_LABEL, BenchResult, bench, gpu_script, results_stem
 
 
 def _ratio(r, impl: str, t: float) -> str:
@@ -67,31 +77,74 @@ def plot(results, path: Path, title: str) -> None:
     save_figure(fig, path, dpi=120)
 
 
+def _resumed(path: str | None, gpu: str, max_autotune: bool) -> list[BenchResult]:
+    """The rows of an earlier table to keep (`--resume`), or [] without one; one line and exit 2 when the file
+    is not such a table or was measured on another GPU or with the other max-autotune setting."""
+    if path is None:
+        return []
+    try:
+        saved = json.loads(Path(path).read_text())
+        rows = [BenchResult.from_dict(r) for r in saved["results"]]
+        same = saved["gpu"] == gpu and saved["max_autotune"] == max_autotune
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        print(f"error: --resume {path}: not a kernel table ({type(e).__name__}: {e})", file=sys.stderr)
+        raise SystemExit(2) from None
+    if not same:
+        print(f"error: --resume {path}: measured on {saved['gpu']} with max_autotune={saved['max_autotune']}, "
+              f"not on {gpu} with max_autotune={max_autotune}", file=sys.stderr)
+        raise SystemExit(2)
+    return rows
+
+
+def _write(results, out: Path, tag: str, rt, date: str, max_autotune: bool, left: int) -> None:
+    """The table so far: JSON, markdown and plot (`left`: rows not measured yet, 0 when complete)."""
+    atomic_write_text(out / f"{tag}.json", json.dumps(
+        {"gpu": rt.gpu_name, "date": date, "summary": rt.summary(), "max_autotune": max_autotune,
+         "rows_left": left, "results": [r.as_dict() for r in results]}, indent=1))
+    atomic_write_text(out / f"{tag}.md", markdown(results, rt.gpu_name, date))
+    plot(results, out / f"{tag}.png", f"Decode-shape kernels on {rt.gpu_name}, {date}")
+
+
 def main(argv=None) -> int:
     def add_args(ap):
         ap.add_argument("--slots", nargs="*", help="only these slots")
         ap.add_argument("--no-max-autotune", dest="max_autotune", action="store_false",
                         help="skip torch.compile in max-autotune mode (its autotuning takes most of the run)")
+        ap.add_argument("--budget-s", type=float, default=None,
+                        help="start no row after this many seconds (the files hold what was measured)")
+        ap.add_argument("--resume", default=None, help="an earlier table's JSON: keep its rows, measure the rest")
 
     started = gpu_script(__doc__, argv, add_args=add_args)
     if started is None:
         return 1
     args, rt = started
+    if args.budget_s is not None and not args.budget_s > 0:
+        print(f"error: --budget-s must be > 0 seconds, got {args.budget_s}", file=sys.stderr)
+        return 2
     from .. import slots
-    results = []
+    results = _resumed(args.resume, rt.gpu_name, args.max_autotune)
+    done = {(r.name, json.dumps(r.shape, sort_keys=True)) for r in results}
+    todo = []
     for slot in slots.all_slots():
         if not slot.ready or (args.slots and slot.name not in args.slots):
             continue
         for index in slot.extra.get("bench", range(len(slot.shapes.get("real", [])))):
-            results.append(bench(slot.name, "solutions", shape=slot.shape(rt.preset, index),
-                                 max_autotune=args.max_autotune))
+            shape = slot.shape(rt.preset, index)
+            if (slot.name, json.dumps(shape, sort_keys=True)) not in done:
+                todo.append((slot, shape))
     stem, date = results_stem(args.out, "kernels")
     out, tag = stem.parent, stem.name
-    atomic_write_text(out / f"{tag}.json", json.dumps(
-        {"gpu": rt.gpu_name, "date": date, "summary": rt.summary(), "max_autotune": args.max_autotune,
-         "results": [r.as_dict() for r in results]}, indent=1))
-    atomic_write_text(out / f"{tag}.md", markdown(results, rt.gpu_name, date))
-    plot(results, out / f"{tag}.png", f"Decode-shape kernels on {rt.gpu_name}, {date}")
+    t0 = time.time()
+    for i, (slot, shape) in enumerate(todo):
+        if args.budget_s is not None and time.time() - t0 > args.budget_s:
+            print(f"--budget-s {args.budget_s:g} spent: {len(todo) - i} rows left; run again with --resume "
+                  f"{out / tag}.json to measure them")
+            break
+        results.append(bench(slot.name, "solutions", shape=shape,
+                             max_autotune=args.max_autotune and slot.flops is not None))
+        _write(results, out, tag, rt, date, args.max_autotune, len(todo) - i - 1)
+    else:
+        _write(results, out, tag, rt, date, args.max_autotune, 0)
     print(markdown(results, rt.gpu_name, date))
     return 0
 
