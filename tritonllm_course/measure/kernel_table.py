@@ -7,10 +7,8 @@ fails at a shape is written as failed with its error. Writes JSON, a markdown ta
     python -m tritonllm_course.measure.kernel_table --out results/ --no-max-autotune   # minutes, not an hour
     python -m tritonllm_course.measure.kernel_table --out DIR --budget-s 480 --resume OLD.json   # in stretches
 
-max-autotune times only the slots with a FLOP count (the projections, attention, the delta rule): Inductor's
-max-autotune mode tunes its matmul templates and leaves pointwise and reduction kernels as the default mode
-builds them, so elsewhere it would repeat the default column at the cost of its compile. The files are written
-after every row: `--budget-s` stops starting rows after that many seconds, and `--resume` takes the rows of an
+Inductor's max-autotune mode tunes its matmul templates and, by coordinate descent, the launch parameters of
+its pointwise and reduction kernels too, so it is timed on every row. The files are written after every row: `--budget-s` stops starting rows after that many seconds, and `--resume` takes the rows of an
 earlier JSON (same GPU and max-autotune setting) and measures only the rest, so a GPU lent in short calls
 builds the table over several.
 """
@@ -141,7 +139,7 @@ def main(argv=None) -> int:
                   f"{out / tag}.json to measure them")
             break
         results.append(bench(slot.name, "solutions", shape=shape,
-                             max_autotune=args.max_autotune and slot.flops is not None))
+                             max_autotune=args.max_autotune))
         _write(results, out, tag, rt, date, args.max_autotune, len(todo) - i - 1)
     else:
         _write(results, out, tag, rt, date, args.max_autotune, 0)
