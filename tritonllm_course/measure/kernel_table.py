@@ -8,9 +8,10 @@ fails at a shape is written as failed with its error. Writes JSON, a markdown ta
     python -m tritonllm_course.measure.kernel_table --out DIR --budget-s 480 --resume OLD.json   # in stretches
 
 Inductor's max-autotune mode tunes its matmul templates and, by coordinate descent, the launch parameters of
-its pointwise and reduction kernels too, so it is timed on every row. The files are written after every row: `--budget-s` stops starting rows after that many seconds, and `--resume` takes the rows of an
-earlier JSON (same GPU and max-autotune setting) and measures only the rest, so a GPU lent in short calls
-builds the table over several.
+its pointwise and reduction kernels too, so it is timed on every row. The files are written after every row:
+`--budget-s` stops starting rows after that many seconds, and `--resume` takes the rows of an earlier JSON
+(same GPU and max-autotune setting) and measures only the rest, so a GPU lent in short calls builds the table
+over several.
 """
 from __future__ import annotations
 
