@@ -293,7 +293,8 @@ def decode_config(element_size: int, head_dim: int = 256, shared_bytes: int | No
     bf16/fp16: DECODE_BLOCK_N rows, DECODE_STAGES deep. fp32 tiles are twice the bytes: [64, 256] fp32
     K and V tiles 3 stages deep need 276 KB of shared memory (282,688 bytes measured), more than an
     H200's 227 KB, and the launch fails with OutOfResources. Half the rows per step keep the same bytes
-    per stage as bf16 (about 146 KB) and the same number of loads in flight.
+    per stage as bf16 and the same number of loads in flight (146 KB in all, 149,568 bytes compiled for
+    sm_90; bf16's 64 rows take 138 KB).
     shared_bytes: the GPU's shared memory a block (None: no limit): on the GPUs with less (a T4's 64 KB, an
     RTX card's or an L4's 99 KB) fewer rows per step, as deep (`triton_helpers.rows_within`).
     """

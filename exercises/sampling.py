@@ -55,7 +55,7 @@ def order_key(x):
 
 @triton.jit
 def gumbel(seed, offsets):
-    """Gumbel(0, 1) noise from Philox: -log(-log(u)). u = 0 (odds 2**-24) gives -inf: that token can't win."""
+    """Gumbel(0, 1) noise from Philox: -log(-log(u)). u = 0 (odds 2**-31) gives -inf: that token can't win."""
     u = tl.rand(seed, offsets)
     return -tl.log(-tl.log(u))
 

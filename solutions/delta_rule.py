@@ -20,10 +20,12 @@ Both take `initial_state` and write `final_state` (which may be the same tensor:
 slice of the state before it writes it), so a chunked prefill hands its state to the recurrent decode.
 q, k and v may be token-strided views (the model splits them out of one projection): each token's
 [heads, dim] block must be contiguous.
-Precision: elementwise arithmetic and every accumulation are fp32; the state is fp32 throughout. Tiles
-that only feed tl.dot (q, k, w, u, v_new, the chunk-start states) go to the tensor cores in the storage
-dtype, the fp32 operand rounded to it: bf16/fp16 products for bf16/fp16 inputs, three tf32 passes
-(about fp32) for fp32 inputs, which the CPU interpreter computes exactly.
+Precision: elementwise arithmetic and every accumulation are fp32; the state is fp32 throughout. In the
+scan and the output kernels the tiles that only feed tl.dot (q, k, w, v_new, the chunk-start states) go
+to the tensor cores in the storage dtype, the fp32 operand rounded to it: bf16/fp16 products for bf16/fp16
+inputs, three tf32 passes (about fp32) for fp32 inputs, which the CPU interpreter computes exactly. u is
+read as fp32 (v_new = u - w S is elementwise), and the first kernel multiplies fp32 tiles (its k and v are
+also scaled elementwise): tf32 products for bf16/fp16 inputs, three tf32 passes for fp32 ones.
 """
 import torch
 import triton

@@ -11,10 +11,10 @@ channel, `scale [N]`) or one per row and `group_size` columns (per group, `scale
   the end; per group it is applied once per K step, each step lying inside one group (BLOCK_K divides
   group_size). An 8-bit row tile is half the bytes of a bf16 one: the LM head takes 16 rows a program in
   steps of 256 (`gemv_config`, measured).
-- Prefill (M >= 16) is a GEMM on the tensor cores. The tile of q is converted to x's dtype (exact: int8
-  and e4m3 values are all representable in fp16 and bf16) and goes to `tl.dot` unscaled; per channel the
-  scales multiply the output tile's columns once, after the K loop; per group, each K step's product,
-  before it joins the fp32 accumulator.
+- Prefill (M >= 2 tokens, in tiles of at least 16 rows) is a GEMM on the tensor cores. The tile of q is
+  converted to x's dtype (exact: int8 and e4m3 values are all representable in fp16 and bf16) and goes to
+  `tl.dot` unscaled; per channel the scales multiply the output tile's columns once, after the K loop; per
+  group, each K step's product, before it joins the fp32 accumulator.
 
 fp8 needs no special case under the CPU interpreter: its loads and conversions are exact there in triton
 3.5, 3.7 and 3.9 (tests/kernels/test_quant.py, in `make test-window`).
@@ -118,8 +118,8 @@ def gemv_config(N: int, K: int, group_size: int | None, interpreted: bool = Fals
     The LM head (enough programs to fill every SM many times over): 16 rows in steps of 256 on 4 warps, about
     two thirds of the first pick's time and 80% (int8) to 88% (fp8) of its own floor. K up to 1024: 4 rows in
     steps of 512 on 2 warps; wider K: 2 rows in steps of 2048 on 4 warps; each about a tenth faster than the
-    first pick, and still at 18-48% of their floors: at 2-8 MB a call, launch and ramp-up dominate. Per group,
-    a step lies inside one group (at most group_size) and takes more rows, so that a program still moves
+    first pick, and still at 18-46% of their floors: at 2-8 MB a call, launch and ramp-up dominate. Per group,
+    a step lies inside one group (at most group_size) and takes more rows, so that a program moves at least
     4096 bytes a step. Under the CPU interpreter programs run one after another at a few ms each, whatever
     their size: 64 rows there.
     """
@@ -135,7 +135,7 @@ def gemv_config(N: int, K: int, group_size: int | None, interpreted: bool = Fals
     block_k = min(block_k, max(16, triton.next_power_of_2(K)))
     if group_size is not None and block_k > group_size:
         block_k = group_size
-        if not interpreted:   # a short step: more rows, so that a program still moves 4096 bytes a step
+        if not interpreted:   # a short step: more rows, so that a program moves at least 4096 bytes a step
             block_n, warps = max(block_n, 4096 // block_k), None
     if warps is None:
         warps = max(1, min(8, block_n * block_k // (32 * 32)))
