@@ -43,7 +43,8 @@ from lab import common
 from tritonllm_course import kernels, validate
 from tritonllm_course.triton_helpers import sigmoid, silu, softplus
 
-unit_lower_inverse = kernels.load("delta_rule", "solutions").module.unit_lower_inverse   # chapter 16's UT transform
+# chapter 16_delta_rule_chunked's UT transform
+unit_lower_inverse = kernels.load("delta_rule", "solutions").module.unit_lower_inverse
 
 TS = (16, 64, 128, 256, 512, 1024, 4096)
 CHUNKS = (16, 32, 64)
@@ -66,8 +67,8 @@ def fused_chunked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st
     v_new = u - w S, o = exp(gamma) q S + (lower_incl(q k^T) Gamma) v_new, S = exp(gamma_C) S +
     k^T (exp(gamma_C - gamma) v_new). GATES: beta and g from a, b, A_log, dt_bias; GATED_NORM (BV >= DV):
     o -> rmsnorm(o) * w_norm * silu(z) per head, of o as it would be stored. PREPARED: w and u (and g) as
-    chapter 16's first kernel wrote them ([T, HV, DK] and [T, HV, DV] in v's dtype), not recomputed: the
-    scan and the output in one kernel after it."""
+    chapter 16_delta_rule_chunked's first kernel wrote them ([T, HV, DK] and [T, HV, DV] in v's dtype), not
+    recomputed: the scan and the output in one kernel after it."""
     hv = tl.program_id(0)
     h = hv // (HV // H)
     rk = tl.arange(0, BK)
@@ -134,7 +135,7 @@ def fused_chunked(q, k, v, g=None, beta=None, initial_state=None, out=None, fina
                   block_v=16, gates=None, norm=None, prepared=False):
     """The rule in one launch on validated inputs (the chunked rule's arguments): gates = (a, b, A_log,
     dt_bias) or None (then g and beta); norm = (z, norm_weight, eps) or None. prepared: in two launches,
-    chapter 16's first kernel (`chunk_prepare`) and then the scan with the output. Returns (out,
+    chapter 16_delta_rule_chunked's first kernel (`chunk_prepare`) and then the scan with the output. Returns (out,
     final_state)."""
     T, H, DK = k.shape
     HV, DV = v.shape[1:]
