@@ -18,6 +18,7 @@ import json
 import math
 from pathlib import Path
 
+from .. import triton_helpers as helpers
 from ..safe_files import atomic_write_text, save_figure
 from .benchmark import ceiling_gbps, fastest, gpu_script, results_stem, time_calls
 
@@ -105,7 +106,9 @@ def tiles(fa, dtype):
     rows = []
     for T in TILE_T:
         sets = _sets(slot, {"tokens": T, "keys": T, **HEADS}, dtype)
-        chosen = fa.flash_config(T, 4, 2, 256, sets[0]["q"].element_size())
+        gpu = helpers.gpu_of(sets[0]["q"].device)      # the wrapper's pick on this GPU (its shared memory)
+        chosen = fa.flash_config(T, 4, 2, 256, sets[0]["q"].element_size(),
+                                 shared_bytes=None if gpu is None else gpu.shared_bytes)
         for bm, bn, warps, stages in TILES:
             cfg = {"BLOCK_M": bm, "BLOCK_N": bn, "num_warps": warps, "num_stages": stages}
             rows.append({"T": T, **cfg, "chosen": cfg == chosen, "flops": slot.flops(sets[0]),
