@@ -73,7 +73,8 @@ def gemv_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, N, K, BLOCK_N: tl.constex
     ok = rows < N
     # each element of the stream is read, then written, by this program alone: y may alias res. Loaded
     # first, its latency overlaps the weights'; after the row sums' cross-warp reduction (a barrier) it
-    # adds a memory round trip to every program (H200, in the decode step: 4.08 -> 3.88 us a call)
+    # adds a memory round trip to every program (H200, in the decode step: 4.08 -> 3.88 us a call; an unsaved
+    # run of 2026-11-30)
     r = tl.load(res_ptr + rows, mask=ok, other=0.0).to(tl.float32)
     cols = tl.arange(0, BLOCK_K)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)       # one fp32 partial sum per lane
