@@ -1,6 +1,6 @@
 """Run the engine once at full size and say which op fails, if one does (a debugging aid for the GPU).
 
-    TRITONLLM_SYNC_OPS=1 python scripts/engine_smoke.py [--level operators|fused] [--prompt N] [--steps N]
+    TRITONLLM_SYNC_OPS=1 python scripts/engine_smoke.py [--level operators|fused|fast] [--prompt N] [--steps N]
 
 With TRITONLLM_SYNC_OPS=1 the engine waits for every kernel, so a fault (an illegal address) is reported
 at the op that made it, with the shapes and strides it was called with. Random weights of the real

@@ -45,8 +45,11 @@
 #             without it, where its loads sit in the SASS, a read before the wait; then the engine's fast
 #             level replayed from its CUDA graph with and without PDL beside transformers + torch.compile,
 #             decode at 128 and 4,096 cached tokens, the tokens of both compared; before it the step's
-#             time kernel by kernel under PDL (lab/pdl_step_profile.py), its variants (lab/pdl_variants_probe.py)
-#             and FlashDecoding's past rows before the wait (lab/flash_decoding_prefetch_probe.py)
+#             time kernel by kernel under PDL (lab/pdl_step_profile.py), its variants (lab/pdl_variants_probe.py),
+#             FlashDecoding's past rows before the wait (lab/flash_decoding_prefetch_probe.py) and the layers'
+#             launches under PDL: the attention layer's in one (lab/attention_launch_probe.py), the DeltaNet
+#             layer's launch shapes and its recurrence inside the in-projection (lab/deltanet_pdl_probe.py,
+#             lab/deltanet_head_fusion_probe.py), the wide-K projections split along K (lab/splitk_pdl_probe.py)
 # prefill     the lab's prompt experiment (16_delta_rule_chunked, 22_layer_fusion, 21_norm_fusion,
 #             lab/prefill_probe.py): the chunked delta rule's chunk size and value block, the GEMM + residual's
 #             tiles and a split-K version at M = 128, the gated MLP GEMM's tiles

@@ -72,7 +72,8 @@ def _files(names) -> tuple[str, ...]:
 
 PARTS: dict[str, Part] = {
     "quick": Part("every slot once at a real shape in bf16 and fp16, the engine's tokens at every level, PDL bit "
-                  "for bit, fp16's residual stream, chapters " + ", ".join(c[:2] for c in QUICK_CHAPTERS),
+                  "for bit, fp16's residual stream, chapters "
+                  + ", ".join(c.removesuffix(".ipynb") for c in QUICK_CHAPTERS),
                   workers=12, limit_s=300,
                   tests=("tests/kernels/test_gpu_quick.py",
                          "tests/model/test_engine_levels.py -k every_level_gives or graph_replay",

@@ -143,10 +143,10 @@ def runtime() -> Runtime:
     return _RUNTIME or setup(quiet=True)
 
 
-# Programmatic dependent launch (chapter 18_cuda_graphs, `triton_helpers.pdl_wait`): the engine's decode step turns it
-# on around its kernels; a wrapper whose kernel takes PDL passes `**pdl_args()` to its launch. One switch for the
-# kernel's PDL constexpr and the launch attribute: a kernel launched with PDL that never waits could read
-# its inputs before the kernel that writes them has finished.
+# Programmatic dependent launch (chapter 18_cuda_graphs, `triton_helpers.pdl_wait`): the engine turns it on around
+# the kernels of its decode step and prompt chunks (`Engine._launches`); a wrapper whose kernel takes PDL passes
+# `**pdl_args()` to its launch. One switch for the kernel's PDL constexpr and the launch attribute: a kernel
+# launched with PDL that never waits could read its inputs before the kernel that writes them has finished.
 _PDL = False
 _OVERLAP = True     # False: the PDL kernels launched without the attribute (`no_launch_overlap`)
 

@@ -35,7 +35,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 LEVELS = ("operators", "fused", "fast")
-PROMPT_CHUNK = 4096           # the engine's default prefill chunk (engine.PREFILL_CHUNK; a test holds them equal)
+PROMPT_CHUNK = 4096           # the engine's default prefill chunk (arguments.PREFILL_CHUNK; a test holds them equal)
 PROMPT = PROMPT_CHUNK + 128   # two chunks: a full one and a short one after it
 MAX_SEQ_LEN = 2 * PROMPT_CHUNK   # a cache that holds the prompt and the decode steps
 DTYPE_NAMES = ("bfloat16", "float16")

@@ -12,8 +12,9 @@
 - `profiling`: where the engine's step spends its time, per kernel and per slot (chapter 20_profile);
   `layer_times`: the same per layer and per kind of layer;
 - `delta_rule_bench` (chapters 15_delta_rule and 16_delta_rule_chunked), `flash_bench`
-  (23_flash_attention and 25_flash_decoding), `splitk_bench` (24_split_k), `autotune_bench` (26_autotune): each
-  chapter's GPU measurements beyond the kernel table.
+  (23_flash_attention and 25_flash_decoding), `splitk_bench` (24_split_k), `autotune_bench` (26_autotune),
+  `compiler_bench` (28_compilers), `weights_bench` (31_weight_quant): each chapter's GPU measurements beyond
+  the kernel table; `quant_accuracy` (31_weight_quant): what 8-bit weights cost in accuracy, on the CPU.
 
-Each GPU script runs as `python -m tritonllm_course.measure.<name> --out results/`.
+Each script runs as `python -m tritonllm_course.measure.<name> --out results/`.
 """

@@ -26,8 +26,9 @@ Systems (the same random weights of Qwen3.5-0.8B's real shapes, bf16, batch 1, g
   Triton, fewest kernels + CUDA Graph
                                  the same, replayed from a CUDA graph
   Triton, fewest kernels + CUDA Graph + PDL
-                                 the same, every kernel of the decode step launched with programmatic
-                                 dependent launch (chapter 18_cuda_graphs; sm_90+): the rows above launch without it
+                                 the same, the kernels of the decode step and of a prompt chunk of up to 128
+                                 tokens (`Engine.PDL_PROMPT_TOKENS`) launched with programmatic dependent launch
+                                 (chapter 18_cuda_graphs; sm_90+): the rows above launch without it
 With a CUDA graph, a prompt length met before also replays its prefill from a graph (captured in the
 set-up's warm-up; `Engine(prefill_graph=...)`). The Triton rows run the kernels TRITONLLM_KERNELS selects
 (`auto` when unset: yours where filled in, else the solutions); the run prints which, per level.

@@ -14,7 +14,8 @@ never a table.
 
 The time of a part is the stretch of the GPU's timeline its kernels cover: each kernel from the end of the
 one before it (or its own start, if later) to its end. Without overlap that is the kernels' durations; with
-programmatic dependent launch (the decode step on sm_90+) a kernel starts while the one before it drains,
+programmatic dependent launch (on sm_90+ the decode step, and a prompt chunk of up to
+`Engine.PDL_PROMPT_TOKENS` tokens) a kernel starts while the one before it drains,
 and the overlap counts once, for the kernel that ran first. So the parts add up to the time the GPU was
 busy (checked against the union of the kernels' intervals); the wall time per step, measured without the
 profiler, is beside it. Outside the layers: the embedding; the head (the final norm, with the last layer's
@@ -276,7 +277,7 @@ class LayerTimes:
     dtype: str
     kinds: list[str]                   # the kind of each layer index
     graph: bool                        # decode (and repeated prompts) replayed from CUDA graphs
-    pdl: bool                          # the decode step launched with programmatic dependent launch
+    pdl: bool                          # programmatic dependent launch: the decode step, chunks <= 128 tokens
     phases: dict[str, PhaseTimes] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)     # phase -> why it has no result
 
@@ -397,7 +398,8 @@ def layer_times(engine, prompt_len: int = 128, contexts=(128, 4096), steps: int 
 def _markdown(results: list[LayerTimes], meta: dict) -> str:
     text = [f"# Per layer: {meta['model']} on {meta['gpu']}, {meta['date']} ({meta['dtype']}, random weights)\n",
             f"{meta['versions']}. Each level as the engine runs it: the decode step and the repeated prompt "
-            "replayed from CUDA graphs, PDL at decode where the GPU has it. Per part of a step: its kernels' "
+            "replayed from CUDA graphs, PDL where the GPU has it (at decode and for prompt chunks of up to "
+            f"{Engine.PDL_PROMPT_TOKENS} tokens). Per part of a step: its kernels' "
             "stretch of the GPU's timeline (overlap counted once), every kernel placed on its layer by the "
             "order of the traced calls (tritonllm_course/measure/layer_times.py). The parts add up to the "
             "GPU's busy time (checked); outside the layers: the embedding, the head (final norm, LM head, "
@@ -405,7 +407,7 @@ def _markdown(results: list[LayerTimes], meta: dict) -> str:
             "cache reset before a prompt, the copies of the prompt and the token). Prefill: per prompt; "
             "decode: per token.\n"]
     for r in results:
-        how = ("CUDA graph" if r.graph else "op by op") + (", PDL at decode" if r.pdl else "")
+        how = ("CUDA graph" if r.graph else "op by op") + (", PDL" if r.pdl else "")
         text += [f"## {r.level} ({how})\n", r.table(), ""]
         text += [f"{name}: failed ({why})\n" for name, why in r.errors.items()]
         if r.phases:

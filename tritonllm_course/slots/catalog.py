@@ -70,7 +70,8 @@ CATALOG = [
      "decode: the DeltaNet output normalised per head inside its projection, the stream updated", "22_layer_fusion"),
     ("flash_attention", None, None, "FlashAttention (prefill)", "QK^T, mask, softmax, PV with online softmax",
      "23_flash_attention"),
-    ("splitk_gemv", None, None, "split-K GEMV", "narrow decode GEMVs and the LM head split along K", "24_split_k"),
+    ("splitk_gemv", None, None, "split-K GEMV", "the narrow decode GEMVs split along K (the LM head: one piece)",
+     "24_split_k"),
     ("flash_decoding", None, None, "FlashDecoding", "split-KV decode attention with an exact merge",
      "25_flash_decoding"),
     # beyond the model: the source article's fused matmul + GELU (Qwen3.5's MLP is SwiGLU)
