@@ -168,7 +168,7 @@ def cmd_colab_links(args) -> int:
 # adds the parser, the function that runs it (None: the parser sets its own), the line of --help.
 _TORCH_COMMANDS = {
     "generate": ("generate_command", "add_generate_parser", "run_generate",
-                 "generate tokens with Qwen3.5 (reference model)"),
+                 "generate tokens with Qwen3.5 (reference model, or the engine: --backend triton)"),
     "bench": ("measure.engine_bench", "add_bench_parser", "run_bench", "the benchmark table (GPU only)"),
     "layers": ("measure.layer_times", "add_layers_parser", None,
                "the engine per layer and per kind of layer (GPU; --config tiny on the CPU)"),

@@ -25,7 +25,8 @@ _DTYPES = ("float32", "float16", "bfloat16")
 
 def add_generate_parser(subparsers) -> argparse.ArgumentParser:
     """Add the `generate` subcommand to an argparse `subparsers` object; returns its parser."""
-    p = subparsers.add_parser("generate", help="generate tokens with Qwen3.5 (reference model)",
+    p = subparsers.add_parser("generate",
+                              help="generate tokens with Qwen3.5 (reference model, or the engine: --backend triton)",
                               description="Prefill a prompt, then decode token by token with the cache.")
     p.add_argument("--model", required=True,
                    help="hub id (e.g. Qwen/Qwen3.5-0.8B), checkpoint directory, or 'random'")

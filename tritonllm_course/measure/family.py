@@ -8,8 +8,9 @@ shapes, bf16, batch 1; a 27B's 54 GB of weights freed before the next size start
 under its CUDA graph beside transformers eager and with static cache + torch.compile, decode at
 `CONTEXTS` (which also gives the time to the first token of prompts of 128 and 2,048 tokens), into
 OUT/engine_<size>_<gpu>_<date>/ (0.8B: OUT/engine_<gpu>_<date>/). `collect` reads the newest folder of each
-size on this GPU and writes OUT/family_<gpu>_<date>.{md,json,png}: decode per token against the bytes a
-token moves, the bandwidth floor drawn as the line bytes / copy bandwidth.
+size under OUT, whatever its GPU (keep one GPU's benches in an OUT), and writes OUT/family_<gpu>_<date>.{md,json,png}
+(the GPU of the first size's): decode per token against the bytes a token moves, the bandwidth floor drawn as the
+line bytes / copy bandwidth.
 """
 from __future__ import annotations
 

@@ -488,8 +488,8 @@ def run_layers(args) -> int:
                   "interpreter runs --config tiny at small sizes only (e.g. --prompt-len 4 --contexts 4 --steps 1 "
                   "--prompts 1)", file=sys.stderr)
             return 1
-        print(f"tritonllm-course layers: error: --contexts and --steps need {max_seq_len} positions, more than "
-              f"{name}'s {config.max_position_embeddings}", file=sys.stderr)
+        print(f"tritonllm-course layers: error: --prompt-len, --contexts and --steps need {max_seq_len} positions, "
+              f"more than {name}'s {config.max_position_embeddings}", file=sys.stderr)
         return 2
     started, results = time.perf_counter(), []
     meta = {"model": "Qwen3.5-0.8B" if name == "qwen3.5-0.8b" else name, "dtype": str(dtype).replace("torch.", ""),
