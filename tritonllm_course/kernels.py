@@ -1,9 +1,10 @@
 """Find and load kernel modules: the learner's `exercises/<family>.py` or the reference `solutions/<family>.py`.
 
 Which one runs is chosen by `source=` or the environment variable `TRITONLLM_KERNELS`:
-  auto       (default) the learner's exercise when every region of it is filled in, else the solution
+  auto       (default) the learner's exercise when its regions are filled in (given `function`, the regions
+             that wrapper needs), else the solution
   exercises  the learner's exercise only (an unfilled one raises NotImplementedYet)
-  solutions  the solution (what the tests and the engine use)
+  solutions  the solution (what the tests and the GPU scripts select; the engine follows TRITONLLM_KERNELS too)
 The learner's module is re-read from disk on every load, so an edit in the editor takes effect at the
 next check without restarting the notebook's kernel.
 

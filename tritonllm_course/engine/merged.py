@@ -2,7 +2,7 @@
 
 A decode GEMV is bound by the weight bytes it reads, plus about a microsecond of launch and ramp-up per
 call. The checkpoint stores the inputs of a layer's mixer and MLP as separate matrices; stacked along
-their rows they are one read instead of four:
+their rows they are one read instead of two to four:
 
 - attention: q_proj [2 * heads * head_dim] + k_proj + v_proj -> [5120, 1024]. q_proj interleaves each
   head's query and gate rows ([q_0 | g_0 | q_1 | g_1 ...]); the merge gathers them as [all q | all gates]
