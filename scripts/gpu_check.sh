@@ -9,8 +9,9 @@
 #   scripts/gpu_check.sh extra DIR     the chapters' and lab's GPU runs (scripts/gpu_extras.sh; EXTRAS="engine
 #                                      profile" picks some, EXTRA_TIMEOUT=seconds bounds each)
 # DIR receives summary.md, logs.tgz (each part's log, failures-<part>.log written as failures happen, and
-# durations-<part>.tsv, every test's outcome and seconds) and, for a part, record_<part>.json: commit, date,
-# GPU, versions, counts. Copy a record that passed to results/gpu_check/ (the README's line reads them).
+# durations-<part>.tsv, every test's outcome and seconds), for bench and extra results.tgz (the files they
+# wrote) and, for a part, record_<part>.json: commit, date, GPU, versions, counts. Copy a record that passed
+# to results/gpu_check/ (the README's line reads them).
 # Environment: COMMIT=<sha> names the commit in the record (a device copy has no .git); TRITONLLM_DTYPE=float16
 # runs the part in a T4's dtype (its record gets the suffix _float16); JOBS=N overrides the part's workers;
 # LIMIT_S=seconds its time limit (to fit what is left of a lent GPU's time); PYTHON=... the interpreter.
