@@ -1,7 +1,7 @@
 """What 8-bit weights cost in accuracy (chapter 31_weight_quant): the course's reference model in bf16 against the same
-model with every linear weight quantized and dequantized, per format (int8 per channel, int8 per group of 128, fp8
-e4m3 per channel). `python -m tritonllm_course.measure.quant_accuracy --out results` writes
-quant_accuracy_cpu_<date>.json; it needs no GPU.
+model with every linear weight quantized and dequantized, per format (int8 per channel, int8 per group of 128 (of
+32 in the small checkpoint), fp8 e4m3 per channel). `python -m tritonllm_course.measure.quant_accuracy --out results`
+writes results/quant_accuracy_cpu_<date>.{json,md}; it needs no GPU.
 
 What is quantized: every projection (attention q/k/v/o, DeltaNet in_proj_qkv/z/b/a and out_proj, the MLP's
 gate/up/down) and the LM head. Not the norms, the conv1d's taps, A_log or dt_bias (a few KB a layer, read
@@ -127,7 +127,7 @@ def run(length: int = 64, seed: int = 0, full: bool = True) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         _write_checkpoint(Path(tmp), seed)
         config, weights = load_weights(tmp, dtype=torch.bfloat16)
-    # the tiny config's rows are 64 to 256 wide: groups of 32 give each row several groups
+    # the tiny config's rows are 128 to 256 wide: groups of 32 give each row 4 to 8 groups
     ids = prompt_ids(config.vocab_size, length, seed)
     record["models"]["tiny_checkpoint"] = {
         "weights": f"transformers Qwen3_5ForCausalLM(tiny config).save_pretrained, std 0.1, norms perturbed by "
