@@ -29,7 +29,7 @@ three kernels' at 128 (on the GPU the per-head norm sums in another order; bit-i
 interpreter).
 Two launches, re-run the same day (lab/results/attention_launch_probe_nvidia-h200_2026-12-02_two_launches.json):
 the three kernels 626.9, 628.7 / 656.2, 654.1, the one launch 700.4, 702.0 / 794.9, 801.7, two launches 618.0,
-622.3 / 651.3, 650.5: 7.6 us a token at 128 cached tokens (1.2%), 4 at 4,096, six kernels fewer a token.
+622.3 / 651.3, 650.5: 7.7 us a token at 128 cached tokens (1.2%), 4 at 4,096, six kernels fewer a token.
 Verdict: not adopted: the engine keeps chapter 22_layer_fusion's prologue and solutions/flash_decoding.py's two kernels.
 The two launches gain 1%, which does not yet pay for moving chapter 22_layer_fusion's exercise into chapter
 25_flash_decoding's split kernel; it is the first candidate when the attention chapters are next rewritten.

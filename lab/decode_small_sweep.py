@@ -18,7 +18,7 @@ output compared with the hand-picked config's:
 Result: NVIDIA H200, 2026-11-30 (lab/results/decode_small_sweep_nvidia-h200_2026-11-30.json, every config
 of each space timed). The recurrence runs faster on one warp: 3.37 against 3.63 us on the hand-picked 4
 (value blocks of 16 either way). The gated-norm out-projection's config is within 4% of the best of 70
-(3.70 against 3.55 us). FlashDecoding's is within 4-7% of one config for all three contexts (7.24 / 7.82
+(3.70 against 3.55 us). FlashDecoding's is within 4-8% of one config for all three contexts (7.24 / 7.82
 / 9.31 us against 6.73 / 7.31 / 8.99 us for 32-row steps, 132 splits per KV head, 4 warps, 1 stage); the
 best of 108 at each context alone: 6.23 / 6.98 / 8.78 us (16-row steps at the shorter two).
 Verdict: adopted for the recurrence: `gated_delta_rule_recurrent_gates` (solutions/layer_fusion.py) launches on

@@ -19,11 +19,12 @@ Method: `fused_chunked_kernel` below, one program per (value head, block of BV v
 (chapter 14_gates_l2norm) computed inside as the fast level's first kernel does and, with the gated RMSNorm
 (chapter 17_deltanet_layer) in the epilogue, whole heads a program (BV = DV); every product in fp32 (tf32 on
 the tensor cores for bf16 inputs) where the three kernels round w, u, v_new and the chunk-start states to
-bf16. (1) The rule alone at Qwen3.5-0.8B's shapes (16 heads, 128 x 128 state, bf16), T = 16 to 4,096 (TS), timed as the
-course times (`benchmark.time_calls`): the three kernels as the engine launches them
+bf16. (1) The rule alone at Qwen3.5-0.8B's shapes (16 heads, 128 x 128 state, bf16), T = 16 to 4,096 (TS),
+timed by `benchmark.time_calls` (a CUDA graph over four copies of the state; q, k, v and the gates shared):
+the three kernels as the engine launches them
 (`gated_delta_rule_chunked_gates` with the gated norm) against the fused kernel at chunks of 16, 32, 64 and,
 without the norm, value blocks of 16-64, and against the two-launch form (`prepared=True`) at the same
-chunks and blocks; each one's relative error against the fp64 reference. (2) The
+chunks and blocks; the relative error of each form without the norm against the fp64 rule. (2) The
 fast level's time to the first token of a 128-token prompt (its chunk graphs, the median of five as
 `engine_bench` times it) with the fused kernel swapped in for prompts of at most 128 tokens, against the
 engine as it is, each twice in alternation; the first tokens compared. Writes

@@ -12,7 +12,8 @@ T = 2,048 (docs/results.md section 6) and 18 layers of a prompt run it. Which of
 gap, and do other chunk sizes and value blocks close it?
 Method: Qwen3.5-0.8B's DeltaNet shapes (16 heads, 128 x 128 state), bf16, inputs as the chapter's check
 makes them (`slots.delta_rule.make_inputs`), T in TS. (1) Each call timed as the course times
-(`benchmark.time_calls`: a CUDA graph over input copies past L2): the course's rule at every chunk size in
+(`benchmark.time_calls`: a CUDA graph over four copies of the inputs, about 30 MB at T = 512, under the 50 MB
+L2, and past it from T = 1,024): the course's rule at every chunk size in
 CHUNKS and value block in BLOCKS, fla's chunk kernel beside it. (2) The device time of each kernel of one
 call, from torch.profiler's trace over TRACE_CALLS eager calls (`measure.trace.device_events`), for the course's
 rule as the engine runs it (`chunk_size_for`, block_v 16), its fastest variant of (1), and fla. Writes

@@ -15,11 +15,11 @@ program that completes a head's count resets it and runs the head's recurrence
 (`delta_rule.delta_rule_step`, value blocks of 32 or 16), reading the inputs back with `.cg` loads; the
 b and a rows run first (`ab_first`) so that heads complete in different programs. (b) tail programs: one
 per (head, value block) after the projection's, each loading its state slice before the PDL wait and
-spinning on the head's counter. Registers a thread (sm_90, `sass_check`): the projection alone 40, (a) 95
-at blocks of 32 and 64 at 16, (b) 64 at 32 and 40 at 8. `head_fusion` swaps the launch into the engine's
-fast decode step (Qwen3.5-0.8B, random weights of the real shapes, bf16, CUDA graph, PDL); us per token at 128 and
-4,096 cached tokens by CUDA events over 64 replays, each variant twice, alternated; greedy tokens against
-the engine's as it is.
+spinning on the head's counter. Registers a thread (sm_90, `sass_check`): the projection alone 40, (a) 94
+at blocks of 32 and 64 at 16, (b) 72 at 32 and 40 at 8 (the data file's `sass`). `head_fusion` swaps the
+launch into the engine's fast decode step (Qwen3.5-0.8B, random weights of the real shapes, bf16, CUDA
+graph, PDL); us per token at 128 and 4,096 cached tokens by CUDA events over 64 replays, each variant twice,
+alternated; greedy tokens against the engine's as it is.
 `check` (CPU interpreter or GPU, fp32): the launch against the reference in-projection + conv and the
 fp64 rule over four calls (the counters' reset), at 1 and 3 value heads a key head and odd head sizes,
 outputs NaN-poisoned; the two (a) orders bit for bit; the tiny engine's tokens and logits with and without
@@ -30,7 +30,7 @@ Result: NVIDIA H200, 2026-12-03 (lab/results/deltanet_head_fusion_probe_nvidia-h
 1.2e-6 on the GPU), us per token at 128 / 4,096 cached tokens, two runs each: as it is 627.2, 625.4 / 665.2,
 655.2; (a) b/a first, blocks of 32 768.4, 767.7 / 802.6, 801.4; blocks of 16 880.1, 881.2 / 901.3, 903.1;
 rows in order 1,082 / 1,161; (b) blocks of 32 654.1, 656.8 / 674.5, 673.9; blocks of 8 666.8, 659.6 /
-672.5, 669.4. (a) loses 140 us: its registers leave fewer projection programs resident, and a head's last
+672.5, 669.4. (a) loses 137-146 us: its registers leave fewer projection programs resident, and a head's last
 program runs the recurrence alone. (b) loses 27-41 us at 128 and 4-19 at 4,096 (either block, either run),
 up to 2 us a layer: its spinning programs hold SMs that the projection's last wave needs. Greedy tokens
 equal the engine's at 4,096 and differ at 128 (another reduction tree).

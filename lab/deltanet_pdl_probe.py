@@ -21,7 +21,7 @@ at 128 / 4,096 cached tokens, two runs each: as it is 625.1, 625.5 / 655.2, 653.
 of 8 672-674 / 684-685, of 32 619.6, 630.8 / 648-650, on 2 warps 638 / 660-662, on 4 warps 636-639 /
 659-661; the in-projection at 8 rows 631-637 / 653-654, at 8 rows on 4 warps 649-652 / 632-634, on 2 warps
 627-630 / 641; 8 rows on 4 warps with blocks of 8 691-692 / 650-651. No variant is faster at both contexts
-by more than the run-to-run spread; 8 rows on 4 warps gains 21 us at 4,096 and loses 25 at 128. The
+by more than the run-to-run spread; 8 rows on 4 warps gains 22 us at 4,096 and loses 26 at 128 (the runs' means). The
 recurrence's variants change its tokens (another reduction tree on the GPU): its sums are not in the same
 order after all.
 Verdict: not adopted: the launch shapes are not what holds the recurrence at 4.5 us a layer (it waits for

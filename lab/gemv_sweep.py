@@ -17,8 +17,10 @@ the best). The norm-folded ones were not: four rows per program share the norm's
 256 on 2 warps 5.88 -> 4.91 us (5120 x 1024; best 4.68 on 8 rows) and 8.38 -> 6.18 us (8224 x 1024, the
 best), gated in steps of 512 7.23 -> 5.80 us (3584 x 1024, the best).
 Verdict: adopted in solutions/norm_fusion.py, `fused_gemv_config`: those four-row programs for the norm-folded
-GEMVs (83 us less kernel time per token at the fast level); `gemv_config` (solutions/linear.py) kept.
-lab/unrolled_gemv_probe.py later moved the gated one to 8 rows in steps of 256 on 4 warps.
+GEMVs (79 us less a token by this sweep's times, over the step's 6 + 18 + 24 calls of them); `gemv_config`
+(solutions/linear.py) kept. lab/unrolled_gemv_probe.py later moved the gated one to 8 rows in steps of 256 on
+4 warps. These configs now hold without PDL only: with it (the default on sm_90+) the decode GEMVs take the
+whole-tile `triton_helpers.pdl_gemv_config` (lab/pdl_chain_probe.py).
 """
 import json, os, sys, time
 

@@ -20,12 +20,12 @@ Each variant's outputs are compared bit for bit with chapter 05_projections's (a
 The tests run the prefetching GEMV under the CPU interpreter with the prefetch compiled out (`check`).
 Result: NVIDIA H200, 2026-11-30 (lab/results/l2_prefetch_nvidia-h200_2026-11-30.json, 8 layers): slower
 everywhere, the outputs bit-identical. Chapter 05_projections's chain 18.2 us a layer (56% of the ceiling); with the
-whole next weight 35.6 us, its first quarter 29.9, two projections ahead 36.6, from a second stream
+whole next weight 35.7 us, its first quarter 29.9, two projections ahead 36.6, from a second stream
 25.2 (132 programs) and 29.6 (16). `resident` took 18.2 us too, but 43 MB read `evict_first` do not stay
 in a 50 MB L2, so that row says little (lab/gemv_bounds_probe.py measures L2 against HBM properly).
 Verdict: not adopted: the decode GEMVs (chapter 05_projections's `gemv`, solutions/linear.py, and the fused ones)
 prefetch nothing: every variant was 1.4-2x slower, and what a GEMV waits on is not its bytes from HBM
-(lab/gemv_bounds_probe.py: from HBM rather than L2 adds only 0.6-0.9 us).
+(lab/gemv_bounds_probe.py: from HBM rather than L2 adds only 0.6-1.0 us).
 """
 import os
 

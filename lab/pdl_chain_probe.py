@@ -9,7 +9,7 @@ PDL (msaroufim/megakernels-vs-cuda-graphs, llama/kernels/projection.cu) triggers
 issues *all* of a kernel's weight loads before the wait. Does that recipe pay in Triton, and does the
 compiler keep the loads where the source puts them?
 Method: the decode step's 97 GEMV shapes of Qwen3.5-0.8B (24 layers of in-projection 6144 x 1024,
-out-projection 1024 x 2048, gate/up 7168 x 1024, down 1024 x 3584, then the LM head 248320 x 1024; 1.50 GB
+out-projection 1024 x 2048, gate/up 7168 x 1024, down 1024 x 3584, then the LM head 248320 x 1024; 1.44 GB
 of bf16 weights), each reading the previous one's output, replayed from one CUDA graph. Each program holds
 its whole [ROWS, K] weight tile (K padded to a power of two, masked) in registers, loaded in one shot.
 MODE 0 no PDL; 1 the recipe: dependents triggered at entry, the weights loaded, `pdl_wait`, then x;
@@ -39,7 +39,8 @@ tritonllm_course/engine/engine.py; on by default on sm_90+; the LM head runs wit
 solutions/linear.py's PDL_MAX_PROGRAMS), the decode GEMVs of solutions/norm_fusion.py
 and solutions/layer_fusion.py hold their whole tile at 4 rows and 32 weights a thread
 (`triton_helpers.pdl_gemv_config`), the recurrence loads its state before the wait. On the chain PDL
-gains 19%; in the engine 4% at 128 cached tokens and 9% at 4,096 (results/engine_nvidia-h200_2026-12-02_pdl/):
+gains 19%; in the engine 9% at 128 cached tokens and 13% at 4,096 (0.711 -> 0.647 and 0.759 -> 0.663 ms a
+token, results/engine_nvidia-h200_2026-12-02_pdl/):
 the kernels that wait at their top (the attention, the sampling) and the LM head keep their gaps.
 """
 import subprocess

@@ -25,7 +25,7 @@ two placements in the recurrence through switches then in solutions/layer_fusion
 neither was adopted: its state loaded after the wait 635.5 / 667.4, its trigger after its stores 622.2 /
 644.7 (at its exit 625.3 / 651.3), within the runs' spread of the kernel as it is.
 Verdict: adopted: the LM head launches without PDL (solutions/linear.py, `PDL_MAX_PROGRAMS`: a GEMV of
-more programs than that launches plainly), 36 us a token; the recurrence keeps its state before the wait
+more programs than that launches plainly), 37 us a token (35 at 4,096); the recurrence keeps its state before the wait
 and its trigger at entry; the out-projections keep 4 rows.
 """
 import torch

@@ -23,9 +23,11 @@ GPU; in the SASS every split's 4 weight loads a thread sit before `ACQBULK`, x's
 128 / 4,096 cached tokens, two runs each: as it is 625.7, 622.4 / 655.0, 655.9; down in 2 + reduce kernel
 633.3, 642.5 / 674.2, 672.1; in 4 + reduce 644.4, 637.0 / 686.0, 684.5; in 7 + reduce 666.2, 653.4 / 692.9,
 653.2; in 4, last program sums 676.9, 668.5 / 699.1, 699.2; in 7, last program sums 676.5, 667.6 / 696.8,
-697.1; down in 7 + o_proj in 4, last program sums 684.7, 672.3 / 707.8, 703.8. Every split is slower, by
-8-20 us a token with the reduce kernel (24 more kernels) and 45 with the last program summing (its fence,
-atomic and serial sum at the end of every call). The tokens differ from the engine's (the sums in another
+697.1; down in 7 + o_proj in 4, last program sums 684.7, 672.3 / 707.8, 703.8. Every split is slower but in
+one run (7 + reduce at 4,096: 2.8 us faster in its second run, 37.9 slower in its first), against the same
+run as it is: with the reduce kernel (24 more kernels) by 8-20 us a token in 2 pieces and 15-41 in 4 or 7;
+with the last program summing by 41-51 (its fence, atomic and serial sum at the end of every call), 48-59
+with o_proj split too. The tokens differ from the engine's (the sums in another
 order), as the check's error bound allows.
 Verdict: not adopted: solutions/layer_fusion.py keeps one program per 4 whole rows. Under PDL a whole-row
 program already issues all its weight loads before the wait, so the second wave of 256 programs costs no

@@ -10,10 +10,10 @@ program makes 2-4 round trips one after another. With K a compile-time constant 
 of the registers that hold them. Is that faster?
 Method: the fast level's fused GEMV (`fused_gemv_kernel`: RMSNorm folded in, gated or not, or neither:
 the plain GEMV), whose walk is a compile-time choice (`UNROLL`: K, or 0 for a loop), is timed at the
-decode shapes with the fast level's configs and seven others, both walks, each beside the fast level's own
-launch on the same inputs (64 launches over distinct copies of the weight in one CUDA graph,
-`common.per_launch_us`, as lab/gemv_bounds_probe.py times). The tests run both walks under the CPU
-interpreter (`check`).
+decode shapes with the fast level's config and a list of seven (six others where it is one of them), both
+walks, each beside the fast level's own launch on the same inputs (64 launches over distinct copies of the
+weight in one CUDA graph, `common.per_launch_us`, as lab/gemv_bounds_probe.py times). The tests run both
+walks under the CPU interpreter (`check`).
 Result: NVIDIA H200, 2026-11-30 (lab/results/unrolled_gemv_nvidia-h200_2026-11-30.json; measured with a
 copy of the kernel's walk in this probe, which the kernel now has), against the fast level's kernel as it
 was (a run-time walk): attention in_proj + ln1 4.90 -> 4.54 us, DeltaNet in_proj + ln1 5.93 -> 5.63 us
@@ -25,7 +25,9 @@ the SMs at once).
 Verdict: adopted in solutions/norm_fusion.py: `fused_gemv_kernel` unrolls its walk (K a constexpr, `UNROLL`)
 and `fused_gemv_config` sets it, with 8-row gate/up programs, except where the conv's step is the epilogue
 (`conv=True`), which keeps its loop (the engine run lab/results/engine_runs/residual_first/ -> the current
-results/engine_nvidia-h200_2026-11-30/: decode 0.709 -> 0.704 ms a token).
+results/engine_nvidia-h200_2026-11-30/: decode 0.709 -> 0.704 ms a token). That holds without PDL; with it
+(the default on sm_90+) every decode GEMV, the conv's included, takes one whole tile (`UNROLL` = K,
+`triton_helpers.pdl_gemv_config`, lab/pdl_chain_probe.py).
 """
 import torch
 import triton
