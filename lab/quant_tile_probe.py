@@ -14,7 +14,7 @@ Method: the engine's fast decode step of Qwen3.5-0.8B (random weights of the rea
 and to fp8 e4m3 where the GPU has it; bf16 activations; its CUDA graph; PDL) at 128 cached tokens
 (`common.fast_decode_us`: us per token by CUDA events over 64 replays, and the greedy tokens of a 16-token
 generation), with `pdl_gemv_config` replaced while the engine is built by each of VARIANTS (rows a program,
-weights a thread); as it is first, the bf16 engine beside them, each variant twice in alternation. Every
+weights a thread); the bf16 engine first, then each format as it is and its variants, twice in alternation. Every
 8-bit GEMV of the step takes the variant (the engine's other kernels read no projection weight); the LM
 head keeps its own config (`quant.gemv_config`, `quant_gemv_sweep`). Writes
 OUTDIR/quant_tile_probe_<gpu>_<date>.json. `check` confirms the variant reaches the solutions' configs and is
