@@ -1,6 +1,6 @@
 """Every line of the course's code is at most MAX_LINE characters: each tracked Python file (`git ls-files`),
 but the measured output in results/ (Inductor's generated code, as it was written), and each code cell of
-notebooks/*.ipynb. A failure names file:line of every offender.
+notebooks/*.ipynb. A failure names file:line of every offender. The README stays under README_MAX_LINES lines.
 
 A check of the course's own sources: in a student version (no solutions/) it is skipped, as the lines a
 learner writes in exercises/ are theirs."""
@@ -60,3 +60,11 @@ def test_notebook_code_cells_are_at_most_120_characters():
             source = cell["source"] if isinstance(cell["source"], str) else "".join(cell["source"])
             offenders += too_long(f"{path.relative_to(ROOT)}:cell {c}", source)
     report(offenders, "code-cell lines (file:cell:line, cells counted from 1)")
+
+
+README_MAX_LINES = 200      # the landing page stays short: the rest lives in docs/ and the chapters
+
+
+def test_the_readme_is_under_200_lines():
+    lines = len((ROOT / "README.md").read_text(encoding="utf-8").splitlines())
+    assert lines < README_MAX_LINES, f"README.md has {lines} lines; keep it under {README_MAX_LINES}"
