@@ -177,21 +177,23 @@ prefill() {
   PROBE_S=${PROBE_S:-120} exec timeout 400 $PY -m lab.prefill_probe "$OUT"
 }
 
-prompt() {   # each under its own time limit; one that fails does not stop the other
+prompt() {   # each under its own time limit, all three within one 10-minute call; one that fails does not stop
+  # the others (the sweep's other prompt lengths: MS="128 512 2048" python -m lab.prompt_gemm_sweep, on its own)
   export TRITONLLM_KERNELS=solutions
   local status=0
-  SWEEP_S=${SWEEP_S:-300} timeout 400 $PY -m lab.prompt_gemm_sweep "$OUT" || status=1
+  SWEEP_S=${SWEEP_S:-230} timeout 300 $PY -m lab.prompt_gemm_sweep "$OUT" || status=1
   with_fla
-  PROBE_S=${PROBE_S:-150} timeout 240 $PY -m lab.delta_rule_kernels_probe "$OUT" || status=1
-  PROBE_S=${PROBE_S:-150} timeout 300 $PY -m lab.delta_rule_fused_probe "$OUT" || status=1
+  PROBE_S=${PROBE_S:-90} timeout 140 $PY -m lab.delta_rule_kernels_probe "$OUT" || status=1
+  PROBE_S=${PROBE_S:-90} timeout 140 $PY -m lab.delta_rule_fused_probe "$OUT" || status=1
   exit $status
 }
 
-quant() {
+quant() {   # within one 10-minute call: weights_bench writes its files at the end, so it has the larger share;
+  # the tile probe saves after every engine (a run cut short: python -m lab.quant_tile_probe, on its own)
   export TRITONLLM_KERNELS=solutions
   local status=0
-  timeout 360 $PY -m tritonllm_course.measure.weights_bench --out "$OUT" || status=1
-  timeout 400 $PY -m lab.quant_tile_probe "$OUT" || status=1
+  timeout 400 $PY -m tritonllm_course.measure.weights_bench --out "$OUT" || status=1
+  timeout 180 $PY -m lab.quant_tile_probe "$OUT" || status=1
   exit $status
 }
 
