@@ -11,7 +11,9 @@ is a cell of a student version that needs a file it leaves out (`student_version
 later cell of that chapter that then fails (it needed what the skipped cell would have made). Any other
 failure fails."""
 import re
+import time
 
+import nbval.kernel
 import pytest
 
 from tritonllm_course import kernels, student_version
@@ -19,6 +21,26 @@ from tritonllm_course.notebook import runs_exercises_only, unfilled_exercise
 from tritonllm_course.notebooks_tools import widget_chapters
 
 collect_ignore = [path.name for path in widget_chapters()]
+
+KERNEL_START_TRIES = 3
+_start_new_kernel = nbval.kernel.start_new_kernel
+
+
+def _start_kernel_again_if_it_died(*args, **kwargs):
+    """nbval's kernel start, tried again (KERNEL_START_TRIES in all) when the kernel dies before it answers: a
+    fresh clone's CI once lost chapter 28 that way, every cell an error, with workers starting kernels at the
+    same time. Nothing of the chapter has run then, so a new kernel changes nothing; a kernel that started
+    runs the chapter once, as before."""
+    for attempt in range(KERNEL_START_TRIES):
+        try:
+            return _start_new_kernel(*args, **kwargs)
+        except RuntimeError:
+            if attempt == KERNEL_START_TRIES - 1:
+                raise
+            time.sleep(1 + attempt)
+
+
+nbval.kernel.start_new_kernel = _start_kernel_again_if_it_died   # `RunningKernel` looks it up at each start
 
 
 def _skip_reason(item) -> str | None:

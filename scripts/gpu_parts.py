@@ -62,6 +62,7 @@ HOST_ONLY = (
     "kernels/test_memcheck", "lab/test_deltanet_head_fusion_probe", "measure/test_figures",
     "planted/test_check_robustness", "kernels/test_targets", "measure/test_gpu_parts", "tools/test_house",
     "tools/test_chapter_slugs", "measure/test_weights_bench", "measure/test_kernel_table",
+    "tools/test_chapter_kernels",
 )
 QUICK_CHAPTERS = ("04_rmsnorm.ipynb", "08_attention.ipynb", "19_engine.ipynb")
 
