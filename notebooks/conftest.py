@@ -28,9 +28,9 @@ _start_new_kernel = nbval.kernel.start_new_kernel
 
 def _start_kernel_again_if_it_died(*args, **kwargs):
     """nbval's kernel start, tried again (KERNEL_START_TRIES in all) when the kernel dies before it answers: a
-    fresh clone's CI once lost chapter 28 that way, every cell an error, with workers starting kernels at the
-    same time. Nothing of the chapter has run then, so a new kernel changes nothing; a kernel that started
-    runs the chapter once, as before."""
+    fresh clone's CI once lost chapter 28 that way, every cell an error at setup, the cause not logged.
+    Nothing of the chapter has run then, so a new kernel changes nothing; a kernel that started runs the
+    chapter once, as before."""
     for attempt in range(KERNEL_START_TRIES):
         try:
             return _start_new_kernel(*args, **kwargs)
