@@ -28,7 +28,7 @@ _start_new_kernel = nbval.kernel.start_new_kernel
 
 def _start_kernel_again_if_it_died(*args, **kwargs):
     """nbval's kernel start, tried again (KERNEL_START_TRIES in all) when the kernel dies before it answers: a
-    fresh clone's CI once lost chapter 28 that way, every cell an error at setup, the cause not logged.
+    fresh clone's CI once lost chapter 28_compilers that way, every cell an error at setup, the cause not logged.
     Nothing of the chapter has run then, so a new kernel changes nothing; a kernel that started runs the
     chapter once, as before."""
     for attempt in range(KERNEL_START_TRIES):
