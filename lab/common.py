@@ -13,6 +13,7 @@ call's inputs (`copies_past_l2` of them), `per_launch_us` for LAUNCHES launches 
 `timed_layers` for a chain of layers updating one stream in place.
 """
 import json
+import statistics
 import sys
 import time
 from contextlib import contextmanager
@@ -137,7 +138,6 @@ def ttft_ms(engine, prompt: list[int], runs: int = 5) -> tuple[float, int]:
     """(ms, the first token) of the engine's time to the first token of `prompt`, as `engine_bench` times it:
     the cache reset, the prompt, the first token read by the host; the median of `runs` after two untimed
     (a prompt chunk's graph is captured at its second use)."""
-    import statistics
     times, token = [], None
     for i in range(runs + 2):
         engine.reset()

@@ -85,7 +85,7 @@ def fused_chunked_kernel(q_ptr, k_ptr, v_ptr, g_ptr, beta_ptr, s0_ptr, o_ptr, st
     for n in range(tl.cdiv(T, C)):
         rc = n * C + tl.arange(0, C)
         mt = rc < T
-        if GATES and not PREPARED:
+        if GATES:
             a = tl.load(a_ptr + rc * sa + hv, mask=mt, other=0.0).to(tl.float32)
             b = tl.load(b_ptr + rc * sb + hv, mask=mt, other=0.0).to(tl.float32)
             decay_rate = -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32))
@@ -146,6 +146,7 @@ def fused_chunked(q, k, v, g=None, beta=None, initial_state=None, out=None, fina
         if gates is not None:       # the first kernel computes the gates and leaves g in this workspace
             g = torch.empty(T, HV, dtype=torch.float32, device=v.device)
         w, u = dr.chunk_prepare(k, v, g, g if beta is None else beta, chunk_size, gates)
+        gates, beta = None, g      # consumed there: the kernel reads g; beta, folded into w and u, is unused
 
     out = torch.empty(T, HV, DV, dtype=v.dtype, device=v.device) if out is None else out
     final_state = (torch.empty(HV, DK, DV, dtype=torch.float32, device=v.device) if final_state is None
@@ -153,7 +154,7 @@ def fused_chunked(q, k, v, g=None, beta=None, initial_state=None, out=None, fina
     BV = _pow2(DV) if norm is not None else min(block_v, _pow2(DV))
     a, b, A_log, dt_bias = gates if gates is not None else (g, g, g, g)      # unused pointers: any tensor
     z, nw, eps = norm if norm is not None else (out, out, 1.0)
-    g, beta = (a, a) if gates is not None and not prepared else (g, g if beta is None else beta)
+    g, beta = (a, a) if gates is not None else (g, beta)
     fused_chunked_kernel[(HV, triton.cdiv(DV, BV))](
         q, k, v, g, beta, initial_state, out, final_state, T, q.stride(0), k.stride(0), v.stride(0),
         a, b, A_log, dt_bias, a.stride(0), b.stride(0), z, nw, z.stride(0), eps, w, u, H=H, HV=HV, DK=DK, DV=DV,
@@ -172,7 +173,8 @@ def swapped_gates_rule(original, max_t=FUSED_MAX_T):
             return original(q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, g, z, norm_weight,
                             eps, chunk_size, block_v)
         T, H, HV, DK, DV, device, out, final_state = validate.delta_rule_gate_inputs(
-            q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, 256)
+            q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state,
+            kernels.load("delta_rule", "solutions").module.MAX_HEAD_DIM)
         norm = None if z is None else (z, norm_weight, eps)
         if q.dtype != v.dtype:
             q, k = q.to(v.dtype), k.to(v.dtype)

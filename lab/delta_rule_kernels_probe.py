@@ -108,15 +108,14 @@ def main(out):
             break
         sets = inputs(T, copies=4)
         row = {"T": T, "engine_chunk": dr.chunk_size_for(T), "us": {}}
-        for chunk in CHUNKS:
-            for block_v in BLOCKS:
-                key = f"course chunk {chunk} block_v {block_v}"
-                try:
-                    row["us"][key] = time_calls(
-                        lambda chunk=chunk, block_v=block_v, **s: dr.gated_delta_rule_chunked(
-                            **s, chunk_size=chunk, block_v=block_v), sets)
-                except Exception as e:  # noqa: BLE001  (recorded, not fatal)
-                    row["us"][key] = common.error_text(e)
+        variants = {f"course chunk {c} block_v {bv}": (c, bv) for c in CHUNKS for bv in BLOCKS}
+        for key, (chunk, block_v) in variants.items():
+            try:
+                row["us"][key] = time_calls(
+                    lambda chunk=chunk, block_v=block_v, **s: dr.gated_delta_rule_chunked(
+                        **s, chunk_size=chunk, block_v=block_v), sets)
+            except Exception as e:  # noqa: BLE001  (recorded, not fatal)
+                row["us"][key] = common.error_text(e)
         if fla is not None:
             try:
                 row["us"]["fla"] = time_calls(fla, sets)
@@ -127,11 +126,11 @@ def main(out):
         timed = {k: v for k, v in row["us"].items() if isinstance(v, float) and k != "fla"}
         best = min(timed, key=timed.get)
         row["best_course"] = best
-        chunk, block_v = (int(best.split()[2]), int(best.split()[4]))
+        chunk, block_v = variants[best]
         row["kernels_us"] = {
             "course as the engine runs it": per_kernel(
                 lambda **s: dr.gated_delta_rule_chunked(**s, chunk_size=row["engine_chunk"]), sets[0]),
-            "course " + best[7:]: per_kernel(
+            best: per_kernel(
                 lambda **s: dr.gated_delta_rule_chunked(**s, chunk_size=chunk, block_v=block_v), sets[0])}
         if fla is not None:
             row["kernels_us"]["fla"] = per_kernel(fla, sets[0])

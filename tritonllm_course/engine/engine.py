@@ -46,6 +46,7 @@ from .merged import EngineWeights, check_fp8, merge_bytes, merge_weights
 from .ops import OpTable
 from .plan import check_limits, fitted_plan
 
+
 class StreamSuperseded(RuntimeError):
     """A stream resumed after the same Engine was used otherwise (a newer `stream` or `generate`, or a
     direct `prefill`, `decode` or `reset`): the engine holds one sequence, which the newer use now owns."""
@@ -184,7 +185,9 @@ class Engine(Forward):
                              f"sm_{major}{minor}: use pdl=False or None")
         return has if pdl is None else bool(pdl) and self.device.type != "meta"
 
-    # longer chunks launch without the overlap: 38 against 32 ms at 4,096 tokens (results/family_nvidia-h200_2026-12-03)
+    # longer prompt chunks launch without the overlap: their GEMMs fill every SM, and the next kernel's waiting
+    # programs would take shared memory and registers beside them (H200: 38 against 32 ms at 4,096 tokens, the
+    # 0.8B's time to the first token in results/family_nvidia-h200_2026-12-03, with and without PDL)
     PDL_PROMPT_TOKENS = 128
 
     def _launches(self, tokens: int = 1) -> contextlib.ExitStack:

@@ -133,17 +133,16 @@ def main(argv=None) -> int:
                 todo.append((slot, shape))
     stem, date = results_stem(args.out, "kernels")
     out, tag = stem.parent, stem.name
+    if not todo:            # every row resumed: the table is written once, complete
+        _write(results, out, tag, rt, date, args.max_autotune, 0)
     t0 = time.time()
     for i, (slot, shape) in enumerate(todo):
         if args.budget_s is not None and time.time() - t0 > args.budget_s:
             print(f"--budget-s {args.budget_s:g} spent: {len(todo) - i} rows left; run again with --resume "
                   f"{out / tag}.json to measure them")
             break
-        results.append(bench(slot.name, "solutions", shape=shape,
-                             max_autotune=args.max_autotune))
+        results.append(bench(slot.name, "solutions", shape=shape, max_autotune=args.max_autotune))
         _write(results, out, tag, rt, date, args.max_autotune, len(todo) - i - 1)
-    else:
-        _write(results, out, tag, rt, date, args.max_autotune, 0)
     print(markdown(results, rt.gpu_name, date))
     return 0
 
