@@ -25,9 +25,9 @@ from .benchmark import ceiling_gbps, fastest, gpu_script, results_stem, time_cal
 PREFILL_T = (128, 512, 1024, 2048, 4096, 8192)
 MATERIALISED_MAX_T = 4096          # the [8, T, T] scores of the chain and the reference: 1 GB at 8192
 COMPILED_T = (128, 1024, 4096)
-TILES = [(16, 64, 4, 2), (32, 64, 4, 2), (64, 32, 4, 2), (64, 64, 4, 2), (64, 64, 8, 2), (64, 64, 8, 3),
-         (128, 32, 8, 2), (128, 64, 8, 2)]
-TILE_T = (128, 1024, 4096)
+TILES = [(16, 64, 4, 2), (32, 64, 4, 2), (64, 32, 4, 2), (64, 64, 4, 2), (64, 64, 4, 3), (64, 64, 8, 2),
+         (64, 64, 8, 3), (128, 32, 8, 2), (128, 64, 8, 2)]
+TILE_T = (128, 512, 1024, 2048, 4096)   # each length where flash_config's rule changes its tile, and between
 DECODE_LENGTHS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
 SPLITS = (4, 16, 33, 66, 132, 256)
 SPLIT_LENGTHS = (1024, 4096, 16384, 65536)
