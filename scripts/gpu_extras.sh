@@ -36,6 +36,9 @@
 #             GEMV, the L2 prefetch, the MLP block and the layer's phases as one kernel, a GEMV cut down
 #             step by step, the TMA GEMV, the unrolled walk, the other decode kernels' launch parameters,
 #             the token loop against its replays queued back to back
+# graphs      decode steps per CUDA graph (18_cuda_graphs, lab/multistep_graph_probe.py): the engine's one step a
+#             replay against 2, 4 and 8 steps captured in one graph, the steps fenced by a copy or a kernel, or
+#             overlapped by PDL, tokens compared
 # ladder      the naive-to-fast ladder (29_naive_to_fast): every step from one program per output to the fewest kernels
 #             + PDL, prefill of 128 tokens and decode at 128 cached tokens, each step's tokens checked in fp32;
 #             RESULTS_DIR/ladder_<gpu>_<date>.{json,md,png}
@@ -67,8 +70,8 @@
 # splitk      the split-K GEMV (24_split_k): time against the number of pieces, against chapter 05_projections's GEMV
 #             and cuBLAS at the narrow decode shapes and the LM head, the atomic reduction's run-to-run spread
 set -uo pipefail
-NAMES="autotune claims compilers delta_rule engine family flash gemv ladder layers pdl prefill prompt quant profile"
-NAMES="$NAMES splitk"
+NAMES="autotune claims compilers delta_rule engine family flash gemv graphs ladder layers pdl prefill prompt quant"
+NAMES="$NAMES profile splitk"
 if [ "${1:-}" = "--list" ]; then
   echo $NAMES
   exit 0
@@ -143,6 +146,11 @@ gemv() {   # each probe under its own time limit; one that fails does not stop t
   timeout 330 $PY -m lab.decode_small_sweep "$OUT" || status=1
   timeout 150 $PY -m lab.decode_overlap_probe "$OUT" || status=1
   exit $status
+}
+
+graphs() {
+  export TRITONLLM_KERNELS=solutions
+  exec timeout 240 $PY -m lab.multistep_graph_probe "$OUT"
 }
 
 ladder() {

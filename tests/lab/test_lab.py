@@ -76,6 +76,7 @@ PROBES_CHECKED = {
     "quant_tile_probe.py": "the 8-bit tile variant where the solutions read it, undone after",
     "delta_rule_kernels_probe.py": "the chunked rule at every chunk size and value block it times, a short last chunk",
     "delta_rule_fused_probe.py": "the one-launch rule against the three kernels; the tiny engine's logits with it",
+    "multistep_graph_probe.py": "the ring kernel that keeps each step's token and flag",
 }
 
 
