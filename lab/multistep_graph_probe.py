@@ -58,7 +58,8 @@ def check(device="cpu") -> float:
 
 def _multistep(engine, k: int, ring: torch.Tensor, between: str):
     """K decode steps captured in one graph; after step i, the counters' [token, flag] go to ring[i]."""
-    from tritonllm_course import runtime, validate
+    from tritonllm_course import validate
+    from tritonllm_course.runtime import no_launch_overlap, pdl_args
     from tritonllm_course.engine.graph import GraphedStep
 
     def steps():
@@ -68,10 +69,10 @@ def _multistep(engine, k: int, ring: torch.Tensor, between: str):
                 if between == "copy":
                     ring[i].copy_(engine.counters.out)
                 elif between == "kernel":
-                    with runtime.no_launch_overlap():
-                        record_kernel[(1,)](engine.counters.out, ring[i], **runtime.pdl_args())
+                    with no_launch_overlap():
+                        record_kernel[(1,)](engine.counters.out, ring[i], **pdl_args())
                 else:
-                    record_kernel[(1,)](engine.counters.out, ring[i], **runtime.pdl_args())
+                    record_kernel[(1,)](engine.counters.out, ring[i], **pdl_args())
 
     state = [*engine._cache_tensors(), engine.counters.out, engine.counters.steps, ring]
     return GraphedStep(steps, state)
