@@ -22,8 +22,8 @@ right when the step that wrote it has finished. Times by CUDA events from the fi
 and by the host's clock to the end; every variant's tokens and flags against (1)'s.
 Result: not measured yet: `python -m lab.multistep_graph_probe` on the GPU (scripts/gpu_extras.sh graphs).
 Verdict: not adopted yet. A safe multi-step graph needs the host loop to take K tokens a replay (and the tail
-of a run that K does not divide in single steps); it goes into `Engine.stream` (tritonllm_course/engine/engine.py) only if (2) or (3) saves more
-than its spread between runs.
+of a run that K does not divide in single steps); it goes into `Engine.stream` (tritonllm_course/engine/engine.py)
+only if (2) or (3) saves more than its spread between runs.
 """
 import statistics
 import time
