@@ -203,21 +203,40 @@ def gemv_residual_config(N: int, K: int, interpreted: bool = False, pdl: bool = 
 
 def gemm_residual_config(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device) -> dict:
     """Launch parameters of the GEMM + residual: chapter 05_projections's tiles, but for N < 4096 (the 1024-row
-    out-projections at M = 128) 64 x 16 tiles in steps of 256, 128 programs for 132 SMs; stages capped by
-    shared memory. Measured: `lab/prefill_probe.py`."""
+    out-projections). At M < 256, 64 x 16 tiles in steps of 256, 128 programs for 132 SMs (`lab/prefill_probe.py`).
+    From M = 256 on, 128-row tiles as wide as still make about one wave (`WAVE_TILES`, widest first; the
+    narrowest where none does): on an H200 128 x 256 at M = 4,096 and 128 x 64 in steps of 128 at M = 1,024,
+    which the square 128 x 128 tiles lost to (`lab/prompt_gemm_sweep.py`). Only tiles whose stages fit the
+    GPU's shared memory are considered; stages capped by shared memory."""
     if not helpers.gpu_launch(device):   # the interpreter: few, large tiles
         return {"BLOCK_M": min(64, max(16, triton.next_power_of_2(M))), "BLOCK_N": 64, "BLOCK_K": 64,
                 "num_warps": 4, "num_stages": 1}
     block_m = min(128, max(16, triton.next_power_of_2(M)))
-    if M >= 256:
+    shared = _max_shared_memory(device.index or 0)
+    fits = [(n, k, st) for n, k, st in WAVE_TILES if (128 + n) * k * dtype.itemsize * st <= shared]
+    if M >= 256 and N < 4096 and fits:
+        wave = _sm_count(device) * 9 // 10
+        n, k, st = next((t for t in fits if triton.cdiv(M, 128) * triton.cdiv(N, t[0]) >= wave), fits[-1])
+        cfg = {"BLOCK_M": 128, "BLOCK_N": n, "BLOCK_K": k, "num_warps": 8, "num_stages": st}
+    elif M >= 256:
         cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 8, "num_stages": 3}
     elif N >= 4096:
         cfg = {"BLOCK_M": block_m, "BLOCK_N": 64, "BLOCK_K": 128, "num_warps": 8, "num_stages": 4}
     else:       # thinner tiles, longer K steps (see the docstring)
         cfg = {"BLOCK_M": min(64, block_m), "BLOCK_N": 16, "BLOCK_K": 256, "num_warps": 4, "num_stages": 3}
     stage_bytes = (cfg["BLOCK_M"] + cfg["BLOCK_N"]) * cfg["BLOCK_K"] * dtype.itemsize
-    cfg["num_stages"] = max(1, min(cfg["num_stages"], _max_shared_memory(device.index or 0) // stage_bytes))
+    cfg["num_stages"] = max(1, min(cfg["num_stages"], shared // stage_bytes))
     return cfg
+
+
+# (BLOCK_N, BLOCK_K, stages) of the GEMM + residual's 128-row tiles from M = 256 on, widest first: the fastest of
+# each width at M = 1,024 and 4,096 on an H200 (lab/prompt_gemm_sweep.py, 8 warps)
+WAVE_TILES = ((256, 64, 3), (128, 64, 3), (64, 128, 4))
+
+
+def _sm_count(device: torch.device) -> int:
+    """SMs of that CUDA device, or of the GPU compiled for (`triton_helpers.gpu_of`)."""
+    return helpers.gpu_of(device).sms
 
 
 def _max_shared_memory(device_index: int) -> int:

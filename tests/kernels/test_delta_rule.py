@@ -1,5 +1,8 @@
 """The gated delta rule kernels beyond the generic slot check: against transformers' own functions, prefill
 handing its state to decode, the state updated in place, bad input, and checks that catch the classic bugs."""
+import subprocess
+import sys
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -144,6 +147,40 @@ def test_short_and_odd_prompts_at_real_shapes(T, qk_dtype):
     torch.cuda.synchronize()
     assert _err(o, ref_o) < 1e-2 and _err(state, ref_s) < 1e-2
 
+
+
+SMALL_HEADS = """
+import sys, torch
+from tritonllm_course import kernels, slots
+from tritonllm_course.runtime import runtime
+dr = kernels.load("delta_rule", "solutions").module
+device = runtime().device
+inp = slots.get("gated_delta_chunked").make_inputs({"T": 40, "H": 2, "HV": 4, "DK": 16, "DV": 64}, torch.float32,
+                                                   device, torch.Generator(device=device).manual_seed(0))
+def done(what):
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
+    print("ran", what, flush=True)
+want, want_s = dr.gated_delta_rule_recurrent(**inp)
+done("recurrent")
+for chunk in (16, 32, 64):
+    for block_v in (16, 64):
+        got, got_s = dr.gated_delta_rule_chunked(**inp, chunk_size=chunk, block_v=block_v)
+        done(f"chunk {chunk}, block_v {block_v}")
+        err = max(((got - want).abs().max() / want.abs().max()).item(),
+                  ((got_s - want_s).abs().max() / want_s.abs().max()).item())
+        if err > 1e-5:
+            sys.exit(f"chunk {chunk}, block_v {block_v}: relative error {err:.1e}")
+"""
+
+
+def test_small_key_heads_in_fp32():
+    """16-dim key heads in fp32 (tf32x3 products), 40 tokens: every chunk size and two value blocks against the
+    recurrent kernel. In a process of its own: on an H200 (triton 3.6, 2026-12-05) these calls, made by the lab's
+    delta-rule probes' checks, ended in an illegal memory access, which would poison every later CUDA call of
+    this test's worker. The child prints each call it finished: the first one missing is where it faulted."""
+    run = subprocess.run([sys.executable, "-c", SMALL_HEADS], capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, f"{run.stdout[-1500:]}\n{run.stderr[-1500:]}"
 
 
 @pytest.mark.parametrize("T", [19, 131])

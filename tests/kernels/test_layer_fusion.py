@@ -50,6 +50,7 @@ def test_every_gpu_gemm_residual_config_branch(M, N, monkeypatch):
     """Each tile configuration of the GPU (run by the interpreter on a CPU): wide N, the thin tiles of the
     1024-row out-projections, the square tiles of long prompts."""
     monkeypatch.setattr(FUSION, "_max_shared_memory", lambda index: 228 * 1024)    # an H200's
+    monkeypatch.setattr(FUSION, "_sm_count", lambda device: 132)
     cfg = FUSION.gemm_residual_config(M, N, 40, torch.float32, torch.device("cuda"))
     assert min(cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]) >= 16 and cfg["num_stages"] >= 1
     x, w, r = randn(M, 40), _weights(N, 40), randn(M, N, seed=2)
@@ -58,6 +59,26 @@ def test_every_gpu_gemm_residual_config_branch(M, N, monkeypatch):
     FUSION.gemm_residual_kernel[grid](x, w, r, y, M, N, 40, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],
                                       BLOCK_K=cfg["BLOCK_K"])
     assert rel(y, R.linear_residual(x.double(), w.double(), r.double())) < 1e-6
+
+
+@pytest.mark.parametrize("gpu", ["H200", "T4"])
+def test_gemm_residual_tiles_of_long_prompts_make_about_one_wave(gpu, monkeypatch):
+    """From M = 256 on, the 1024-row out-projections take the widest 128-row tile that still makes about one
+    wave on an H200, as measured there (lab/prompt_gemm_sweep.py); a GPU whose shared memory holds none of
+    those tiles' stages (a T4) keeps the square tiles, its stages capped."""
+    shared, sms = {"H200": (232448, 132), "T4": (64 * 1024, 40)}[gpu]
+    monkeypatch.setattr(FUSION, "_max_shared_memory", lambda index: shared)
+    monkeypatch.setattr(FUSION, "_sm_count", lambda device: sms)
+    picks = {M: FUSION.gemm_residual_config(M, 1024, 2048, torch.bfloat16, torch.device("cuda"))
+             for M in (256, 1024, 2048, 4096)}
+    tiles = {M: (c["BLOCK_N"], c["BLOCK_K"], c["num_stages"]) for M, c in picks.items()}
+    if gpu == "H200":
+        assert tiles == {256: (64, 128, 4), 1024: (64, 128, 4), 2048: (128, 64, 3), 4096: (256, 64, 3)}
+    else:
+        assert set(tiles.values()) == {(128, 64, 2)}
+    for c in picks.values():
+        assert c["BLOCK_M"] == 128 and c["num_stages"] * (128 + c["BLOCK_N"]) * c["BLOCK_K"] * 2 <= shared
+    assert FUSION.gemm_residual_config(4096, 5120, 1024, torch.bfloat16, torch.device("cuda"))["BLOCK_N"] == 128
 
 
 def test_gemm_residual_stages_fit_the_shared_memory(monkeypatch):
