@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tritonllm_course import kernels, triton_helpers as helpers, validate
+from tritonllm_course import kernels, tma_gemm, triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import (pdl_enter, pdl_launch_dependents, pdl_wait, row_tile, sigmoid, silu,
                                            softplus)
@@ -285,6 +285,8 @@ def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tenso
         gemv_residual_kernel[(triton.cdiv(N, cfg["BLOCK_N"]),)](
             x2, weight, r2, out2, N, K, BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], UNROLL=cfg["UNROLL"],
             num_warps=cfg["num_warps"], **pdl, **_scale_args(scale))
+    elif tma_gemm.usable(x2, weight):      # sm_90 on, long prompts: the TMA's copies
+        tma_gemm.launch(x2, weight, out2, residual=r2, pdl=pdl_args())
     else:
         cfg = gemm_residual_config(M, N, K, x.dtype, x.device)
         grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))

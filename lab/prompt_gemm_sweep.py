@@ -1,7 +1,8 @@
 """Which tiles bring the prompt's GEMMs to cuBLAS's speed, from 128 to 4,096 tokens?
 
     python -m lab.prompt_gemm_sweep [OUTDIR]    (on a GPU; SWEEP_S=seconds bounds the run, default 420;
-                                                 MS="4096 1024" picks the prompt lengths)
+                                                 MS="4096 1024" picks the prompt lengths, FORMS="tma
+                                                 persistent" the forms; cuBLAS always)
     (scripts/gpu_extras.sh prompt runs it)
 
 Question: a prompt chunk runs three kinds of GEMM at the fast level (the norms run apart at prompts): the
@@ -59,6 +60,7 @@ from lab import common
 from tritonllm_course.triton_helpers import silu
 
 MS = (4096, 1024, 128, 512, 2048)          # the long prompts first: a run cut short keeps them
+FORMS = ("course", "tma", "persistent", "splitk")
 EPS = 1e-6
 
 
@@ -91,6 +93,43 @@ def tma_gemm_kernel(x_desc, w_desc, up_desc, res_ptr, y_ptr, M, N, K,
     tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=ok)
 
 
+@triton.jit
+def tma_persistent_kernel(x_desc, w_desc, up_desc, res_ptr, y_ptr, M, N, K,
+                          GATED: tl.constexpr, RESIDUAL: tl.constexpr,
+                          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                          GROUP_M: tl.constexpr, PROGRAMS: tl.constexpr, FLATTEN: tl.constexpr,
+                          WS: tl.constexpr):
+    """`tma_gemm_kernel` made persistent: PROGRAMS programs (one wave) walk the output tiles in steps of
+    PROGRAMS, in groups of GROUP_M row tiles (the tiles a group shares stay in L2). FLATTEN merges the tile
+    loop and the K loop into one software pipeline (the next tile's loads start under this tile's epilogue);
+    WS asks triton for warp specialization (loads and MMAs in warps of their own)."""
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, PROGRAMS, flatten=FLATTEN, warp_specialize=WS):
+        first_m = (tile // per_group) * GROUP_M
+        rows = tl.minimum(tiles_m - first_m, GROUP_M)          # row tiles in this (maybe last, short) group
+        m0 = (first_m + (tile % per_group) % rows) * BLOCK_M
+        n0 = ((tile % per_group) // rows) * BLOCK_N
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        if GATED:
+            acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            a = x_desc.load([m0, k0])                                               # [BLOCK_M, BLOCK_K]
+            acc = tl.dot(a, tl.trans(w_desc.load([n0, k0])), acc, input_precision="ieee")
+            if GATED:
+                acc_up = tl.dot(a, tl.trans(up_desc.load([n0, k0])), acc_up, input_precision="ieee")
+        if GATED:
+            acc = silu(acc) * acc_up
+        rm = m0 + tl.arange(0, BLOCK_M)
+        rn = n0 + tl.arange(0, BLOCK_N)
+        offs = rm[:, None].to(tl.int64) * N + rn[None, :]                           # [BLOCK_M, BLOCK_N]
+        ok = (rm < M)[:, None] & (rn < N)[None, :]
+        if RESIDUAL:
+            acc += tl.load(res_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+        tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=ok)
+
+
 def tma_gemm(x, w, y, cfg, up=None, res=None, descs=None):
     """Launch `tma_gemm_kernel` with config `cfg` (BLOCK_M/N/K, num_warps, num_stages); descs: prebuilt
     (x, w, up) descriptors."""
@@ -107,6 +146,24 @@ def tma_gemm(x, w, y, cfg, up=None, res=None, descs=None):
     return y
 
 
+def tma_persistent(x, w, y, cfg, up=None, res=None, sms=None):
+    """Launch `tma_persistent_kernel` at config `cfg` (tma_gemm's keys plus GROUP_M, FLATTEN, WS): one program
+    an SM (`sms`, default this GPU's), fewer when there are fewer tiles."""
+    M, K = x.shape
+    N = w.shape[0]
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    descs = (TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
+             TensorDescriptor.from_tensor(w if up is None else up, [bn, bk]))
+    if sms is None:
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    programs = min(sms, triton.cdiv(M, bm) * triton.cdiv(N, bn))
+    tma_persistent_kernel[(programs,)](*descs, y if res is None else res, y, M, N, K, GATED=up is not None,
+                                       RESIDUAL=res is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                                       GROUP_M=cfg["GROUP_M"], PROGRAMS=programs, FLATTEN=cfg["FLATTEN"],
+                                       WS=cfg["WS"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    return y
+
+
 def reference(x, w, up=None, res=None):
     """The three epilogues in fp64."""
     y = x.double() @ w.double().T
@@ -116,20 +173,24 @@ def reference(x, w, up=None, res=None):
 
 
 def check(device="cpu"):
-    """The TMA kernel's three epilogues at odd shapes (M, N, K not multiples of the tiles: the descriptors'
-    zero padding), outputs poisoned with NaN: the largest relative error against fp64."""
+    """The TMA kernels' three epilogues at odd shapes (M, N, K not multiples of the tiles: the descriptors'
+    zero padding), outputs poisoned with NaN, the persistent one on 3 programs in groups of 2 row tiles (a
+    program walks several tiles; the last group is short): the largest relative error against fp64."""
     worst = 0.0
     gen = torch.Generator().manual_seed(0)
     cfg = {"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 1}
+    persistent = {**cfg, "GROUP_M": 2, "FLATTEN": False, "WS": False}
     for M, N, K in [(37, 24, 40), (5, 48, 16)]:
         x = torch.randn(M, K, generator=gen).to(device)
         w = (torch.randn(N, K, generator=gen) / K ** 0.5).to(device)
         up = (torch.randn(N, K, generator=gen) / K ** 0.5).to(device)
         res = torch.randn(M, N, generator=gen).to(device)
         for kw in ({}, {"up": up}, {"res": res}):
-            y = torch.full((M, N), float("nan"), device=device)
-            tma_gemm(x, w, y, cfg, **kw)
-            worst = max(worst, common.rel_err(y, reference(x, w, **kw)))
+            for run in (lambda y: tma_gemm(x, w, y, cfg, **kw),
+                        lambda y: tma_persistent(x, w, y, persistent, sms=3, **kw)):
+                y = torch.full((M, N), float("nan"), device=device)
+                run(y)
+                worst = max(worst, common.rel_err(y, reference(x, w, **kw)))
     return worst
 
 
@@ -159,6 +220,20 @@ def space(M, gated):
                         continue
                     for stages in (3, 4):
                         yield {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": bk, "num_warps": warps, "num_stages": stages}
+
+
+def persistent_space(M, gated):
+    """The persistent TMA kernel's configs at M rows: the TMA form's fastest tiles at M = 1,024 and 4,096
+    (128 x 128 on 4 or 8 warps, 128 x 256 on 8 but not gated, 64-row tiles below M = 512 and 128 x 64 gated),
+    in groups of 8 row tiles, each without and with the flattened loop and warp specialization."""
+    tiles = [(128, 128, 4), (128, 128, 8)] + ([] if gated else [(128, 256, 8)]) + ([(128, 64, 4)] if gated else [])
+    if M < 512:
+        tiles += [(64, 128, 4), (64, 64, 4)]
+    for bm, bn, warps in tiles:
+        for flatten in (False, True):
+            for ws in (False, True):
+                yield {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "num_warps": warps, "num_stages": 3,
+                       "GROUP_M": 8, "FLATTEN": flatten, "WS": ws}
 
 
 def splitk_space(M):
@@ -245,6 +320,7 @@ def main(out):
     path = common.result_path(out, "prompt_gemm_sweep")
     budget, t0 = float(os.environ.get("SWEEP_S", "420")), time.time()
     ms = [int(m) for m in os.environ.get("MS", " ".join(map(str, MS))).split()]
+    forms = os.environ.get("FORMS", " ".join(FORMS)).split()
     smem = torch.cuda.get_device_properties(0).shared_memory_per_block_optin
     res = common.header(check_rel_err=check("cuda"), shared_bytes=smem, cases=[])
     torch.manual_seed(0)
@@ -267,11 +343,16 @@ def main(out):
             tiles = list(space(M, gated))
             for form, configs in (("course", [hand] + [c for c in tiles if c != hand]),
                                   ("tma", [c for c in tiles if c["BLOCK_M"] >= 64]),
+                                  ("persistent", list(persistent_space(M, gated))),
                                   ("splitk", list(splitk_space(M)) if kind != "gated" else [])):
+                if form not in forms:
+                    continue
                 for cfg in configs:
                     if time.time() - t0 > budget or shared_bytes(cfg, gated) > smem:
                         continue
                     programs = triton.cdiv(M, cfg["BLOCK_M"]) * triton.cdiv(N, cfg["BLOCK_N"]) * cfg.get("SPLIT", 1)
+                    if form == "persistent":
+                        programs = min(programs, torch.cuda.get_device_properties(0).multi_processor_count)
                     row = {"form": form, **cfg, "programs": programs}
                     try:
                         if form == "course":
@@ -281,9 +362,12 @@ def main(out):
                                 res = s["res"] if s["res"] is not None else s["zeros"]
                                 return splitk(s["x"], s["w"], res, s["y"], c["SPLIT"], c["BLOCK_M"], c["BLOCK_N"],
                                               c["BLOCK_K"], c["num_warps"], c["num_stages"])
-                        else:
+                        elif form == "tma":
                             def fn(s, cfg=cfg):
                                 return tma_gemm(s["x"], s["w"], s["y"], cfg, up=s["up"], res=s["res"])
+                        else:
+                            def fn(s, cfg=cfg):
+                                return tma_persistent(s["x"], s["w"], s["y"], cfg, up=s["up"], res=s["res"])
                         us = _time(fn, sets)
                         row.update(us=us, tflops=flops / us / 1e6, vs_cublas=cublas / us)
                         fns[id(row)] = fn
@@ -297,8 +381,9 @@ def main(out):
                     "cublas_tflops": flops / cublas / 1e6, "hand": hand, "hand_row": hand_row,
                     "best_course": next((r for r in ok if r["form"] == "course"), None),
                     "best_tma": next((r for r in ok if r["form"] == "tma"), None),
+                    "best_persistent": next((r for r in ok if r["form"] == "persistent"), None),
                     "best_splitk": next((r for r in ok if r["form"] == "splitk"), None), "best": ok[:8], "all": rows}
-            for key in ("best_course", "best_tma", "best_splitk"):
+            for key in ("best_course", "best_tma", "best_persistent", "best_splitk"):
                 if case[key] is not None:
                     case[key] = {**case[key], "rel_err": _rel_err(fns[id(case[key])], sets[0])}
             res["cases"].append(case)

@@ -46,7 +46,7 @@ KERNEL_TESTS = (
     "kernels/test_kv_cache", "kernels/test_layer_fusion", "kernels/test_linear", "kernels/test_lowering",
     "kernels/test_norm_fusion", "kernels/test_quant", "kernels/test_reference_ops", "kernels/test_residual",
     "kernels/test_rmsnorm", "kernels/test_rope", "kernels/test_sampling", "kernels/test_splitk", "kernels/test_swiglu",
-    "model/test_fp16_residual",
+    "kernels/test_tma_gemm", "model/test_fp16_residual",
 )
 MODEL_TESTS = (
     "model/test_engine", "model/test_engine_levels", "model/test_engine_weights", "model/test_pdl",
@@ -73,13 +73,13 @@ def _files(names) -> tuple[str, ...]:
 
 PARTS: dict[str, Part] = {
     "quick": Part("every slot once at a real shape in bf16 and fp16, the engine's tokens at every level, PDL bit "
-                  "for bit, fp16's residual stream, chapters "
+                  "for bit, fp16's residual stream, the TMA prompt GEMMs, chapters "
                   + ", ".join(c.removesuffix(".ipynb") for c in QUICK_CHAPTERS),
                   workers=12, limit_s=300,
                   tests=("tests/kernels/test_gpu_quick.py",
                          "tests/model/test_engine_levels.py -k every_level_gives or graph_replay",
                          "tests/model/test_pdl.py -k same_tokens_with_pdl or same_bits_with_pdl",
-                         "tests/model/test_fp16_residual.py"),
+                         "tests/model/test_fp16_residual.py", "tests/kernels/test_tma_gemm.py"),
                   notebooks=QUICK_CHAPTERS),
     "kernels": Part("every kernel family's tests at the real shapes, every slot's full check in bf16 and fp16",
                     workers=12, limit_s=480, tests=_files(KERNEL_TESTS)),

@@ -10,6 +10,8 @@ y[m, n] = sum_k x[m, k] * W[n, k].
 - Prefill (M tokens) is a GEMM. A program owns a BLOCK_M x BLOCK_N tile of y: every weight tile it loads
   serves BLOCK_M tokens through `tl.dot` on the tensor cores, so at large M it is compute-bound.
 - `linear` picks one by M.
+- On sm_90 and newer, prompts from `tritonllm_course.tma_gemm.MIN_M` tokens on run the same GEMM with its
+  tiles copied by the TMA (`tritonllm_course.tma_gemm`), 1.2-1.4x faster there.
 
 The block sizes are explicit functions of the shape (`gemv_config`, `gemm_config`), chosen from
 measurements on an H200 in bf16; chapter 05_projections shows the reasoning.
@@ -18,7 +20,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tritonllm_course import triton_helpers as helpers, validate
+from tritonllm_course import tma_gemm, triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import pdl_enter
 
@@ -200,6 +202,8 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None)
     validate.disjoint({"out": out}, {"x": x, "weight": weight})
     if M == 0:
         return out
+    if tma_gemm.usable(x, weight):      # sm_90 on, from tritonllm_course.tma_gemm.MIN_M tokens: the TMA's copies
+        return tma_gemm.launch(x, weight, out, pdl=pdl_args())
     cfg = gemm_config(M, N, K, x.dtype, device)
     grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
     gemm_kernel[grid](x, weight, out, M, N, K, BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"],

@@ -41,7 +41,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tritonllm_course import triton_helpers as helpers, validate
+from tritonllm_course import tma_gemm, triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import pdl_enter, pdl_launch_dependents, pdl_wait, silu
 
@@ -344,6 +344,10 @@ def _project(x, weight, up_weight, norm_weight, eps, out, conv=None, scales=None
     if M == 0:
         return out
     has_norm, gated = norm_weight is not None, up_weight is not None
+    weights = (weight, up_weight) if gated else (weight,)
+    if M > 1 and not has_norm and tma_gemm.usable(x2, *weights):   # sm_90 on, long prompts: the TMA's copies
+        tma_gemm.launch(x2, weight, out2, up=up_weight, pdl=pdl_args())
+        return out
     # pointers the options leave unused still need a tensor; the kernel never reads them
     norm_weight = weight if norm_weight is None else norm_weight
     up_weight = weight if up_weight is None else up_weight

@@ -24,7 +24,7 @@ ENGINE_MAX_LINES = 500
 FLOORS = {
     "kernels and helpers": ("checking", "config", "exercise_files", "figures", "hf_compat", "kernels", "lowering",
                             "memcheck", "reference", "regions", "runtime", "safe_files", "slots", "tokenizer",
-                            "triton_helpers", "validate", "weights"),
+                            "tma_gemm", "triton_helpers", "validate", "weights"),
     "model": ("demo", "generation", "model", "swap"),
     "engine": ("engine",),
     "measurement": ("ladder", "measure"),

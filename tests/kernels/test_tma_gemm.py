@@ -1,0 +1,115 @@
+"""The prompt GEMM through tensor descriptors (tritonllm_course/tma_gemm.py): its three epilogues at odd shapes
+(the TMA's zero fill past every edge), the residual in place, its config, when it is taken and when not, and on
+an sm_90 GPU the three callers at the real shapes of long prompts."""
+import pytest
+import torch
+
+from tritonllm_course import kernels, tma_gemm, triton_helpers
+from tritonllm_course.runtime import runtime
+
+from helpers import randn, rel
+
+RT = runtime()
+LINEAR = kernels.load("linear", "solutions").module
+NORM_FUSION = kernels.load("norm_fusion", "solutions").module
+LAYER_FUSION = kernels.load("layer_fusion", "solutions").module
+TMA_GPU = str(RT.device).startswith("cuda") and torch.cuda.get_device_capability()[0] * 10 >= tma_gemm.TMA_CAPABILITY
+needs_descriptors = pytest.mark.skipif(tma_gemm.TensorDescriptor is None, reason="this triton has no "
+                                       "host tensor descriptors")
+
+
+def _reference(x, w, up=None, res=None):
+    y = x.double() @ w.double().T
+    if up is not None:
+        y = torch.nn.functional.silu(y) * (x.double() @ up.double().T)
+    return y if res is None else y + res.double()
+
+
+@needs_descriptors
+@pytest.mark.parametrize("M,N,K", [(37, 24, 40), (5, 48, 16), (130, 70, 136)])
+@pytest.mark.parametrize("epilogue", ["plain", "gated", "residual"])
+def test_every_epilogue_at_odd_shapes(M, N, K, epilogue, monkeypatch):
+    """M, N and K not multiples of the tiles (the TMA fills past the edges with zeros; a load past K that
+    were not zero would add garbage), the output poisoned with NaN (a tile never stored shows)."""
+    if not TMA_GPU:   # the interpreter: small tiles, so every shape has partial tiles on every side
+        monkeypatch.setattr(tma_gemm, "config", lambda M, N, gated, dtype, device: {
+            "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 1})
+    dtype = torch.bfloat16 if TMA_GPU else torch.float32
+    x, w = randn(M, K, dtype=dtype), randn(N, K, dtype=dtype, scale=K ** -0.5, seed=1)
+    up = randn(N, K, dtype=dtype, scale=K ** -0.5, seed=2) if epilogue == "gated" else None
+    res = randn(M, N, dtype=dtype, seed=3) if epilogue == "residual" else None
+    y = torch.full((M, N), float("nan"), dtype=dtype, device=RT.device)
+    tma_gemm.launch(x, w, y, up=up, residual=res)
+    assert rel(y, _reference(x, w, up, res)) < (1e-2 if TMA_GPU else 1e-6)
+
+
+@needs_descriptors
+def test_the_residual_is_updated_in_place(monkeypatch):
+    monkeypatch.setattr(tma_gemm, "config", lambda M, N, gated, dtype, device: {
+        "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 1})
+    x, w, r = randn(19, 48), randn(32, 48, scale=0.1, seed=1), randn(19, 32, seed=2)
+    want = _reference(x, w, res=r)
+    tma_gemm.launch(x, w, r, residual=r)
+    assert rel(r, want) < 1e-6
+
+
+def test_taken_only_where_the_tma_is():
+    """sm_90 GPUs from MIN_M tokens in fp16/bf16 with aligned operands; never below sm_90, under the
+    interpreter (unless asked), for short prompts, fp32, a misaligned base or row stride, strided rows."""
+    meta = {"device": "meta", "dtype": torch.bfloat16}
+    x, w = torch.empty(tma_gemm.MIN_M, 1024, **meta), torch.empty(2048, 1024, **meta)
+    if tma_gemm.TensorDescriptor is None:
+        assert not tma_gemm.usable(x, w)
+        return
+    with triton_helpers.compiling_for(triton_helpers.GPUS[90]):
+        assert tma_gemm.usable(x, w)
+        assert not tma_gemm.usable(x[:-1], w)                                  # a short prompt
+        assert not tma_gemm.usable(x.float(), w.float())                       # fp32
+        assert not tma_gemm.usable(torch.empty(300, 1028, **meta)[:, :1024], w)   # rows 2,056 bytes apart
+        assert not tma_gemm.usable(torch.empty(1024, 300, **meta).T, w)       # columns contiguous, not rows
+    for capability in (75, 80, 86, 89):
+        with triton_helpers.compiling_for(triton_helpers.GPUS[capability]):
+            assert not tma_gemm.usable(x, w), capability
+    cpu, w_cpu = torch.empty(tma_gemm.MIN_M, 1024, dtype=torch.bfloat16), torch.empty(2048, 1024, dtype=torch.bfloat16)
+    assert not tma_gemm.usable(cpu, w_cpu)
+    assert tma_gemm.usable(cpu, w_cpu, interpreted_too=True)
+    odd = torch.empty(tma_gemm.MIN_M * 1024 + 1, dtype=torch.bfloat16)[1:].view(tma_gemm.MIN_M, 1024)
+    assert not tma_gemm.usable(odd, w_cpu, interpreted_too=True)                  # base 2 bytes off
+
+
+def test_config_on_an_h200():
+    """128 x 128 tiles (128 x 64 gated) where they make a wave; 64-row tiles in steps of 128 where not; the
+    stages within an H200's shared memory."""
+    h200 = torch.device("cuda")
+    with triton_helpers.compiling_for(triton_helpers.GPUS[90]):
+        assert tma_gemm.config(4096, 5120, False, torch.bfloat16, h200)["BLOCK_N"] == 128
+        assert tma_gemm.config(4096, 3584, True, torch.bfloat16, h200)["BLOCK_N"] == 64
+        assert tma_gemm.config(4096, 1024, False, torch.bfloat16, h200)["BLOCK_M"] == 128
+        small = tma_gemm.config(1024, 1024, False, torch.bfloat16, h200)
+        assert (small["BLOCK_M"], small["BLOCK_K"]) == (64, 128)
+        for M, N, gated in [(256, 1024, False), (4096, 8224, False), (512, 3584, True)]:
+            cfg = tma_gemm.config(M, N, gated, torch.bfloat16, h200)
+            stage = (cfg["BLOCK_M"] + (2 if gated else 1) * cfg["BLOCK_N"]) * cfg["BLOCK_K"] * 2
+            assert cfg["num_stages"] * stage <= triton_helpers.GPUS[90].shared_bytes
+
+
+@pytest.mark.skipif(not TMA_GPU, reason="the TMA path of the callers runs on sm_90 and newer GPUs")
+@pytest.mark.parametrize("M", [tma_gemm.MIN_M, 1000, 4096])
+def test_the_callers_take_it_at_real_shapes(M):
+    """gemm (the in-projections), the gate/up + SwiGLU and the GEMM + residual at Qwen3.5-0.8B's shapes from
+    MIN_M tokens, against fp64; M = 1,000 ends in a partial row tile. The pointer kernels' answer beside it
+    (MIN_M raised past M) agrees to bf16's rounding."""
+    bf = torch.bfloat16
+    x = randn(M, 1024, dtype=bf)
+    for N in (5120, 8224):
+        w = randn(N, 1024, dtype=bf, scale=1024 ** -0.5, seed=1)
+        assert tma_gemm.usable(x, w)
+        assert rel(LINEAR.gemm(x, w), _reference(x, w)) < 1e-2
+    gate_up = randn(2 * 3584, 1024, dtype=bf, scale=1024 ** -0.5, seed=2)
+    got = NORM_FUSION.gate_up_swiglu_merged(x, gate_up)
+    assert rel(got, _reference(x, gate_up[:3584], gate_up[3584:])) < 1e-2
+    for K in (2048, 3584):
+        h, w, r = randn(M, K, dtype=bf, seed=4), randn(1024, K, dtype=bf, scale=K ** -0.5, seed=5), randn(M, 1024,
+                                                                                                              dtype=bf)
+        want = _reference(h, w, res=r)
+        assert rel(LAYER_FUSION.linear_residual(h, w, r, out=r), want) < 1e-2

@@ -1,0 +1,121 @@
+"""The prompt's GEMMs with their operand tiles copied by the Tensor Memory Accelerator (TMA), on GPUs that have
+one (sm_90 on): chapter 05_projections's GEMM, chapter 21_norm_fusion's gate/up + SwiGLU and chapter
+22_layer_fusion's GEMM + residual take it from `MIN_M` tokens on.
+
+Chapter 05_projections's tile (`linear_tile`) computes the address of every element of its x and W tiles and
+masks the edges; on sm_80 and sm_90 Triton turns those loads into asynchronous copies, one per thread and 16
+bytes. A tensor descriptor names the whole matrix once (base, shape, strides) on the host; in the kernel
+`desc.load([row, col])` asks the TMA for one [rows, cols] tile: one instruction for the whole tile, no address
+arithmetic or masks in the loop (the hardware zero-fills past the matrix's edges), and the warps are free for
+the tensor cores while the copies of the next stages run. The epilogues stay the course's: the SwiGLU of two
+accumulators, the residual added in fp32 before the one rounding.
+
+Measured on an H200 in bf16 (lab/prompt_gemm_sweep.py, its record in lab/results/): at M = 1,024 and 4,096 this
+kernel is 1.2-1.4x faster than the pointer form at its best tiles, and level with or ahead of cuBLAS
+(`torch.addmm`) on the GEMM + residual. `config` holds the tiles that were fastest there.
+
+Not taken (`usable`): below sm_90 (no TMA: a T4, an A100, an L4), on a triton without host tensor descriptors,
+under the interpreter unless asked for (the tests ask), for dtypes other than fp16/bf16, and for operands whose
+base or row stride is not a multiple of 16 bytes or whose rows are not contiguous (the TMA's rules).
+"""
+import torch
+import triton
+import triton.language as tl
+
+from . import triton_helpers as helpers
+from .triton_helpers import pdl_enter, silu
+
+try:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+except ImportError:            # a triton without host-side tensor descriptors: the pointer kernels run
+    TensorDescriptor = None
+
+MIN_M = 256                    # prompts shorter than this keep chapter 05_projections's tiles
+TMA_CAPABILITY = 90            # the first compute capability with a TMA
+
+
+@triton.jit
+def tma_gemm_kernel(x_desc, w_desc, up_desc, res_ptr, y_ptr, M, N, K,
+                    GATED: tl.constexpr, RESIDUAL: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    PDL: tl.constexpr = False):
+    """The BLOCK_M x BLOCK_N tile of y [M, N] (program_id(0) along M, (1) along N) = x [M, K] @ W [N, K].T,
+    with GATED: silu(x W.T) * (x W_up.T); with RESIDUAL: + res [M, N] (y may be res: the stream in place).
+    x, W and W_up come through tensor descriptors of [BLOCK_M, BLOCK_K] and [BLOCK_N, BLOCK_K] tiles."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
+    m0 = tl.program_id(0) * BLOCK_M    # axis 0 is M: the programs sharing a weight tile run side by side (L2)
+    n0 = tl.program_id(1) * BLOCK_N
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    if GATED:
+        acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        a = x_desc.load([m0, k0])                                                   # [BLOCK_M, BLOCK_K]
+        # W's tile is [BLOCK_N, BLOCK_K] as stored; its transpose is a view the tensor cores read as is.
+        # "ieee": fp32 operands (the CPU tests) in full fp32; no effect on bf16/fp16
+        acc = tl.dot(a, tl.trans(w_desc.load([n0, k0])), acc, input_precision="ieee")
+        if GATED:
+            acc_up = tl.dot(a, tl.trans(up_desc.load([n0, k0])), acc_up, input_precision="ieee")
+    if GATED:
+        acc = silu(acc) * acc_up
+    rm = m0 + tl.arange(0, BLOCK_M)
+    rn = n0 + tl.arange(0, BLOCK_N)
+    offs = rm[:, None].to(tl.int64) * N + rn[None, :]                               # [BLOCK_M, BLOCK_N]
+    ok = (rm < M)[:, None] & (rn < N)[None, :]
+    if RESIDUAL:
+        acc += tl.load(res_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+    tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=ok)
+
+
+def _aligned(t: torch.Tensor) -> bool:
+    """The TMA's rules for a 2-D operand: rows contiguous, base and row stride multiples of 16 bytes."""
+    return (t.dim() == 2 and t.stride(1) == 1 and (t.stride(0) * t.element_size()) % 16 == 0
+            and t.data_ptr() % 16 == 0)
+
+
+def usable(x: torch.Tensor, *weights: torch.Tensor, interpreted_too: bool = False) -> bool:
+    """Whether the prompt GEMM of x [M, K] with `weights` [N, K] may run `tma_gemm_kernel` (see the module's
+    docstring); `interpreted_too`: also under the CPU interpreter (the tests)."""
+    if TensorDescriptor is None or x.shape[0] < MIN_M or x.dtype not in (torch.bfloat16, torch.float16):
+        return False
+    gpu = helpers.gpu_of(x.device)
+    if gpu is None:
+        if not interpreted_too:
+            return False
+    elif gpu.capability < TMA_CAPABILITY:
+        return False
+    return all(_aligned(t) for t in (x, *weights))
+
+
+def config(M: int, N: int, gated: bool, dtype: torch.dtype, device: torch.device) -> dict:
+    """Tiles of `tma_gemm_kernel` (the H200's fastest, lab/prompt_gemm_sweep.py): 128 x 128 on 4 warps, 128 x 64
+    gated (two accumulators); 64-row tiles in steps of 128, 4 stages, when 128-row ones make less than a wave
+    (the 1,024-row projections at M = 1,024). Stages capped by shared memory."""
+    gpu = helpers.gpu_of(device)
+    sms = gpu.sms if gpu is not None else 132
+    block_n = 64 if gated else 128
+    cfg = {"BLOCK_M": 128, "BLOCK_N": block_n, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
+    if triton.cdiv(M, 128) * triton.cdiv(N, block_n) < sms:
+        cfg.update(BLOCK_M=64, BLOCK_K=128, num_stages=4)
+    if gpu is not None:
+        stage = (cfg["BLOCK_M"] + (2 if gated else 1) * block_n) * cfg["BLOCK_K"] * dtype.itemsize
+        cfg["num_stages"] = max(1, min(cfg["num_stages"], gpu.shared_bytes // stage))
+    return cfg
+
+
+def launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, up: torch.Tensor | None = None,
+           residual: torch.Tensor | None = None, pdl: dict | None = None) -> torch.Tensor:
+    """out [M, N] = x [M, K] @ weight [N, K].T (with `up`: silu(that) * x @ up.T; with `residual` [M, N]: plus
+    it, out may be residual) through `tma_gemm_kernel`; arguments already checked by the caller, `usable` true.
+    pdl: the launch's PDL arguments (`runtime.pdl_args()`), none by default."""
+    M, K = x.shape
+    N = weight.shape[0]
+    cfg = config(M, N, up is not None, x.dtype, x.device)
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    x_desc = TensorDescriptor.from_tensor(x, [bm, bk])
+    w_desc = TensorDescriptor.from_tensor(weight, [bn, bk])
+    up_desc = w_desc if up is None else TensorDescriptor.from_tensor(up, [bn, bk])
+    grid = (triton.cdiv(M, bm), triton.cdiv(N, bn))
+    tma_gemm_kernel[grid](x_desc, w_desc, up_desc, out if residual is None else residual, out, M, N, K,
+                          GATED=up is not None, RESIDUAL=residual is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
+                          num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **(pdl or {}))
+    return out
