@@ -19,8 +19,10 @@ at M = 128 to 4,096, which tiles close the gap, and do a tensor-descriptor (TMA)
 a split-K one go further?
 Method: the five shapes (from the config) at each M of MS; for each, (1) the course's kernel as the engine
 launches it (its config function's pick), (2) the same kernel at every config of `space` that fits shared
-memory, (3) `tma_gemm_kernel` below (the same three epilogues, operands through host-built tensor descriptors)
-over the configs of 64 rows or more, (4) up to M = 1,024, the split-K GEMM + residual of `prefill_probe` (K cut
+memory, (3) `tma_gemm_kernel` (tritonllm_course/tma_gemm.py: the same three epilogues, operands through
+host-built tensor descriptors) over the configs of 64 rows or more, (3b) `tma_persistent_kernel` below, the same
+tile walk in one wave of programs (`persistent_space`: grouped tile order, with and without the flattened loop
+and warp specialization), (4) up to M = 1,024, the split-K GEMM + residual of `prefill_probe` (K cut
 in 2-8 pieces, the last piece of a tile to arrive adds them in a fixed order and the residual; for the plain
 GEMM a zero residual, one more read of M x N) at tiles of 64-128 rows, and beside them (5) cuBLAS on the same
 operands: `torch.matmul` (for the gated GEMM one product with the stacked [W_gate; W_up], without the SwiGLU: a
@@ -57,40 +59,11 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from lab import common
-from tritonllm_course.triton_helpers import silu
+from tritonllm_course.tma_gemm import store_tile, tma_gemm_kernel, tma_tile
 
 MS = (4096, 1024, 128, 512, 2048)          # the long prompts first: a run cut short keeps them
 FORMS = ("course", "tma", "persistent", "splitk")
 EPS = 1e-6
-
-
-@triton.jit
-def tma_gemm_kernel(x_desc, w_desc, up_desc, res_ptr, y_ptr, M, N, K,
-                    GATED: tl.constexpr, RESIDUAL: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """y[M, N] tile (program_id(0) along M, (1) along N) of x [M, K] @ W[N, K].T with the course's epilogues:
-    GATED: silu(x W.T) * (x W_up.T); RESIDUAL: + res [M, N]. The x, W and W_up tiles come through tensor
-    descriptors (zeros past M, N and K)."""
-    m0 = tl.program_id(0) * BLOCK_M
-    n0 = tl.program_id(1) * BLOCK_N
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    if GATED:
-        acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        a = x_desc.load([m0, k0])                                                   # [BLOCK_M, BLOCK_K]
-        # "ieee": fp32 operands (the check) in full fp32; no effect on bf16
-        acc = tl.dot(a, tl.trans(w_desc.load([n0, k0])), acc, input_precision="ieee")   # W [BLOCK_N, BLOCK_K]
-        if GATED:
-            acc_up = tl.dot(a, tl.trans(up_desc.load([n0, k0])), acc_up, input_precision="ieee")
-    if GATED:
-        acc = silu(acc) * acc_up
-    rm = m0 + tl.arange(0, BLOCK_M)
-    rn = n0 + tl.arange(0, BLOCK_N)
-    offs = rm[:, None].to(tl.int64) * N + rn[None, :]                               # [BLOCK_M, BLOCK_N]
-    ok = (rm < M)[:, None] & (rn < N)[None, :]
-    if RESIDUAL:
-        acc += tl.load(res_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-    tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=ok)
 
 
 @triton.jit
@@ -111,23 +84,8 @@ def tma_persistent_kernel(x_desc, w_desc, up_desc, res_ptr, y_ptr, M, N, K,
         rows = tl.minimum(tiles_m - first_m, GROUP_M)          # row tiles in this (maybe last, short) group
         m0 = (first_m + (tile % per_group) % rows) * BLOCK_M
         n0 = ((tile % per_group) // rows) * BLOCK_N
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        if GATED:
-            acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            a = x_desc.load([m0, k0])                                               # [BLOCK_M, BLOCK_K]
-            acc = tl.dot(a, tl.trans(w_desc.load([n0, k0])), acc, input_precision="ieee")
-            if GATED:
-                acc_up = tl.dot(a, tl.trans(up_desc.load([n0, k0])), acc_up, input_precision="ieee")
-        if GATED:
-            acc = silu(acc) * acc_up
-        rm = m0 + tl.arange(0, BLOCK_M)
-        rn = n0 + tl.arange(0, BLOCK_N)
-        offs = rm[:, None].to(tl.int64) * N + rn[None, :]                           # [BLOCK_M, BLOCK_N]
-        ok = (rm < M)[:, None] & (rn < N)[None, :]
-        if RESIDUAL:
-            acc += tl.load(res_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-        tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=ok)
+        acc = tma_tile(x_desc, w_desc, up_desc, m0, n0, K, GATED, BLOCK_M, BLOCK_N, BLOCK_K)
+        store_tile(acc, res_ptr, y_ptr, m0, n0, M, N, RESIDUAL, BLOCK_M, BLOCK_N)
 
 
 def tma_gemm(x, w, y, cfg, up=None, res=None, descs=None):

@@ -35,16 +35,11 @@ TMA_CAPABILITY = 90            # the first compute capability with a TMA
 
 
 @triton.jit
-def tma_gemm_kernel(x_desc, w_desc, up_desc, res_ptr, y_ptr, M, N, K,
-                    GATED: tl.constexpr, RESIDUAL: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    PDL: tl.constexpr = False):
-    """The BLOCK_M x BLOCK_N tile of y [M, N] (program_id(0) along M, (1) along N) = x [M, K] @ W [N, K].T,
-    with GATED: silu(x W.T) * (x W_up.T); with RESIDUAL: + res [M, N] (y may be res: the stream in place).
-    x, W and W_up come through tensor descriptors of [BLOCK_M, BLOCK_K] and [BLOCK_N, BLOCK_K] tiles."""
-    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
-    m0 = tl.program_id(0) * BLOCK_M    # axis 0 is M: the programs sharing a weight tile run side by side (L2)
-    n0 = tl.program_id(1) * BLOCK_N
+def tma_tile(x_desc, w_desc, up_desc, m0, n0, K, GATED: tl.constexpr,
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    """fp32 [BLOCK_M, BLOCK_N]: rows m0.. of x [M, K] times rows n0.. of W [N, K], transposed, through tensor
+    descriptors of [BLOCK_M, BLOCK_K] and [BLOCK_N, BLOCK_K] tiles (zeros past the edges); GATED: silu of that
+    times the same product with W_up. The walk along K shared by the kernels that read through the TMA."""
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if GATED:
         acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -57,6 +52,14 @@ def tma_gemm_kernel(x_desc, w_desc, up_desc, res_ptr, y_ptr, M, N, K,
             acc_up = tl.dot(a, tl.trans(up_desc.load([n0, k0])), acc_up, input_precision="ieee")
     if GATED:
         acc = silu(acc) * acc_up
+    return acc
+
+
+@triton.jit
+def store_tile(acc, res_ptr, y_ptr, m0, n0, M, N, RESIDUAL: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The epilogue: y [M, N] rows m0.., columns n0.. = acc (fp32), plus res [M, N] under RESIDUAL, rounded once
+    to y's dtype (y may be res)."""
     rm = m0 + tl.arange(0, BLOCK_M)
     rn = n0 + tl.arange(0, BLOCK_N)
     offs = rm[:, None].to(tl.int64) * N + rn[None, :]                               # [BLOCK_M, BLOCK_N]
@@ -64,6 +67,20 @@ def tma_gemm_kernel(x_desc, w_desc, up_desc, res_ptr, y_ptr, M, N, K,
     if RESIDUAL:
         acc += tl.load(res_ptr + offs, mask=ok, other=0.0).to(tl.float32)
     tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=ok)
+
+
+@triton.jit
+def tma_gemm_kernel(x_desc, w_desc, up_desc, res_ptr, y_ptr, M, N, K,
+                    GATED: tl.constexpr, RESIDUAL: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                    PDL: tl.constexpr = False):
+    """The BLOCK_M x BLOCK_N tile of y [M, N] (program_id(0) along M, (1) along N) = x [M, K] @ W [N, K].T,
+    with GATED: silu(x W.T) * (x W_up.T); with RESIDUAL: + res [M, N] (y may be res: the stream in place)."""
+    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
+    m0 = tl.program_id(0) * BLOCK_M    # axis 0 is M: the programs sharing a weight tile run side by side (L2)
+    n0 = tl.program_id(1) * BLOCK_N
+    acc = tma_tile(x_desc, w_desc, up_desc, m0, n0, K, GATED, BLOCK_M, BLOCK_N, BLOCK_K)
+    store_tile(acc, res_ptr, y_ptr, m0, n0, M, N, RESIDUAL, BLOCK_M, BLOCK_N)
 
 
 def _aligned(t: torch.Tensor) -> bool:
