@@ -46,11 +46,18 @@ and gated GEMMs, and beats `torch.addmm` on the GEMM + residual at both lengths.
 everywhere (17.1-83.2 us). Every best config's output was within 1.7e-3 of the fp32 product (bf16 output).
 Verdict: adopted in part: the GEMM + residual's 128-row tiles from M = 256 on as wide as still make about one
 wave (`WAVE_TILES`, `gemm_residual_config` in solutions/layer_fusion.py), which the course's own kernel
-measured here at 33.1 against 35.0 us (M = 4,096) and 13.4 against 21.2 us (M = 1,024). Not adopted yet: the
-TMA form, the larger gain, which needs tensor descriptors (sm_90 here; a fallback on older GPUs) and a chapter's
-exercise; and M = 128, 512 and 2,048, not reached in this run.
+measured here at 33.1 against 35.0 us (M = 4,096) and 13.4 against 21.2 us (M = 1,024). Then the TMA form,
+the larger gain: `tritonllm_course/tma_gemm.py`, which the three callers take on sm_90 from 256 tokens (its
+tiles are this run's fastest TMA tiles at 4,096 and 1,024). With it, on an H100 (2026-12-05), the fast level's
+time to the first token was 4.84 ms at 1,024 tokens and 16.57 ms at 4,000, from its CUDA graphs without PDL
+(lab/results/ttft_tma_nvidia-h100-80gb-hbm3_2026-12-05.json; no run without the TMA form beside it on that
+GPU). M = 128, 512 and 2,048 were not reached. The persistent form (3b)
+was run once, on an H100 (triton 3.6, FORMS="tma persistent", with warp specialization): no case finished in
+260 s and no line was printed, so where it stopped is not known; each config now prints a line before it runs,
+and warp specialization is tried only with PERSIST_WS=1.
 """
 import os
+import sys
 import time
 
 import torch
@@ -62,7 +69,7 @@ from lab import common
 from tritonllm_course.tma_gemm import store_tile, tma_gemm_kernel, tma_tile
 
 MS = (4096, 1024, 128, 512, 2048)          # the long prompts first: a run cut short keeps them
-FORMS = ("course", "tma", "persistent", "splitk")
+FORMS = ("course", "tma", "splitk", "persistent")   # the persistent form last: it may not return
 EPS = 1e-6
 
 
@@ -183,13 +190,14 @@ def space(M, gated):
 def persistent_space(M, gated):
     """The persistent TMA kernel's configs at M rows: the TMA form's fastest tiles at M = 1,024 and 4,096
     (128 x 128 on 4 or 8 warps, 128 x 256 on 8 but not gated, 64-row tiles below M = 512 and 128 x 64 gated),
-    in groups of 8 row tiles, each without and with the flattened loop and warp specialization."""
+    in groups of 8 row tiles, each without and with the flattened loop; with PERSIST_WS=1 also with warp
+    specialization (a run with it on an H100, triton 3.6, 2026-12-05, finished no case in 260 s)."""
     tiles = [(128, 128, 4), (128, 128, 8)] + ([] if gated else [(128, 256, 8)]) + ([(128, 64, 4)] if gated else [])
     if M < 512:
         tiles += [(64, 128, 4), (64, 64, 4)]
     for bm, bn, warps in tiles:
         for flatten in (False, True):
-            for ws in (False, True):
+            for ws in ((False, True) if os.environ.get("PERSIST_WS") == "1" else (False,)):
                 yield {"BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": 64, "num_warps": warps, "num_stages": 3,
                        "GROUP_M": 8, "FLATTEN": flatten, "WS": ws}
 
@@ -301,8 +309,8 @@ def main(out):
             tiles = list(space(M, gated))
             for form, configs in (("course", [hand] + [c for c in tiles if c != hand]),
                                   ("tma", [c for c in tiles if c["BLOCK_M"] >= 64]),
-                                  ("persistent", list(persistent_space(M, gated))),
-                                  ("splitk", list(splitk_space(M)) if kind != "gated" else [])):
+                                  ("splitk", list(splitk_space(M)) if kind != "gated" else []),
+                                  ("persistent", list(persistent_space(M, gated)))):
                 if form not in forms:
                     continue
                 for cfg in configs:
@@ -312,6 +320,8 @@ def main(out):
                     if form == "persistent":
                         programs = min(programs, torch.cuda.get_device_properties(0).multi_processor_count)
                     row = {"form": form, **cfg, "programs": programs}
+                    # where a run stands if a compile or a kernel never returns: the last line printed
+                    print(f"  M={M} {name}: {form} {cfg}", file=sys.stderr, flush=True)
                     try:
                         if form == "course":
                             fn = course(cfg)

@@ -176,9 +176,11 @@ for chunk in (16, 32, 64):
 
 def test_small_key_heads_in_fp32():
     """16-dim key heads in fp32 (tf32x3 products), 40 tokens: every chunk size and two value blocks against the
-    recurrent kernel. In a process of its own: on an H200 (triton 3.6, 2026-12-05) these calls, made by the lab's
-    delta-rule probes' checks, ended in an illegal memory access, which would poison every later CUDA call of
-    this test's worker. The child prints each call it finished: the first one missing is where it faulted."""
+    recurrent kernel. In a process of its own: these calls, made by the lab's delta-rule probes' checks, ended in
+    an illegal memory access (triton 3.6; H200 and H100, 2026-12-05), which would poison every later CUDA call of
+    this test's worker. compute-sanitizer put it in chunk_prepare_kernel at chunks of 64, a shared-memory read
+    past its end in the UT transform's products; `chunk_prepare` now gives it key tiles of 32 columns at least.
+    The child prints each call it finished: the first one missing is where it faulted."""
     run = subprocess.run([sys.executable, "-c", SMALL_HEADS], capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, f"{run.stdout[-1500:]}\n{run.stderr[-1500:]}"
 
