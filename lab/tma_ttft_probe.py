@@ -1,0 +1,52 @@
+"""What does the TMA form of the prompt GEMMs give the engine's time to the first token?
+
+    python -m lab.tma_ttft_probe [OUTDIR]     (on an sm_90 GPU)
+
+Question: `tritonllm_course/tma_gemm.py` replaced the pointer-based tiles of the prompt's GEMMs (the
+in-projections, the gate/up + SwiGLU, the GEMM + residual) from `tma_gemm.MIN_M` tokens on sm_90 GPUs,
+1.2-1.4x faster a GEMM in `lab/prompt_gemm_sweep.py`. How much of that reaches the time to the first token?
+Method: Qwen3.5-0.8B's shapes, random weights, bf16, two engines at the fast level (`Engine.random`, the default
+4,096-token chunks, CUDA graphs): one with the TMA form, one with `tma_gemm.MIN_M` raised past every prompt (the
+pointer kernels), each captured under its own setting. Prompts of 128 (below MIN_M: both run the same kernels),
+1,024 and 4,000 tokens; `common.ttft_ms` (two untimed runs, the median of five), the two engines alternated
+over ROUNDS rounds; the first token of each compared.
+Writes OUTDIR/tma_ttft_probe_<gpu>_<date>.json.
+Result: not run yet.
+Verdict: none yet.
+"""
+import torch
+
+from lab import common
+
+PROMPTS = (128, 1024, 4000)
+ROUNDS = 2
+NEVER = 1 << 30            # a MIN_M no prompt reaches: the pointer kernels everywhere
+
+
+def main(out):
+    common.setup()
+    from tritonllm_course import tma_gemm
+    from tritonllm_course.config import QWEN35_0_8B
+    from tritonllm_course.engine import Engine
+    path = common.result_path(out, "tma_ttft_probe")
+    res = common.header(what="time to the first token (ms), fast level, graphs: TMA GEMMs against pointer ones",
+                        min_m=tma_gemm.MIN_M, rows=[])
+    gen = torch.Generator().manual_seed(0)
+    prompts = {n: torch.randint(0, QWEN35_0_8B.vocab_size, (n,), generator=gen).tolist() for n in PROMPTS}
+    engines = {name: Engine.random(QWEN35_0_8B, torch.bfloat16, "cuda", seed=0, max_seq_len=max(PROMPTS) + 64,
+                                   level="fast") for name in ("tma", "pointer")}
+    min_m = {"tma": tma_gemm.MIN_M, "pointer": NEVER}
+    for rnd in range(ROUNDS):
+        for name, engine in engines.items():
+            row = {"round": rnd, "gemm": name, "ttft_ms": {}, "first_token": {}}
+            with common.replaced(tma_gemm, "MIN_M", min_m[name]):
+                for n, prompt in prompts.items():
+                    row["ttft_ms"][n], row["first_token"][n] = common.ttft_ms(engine, prompt)
+            res["rows"].append(row)
+            print(row, flush=True)
+            common.save(path, res)
+    return res
+
+
+if __name__ == "__main__":
+    main(common.out_dir())
