@@ -12,7 +12,7 @@ pointer kernels), each captured under its own setting. Prompts of 128 (below MIN
 over ROUNDS rounds; the first token of each compared.
 Writes OUTDIR/tma_ttft_probe_<gpu>_<date>.json.
 Result: not measured yet: python -m lab.tma_ttft_probe on an H100 or H200 (about 2 minutes).
-Verdict: to be decided: the TMA form is taken from MIN_M tokens on sm_90 (`tritonllm_course/tma_gemm.py`) on the
+Verdict: to be decided: the TMA form is adopted from MIN_M tokens on sm_90 (`tritonllm_course/tma_gemm.py`) on the
 strength of the GEMMs' own times; this measures what the prompt gains.
 """
 import torch
