@@ -1,15 +1,19 @@
-"""What does the TMA form of the prompt GEMMs give the engine's time to the first token?
+"""What does the TMA form of the prompt GEMMs give the engine's time to the first token, and PDL at long prompts?
 
     python -m lab.tma_ttft_probe [OUTDIR]     (on an sm_90 GPU)
 
 Question: `tritonllm_course/tma_gemm.py` replaced the pointer-based tiles of the prompt's GEMMs (the
 in-projections, the gate/up + SwiGLU, the GEMM + residual) from `tma_gemm.MIN_M` tokens on sm_90 GPUs,
 1.2-1.4x faster a GEMM in `lab/prompt_gemm_sweep.py`. How much of that reaches the time to the first token?
-Method: Qwen3.5-0.8B's shapes, random weights, bf16, two engines at the fast level (`Engine.random`, the default
-4,096-token chunks, CUDA graphs): one with the TMA form, one with `tma_gemm.MIN_M` raised past every prompt (the
-pointer kernels), each captured under its own setting. Prompts of 128 (below MIN_M: both run the same kernels),
-1,024 and 4,000 tokens; `common.ttft_ms` (two untimed runs, the median of five), the two engines alternated
-over ROUNDS rounds; the first token of each compared.
+And is the engine with PDL (the default on sm_90) as fast at long prompts as with pdl=False? Its long chunks
+launch without the overlap, the same kernels, yet a bench on an H100 (2026-12-05,
+lab/results/ttft_tma_nvidia-h100-80gb-hbm3_2026-12-05.json, the PDL row measured after the other) had it at
+19.58 against 16.57 ms at 4,000 tokens.
+Method: Qwen3.5-0.8B's shapes, random weights, bf16, three engines at the fast level (`Engine.random`, the
+default 4,096-token chunks, CUDA graphs): the default (the TMA form, PDL), the same with pdl=False, and one with
+`tma_gemm.MIN_M` raised past every prompt (the pointer kernels, PDL), each captured under its own setting.
+Prompts of 128 (below MIN_M: the same GEMM kernels everywhere), 1,024 and 4,000 tokens; `common.ttft_ms` (two
+untimed runs, the median of five), the engines alternated over ROUNDS rounds; the first tokens compared.
 Writes OUTDIR/tma_ttft_probe_<gpu>_<date>.json.
 Result: not measured yet: python -m lab.tma_ttft_probe on an H100 or H200 (about 2 minutes).
 Verdict: to be decided: the TMA form is adopted from MIN_M tokens on sm_90 (`tritonllm_course/tma_gemm.py`) on the
@@ -30,17 +34,20 @@ def main(out):
     from tritonllm_course.config import QWEN35_0_8B
     from tritonllm_course.engine import Engine
     path = common.result_path(out, "tma_ttft_probe")
-    res = common.header(what="time to the first token (ms), fast level, graphs: TMA GEMMs against pointer ones",
+    res = common.header(what="time to the first token (ms), fast level, graphs: TMA GEMMs against pointer ones, "
+                        "with and without PDL",
                         min_m=tma_gemm.MIN_M, rows=[])
     gen = torch.Generator().manual_seed(0)
     prompts = {n: torch.randint(0, QWEN35_0_8B.vocab_size, (n,), generator=gen).tolist() for n in PROMPTS}
+    variants = {"tma": ("tma", None), "tma, pdl=False": ("tma", False), "pointer": ("pointer", None)}
     engines = {name: Engine.random(QWEN35_0_8B, torch.bfloat16, "cuda", seed=0, max_seq_len=max(PROMPTS) + 64,
-                                   level="fast") for name in ("tma", "pointer")}
+                                   level="fast", pdl=pdl) for name, (_, pdl) in variants.items()}
     min_m = {"tma": tma_gemm.MIN_M, "pointer": NEVER}
     for rnd in range(ROUNDS):
         for name, engine in engines.items():
-            row = {"round": rnd, "gemm": name, "ttft_ms": {}, "first_token": {}}
-            with common.replaced(tma_gemm, "MIN_M", min_m[name]):
+            gemm = variants[name][0]
+            row = {"round": rnd, "variant": name, "pdl": engine.pdl, "ttft_ms": {}, "first_token": {}}
+            with common.replaced(tma_gemm, "MIN_M", min_m[gemm]):
                 for n, prompt in prompts.items():
                     row["ttft_ms"][n], row["first_token"][n] = common.ttft_ms(engine, prompt)
             res["rows"].append(row)

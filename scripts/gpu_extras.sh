@@ -69,9 +69,11 @@
 #             (CONFIG=qwen3.5-27b: another size of the family, profile_<config>_<gpu>_<date>.*)
 # splitk      the split-K GEMV (24_split_k): time against the number of pieces, against chapter 05_projections's GEMV
 #             and cuBLAS at the narrow decode shapes and the LM head, the atomic reduction's run-to-run spread
+# ttft        the time to the first token (05_projections, 18_cuda_graphs, lab/tma_ttft_probe.py): the TMA prompt
+#             GEMMs against the pointer ones and PDL against pdl=False, engines alternated, 128 to 4,000 tokens
 set -uo pipefail
 NAMES="autotune claims compilers delta_rule engine family flash gemv graphs ladder layers pdl prefill prompt quant"
-NAMES="$NAMES profile splitk"
+NAMES="$NAMES profile splitk ttft"
 if [ "${1:-}" = "--list" ]; then
   echo $NAMES
   exit 0
@@ -151,6 +153,11 @@ gemv() {   # each probe under its own time limit; one that fails does not stop t
 graphs() {
   export TRITONLLM_KERNELS=solutions
   exec timeout 240 $PY -m lab.multistep_graph_probe "$OUT"
+}
+
+ttft() {
+  export TRITONLLM_KERNELS=solutions
+  exec timeout 240 $PY -m lab.tma_ttft_probe "$OUT"
 }
 
 ladder() {
