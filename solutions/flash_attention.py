@@ -115,8 +115,11 @@ def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted
 
     Rows per program (BLOCK_M): 64 when that still gives half a wave of programs (for Qwen3.5 from
     T = 513 on: 2 KV heads x cdiv(4T, 64) row blocks >= 66), else 32 or 16, so a 128-token prompt has 64
-    programs rather than 16. A [64, 256] fp32 accumulator is 64 registers a thread at 8 warps (128 at 4:
-    spills), so 64 rows get 8 warps. Keys per step (BLOCK_N): 64, halved until the q tile and
+    programs rather than 16. A [64, 256] fp32 accumulator is 128 registers a thread at 4 warps (64 at 8); the
+    4-warp kernel fits in 255 registers without spilling on every GPU the course targets (`tritonllm-course
+    targets`) and is the faster one: 37.4 against 44.2 us at T = 1,024 (chapter 23_flash_attention's tile table,
+    H200, 2026-12-04), so every block size gets 4 warps but the long prompts' 128 rows. Keys per step
+    (BLOCK_N): 64, halved until the q tile and
     `num_stages` K and V tiles fit in SMEM_BUDGET: bf16 [64 + 2 x 2 x 64, 256] tiles are 160 KB of the
     H200's 227 KB; fp32 (the model-swap checks run in fp32) drops to 32- or 16-key steps. Under the CPU
     interpreter a program costs about the same whatever its size: there, 32 rows and 16 keys, so small
@@ -141,7 +144,7 @@ def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted
         block_m //= 2   # not even 16-key steps beside this q tile (a T4's 64 KB at D = 256): fewer rows
     block_n = helpers.rows_within(budget, 64, element_size * block_d, 2 * stages,
                                   fixed=element_size * block_d * block_m)
-    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": 8 if block_m == 64 else 4,
+    return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": 4,
             "num_stages": stages}
 
 
