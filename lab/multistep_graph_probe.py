@@ -23,8 +23,8 @@ and by the host's clock to the end; every variant's tokens and flags against (1)
 Result: NVIDIA H200, 2026-12-05 (lab/results/multistep_graph_nvidia-h200_2026-12-05.json; triton 3.6), us a
 token (spread over 7 runs): one step a graph 638.4 (1.8); copy between 635.3 / 634.6 / 633.3 at 2 / 4 / 8 steps
 (2.0 / 1.6 / 1.6); kernel between 635.5 / 635.1 / 634.3; PDL across 634.0 / 631.1 / 631.8. The host's clock
-agrees within 1 us. Every variant gave the same tokens, flags clear.
-Verdict: not adopted: 8 steps a graph save 5 us a token (0.8%) in the safe forms and 7 us with PDL across
+agrees within 1.2 us. Every variant gave the same tokens, flags clear.
+Verdict: not adopted: 8 steps a graph save 4-5 us a token (0.6-0.8%) in the safe forms and 7 us with PDL across
 the steps' edges. So the gap between the bench and the step's kernel time is not at the replays' edges;
 `Engine.stream` (tritonllm_course/engine/engine.py) keeps one step a replay and its one-step-ahead loop.
 """

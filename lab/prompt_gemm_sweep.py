@@ -12,7 +12,7 @@ solutions/linear.py), the gate/up GEMM with the SwiGLU in its epilogue (2 x 3,58
 their epilogue (1,024 x 2,048 and 1,024 x 3,584: `gemm_residual_kernel`, solutions/layer_fusion.py). Their
 configs were measured at M = 128 (`prefill_probe`); from M = 256 on they take 128 x 128 tiles (gated
 128 x 64), which at N = 1,024 makes cdiv(M, 128) x 8 programs: 32 at M = 512 for 132 SMs. An unsaved
-per-kernel profile of a 4,000-token prompt in 512-token chunks (2026-12-05, docs/results.md section 4) put
+per-kernel profile of a 4,000-token prompt in 512-token chunks (2026-12-05; its figures were not kept) put
 the GEMM + residual at 37-40% of the prompt; at M = 128 `prefill_probe` found it and cuBLAS alike at 8-11
 us for 4-7 MB of weights, far from both the bytes' and the FLOPs' bound. How far from cuBLAS is each GEMM
 at M = 128 to 4,096, which tiles close the gap, and do a tensor-descriptor (TMA) form of the same kernels or
@@ -48,13 +48,14 @@ Verdict: adopted in part: the GEMM + residual's 128-row tiles from M = 256 on as
 wave (`WAVE_TILES`, `gemm_residual_config` in solutions/layer_fusion.py), which the course's own kernel
 measured here at 33.1 against 35.0 us (M = 4,096) and 13.4 against 21.2 us (M = 1,024). Then the TMA form,
 the larger gain: `tritonllm_course/tma_gemm.py`, which the three callers take on sm_90 from 256 tokens (its
-tiles are this run's fastest TMA tiles at 4,096 and 1,024). With it, on an H100 (2026-12-05), the fast level's
-time to the first token was 4.84 ms at 1,024 tokens and 16.57 ms at 4,000, from its CUDA graphs without PDL
-(lab/results/ttft_tma_nvidia-h100-80gb-hbm3_2026-12-05.json; no run without the TMA form beside it on that
-GPU). M = 128, 512 and 2,048 were not reached. The persistent form (3b)
-was run once, on an H100 (triton 3.6, FORMS="tma persistent", with warp specialization): no case finished in
-260 s and no line was printed, so where it stopped is not known; each config now prints a line before it runs,
-and warp specialization is tried only with PERSIST_WS=1.
+tiles are this run's fastest TMA tiles in six of the nine cases, within 1% in two more; the attention
+in-projection at M = 1,024 gets 128 x 128, 23.7 us against 21.9 for the fastest, 64 x 128). With it, on an
+H100 (2026-12-05), the fast level's time to the first token was 4.84 ms at 1,024 tokens and 16.57 ms at 4,000,
+from its CUDA graphs without PDL (lab/results/ttft_tma_nvidia-h100-80gb-hbm3_2026-12-05.json; no run without
+the TMA form beside it on that GPU). M = 128, 512 and 2,048 were not reached. The persistent form (3b) was
+run once, on an H100 (triton 3.6, FORMS="tma persistent", with warp specialization): no case finished in 260 s
+and no line was printed, so where it stopped is not known; each config now prints a line before it runs, and
+warp specialization is tried only with PERSIST_WS=1.
 """
 import os
 import sys
