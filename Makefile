@@ -38,7 +38,7 @@ WINDOW ?= 3.5.0 3.9.0
 # the kernels' families whole; of the engine, the runs end to end (tokens against transformers through the
 # command line, a chat's chunks and turns, seeded sampling): a few minutes a version on two cores
 WINDOW_TESTS ?= tests/kernels/test_rmsnorm.py tests/kernels/test_rope.py tests/kernels/test_attention.py \
-	tests/kernels/test_delta_rule.py tests/kernels/test_quant.py \
+	tests/kernels/test_delta_rule.py tests/kernels/test_quant.py tests/kernels/test_tma_gemm.py \
 	tests/model/test_engine.py::test_cli_triton_backend_gives_transformers_greedy_tokens \
 	tests/model/test_engine.py::test_prompt_chunks_and_chat_turns_continue_the_same_sequence \
 	tests/model/test_engine.py::test_sampling_is_seeded_through_the_sampling_kernel

@@ -26,14 +26,15 @@ def _reference(x, w, up=None, res=None):
 
 
 @needs_descriptors
-@pytest.mark.parametrize("M,N,K", [(37, 24, 40), (5, 48, 16), (130, 70, 136)])
+@pytest.mark.parametrize("M,N,K", [(37, 24, 48), (5, 48, 16), (130, 70, 144)])
 @pytest.mark.parametrize("epilogue", ["plain", "gated", "residual"])
 def test_every_epilogue_at_odd_shapes(M, N, K, epilogue, monkeypatch):
     """M, N and K not multiples of the tiles (the TMA fills past the edges with zeros; a load past K that
-    were not zero would add garbage), the output poisoned with NaN (a tile never stored shows)."""
+    were not zero would add garbage), the output poisoned with NaN (a tile never stored shows). K a multiple
+    of 16: triton 3.5's interpreter asks that of a row stride in elements, not bytes."""
     if not TMA_GPU:   # the interpreter: small tiles, so every shape has partial tiles on every side
         monkeypatch.setattr(tma_gemm, "config", lambda M, N, gated, dtype, device: {
-            "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 1})
+            "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 1})
     dtype = torch.bfloat16 if TMA_GPU else torch.float32
     x, w = randn(M, K, dtype=dtype), randn(N, K, dtype=dtype, scale=K ** -0.5, seed=1)
     up = randn(N, K, dtype=dtype, scale=K ** -0.5, seed=2) if epilogue == "gated" else None
