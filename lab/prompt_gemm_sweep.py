@@ -64,10 +64,9 @@ import time
 import torch
 import triton
 import triton.language as tl
-from triton.tools.tensor_descriptor import TensorDescriptor
 
 from lab import common
-from tritonllm_course.tma_gemm import store_tile, tma_gemm_kernel, tma_tile
+from tritonllm_course.tma_gemm import descriptors, launch as tma_launch, store_tile, tma_tile
 
 MS = (4096, 1024, 128, 512, 2048)          # the long prompts first: a run cut short keeps them
 FORMS = ("course", "tma", "splitk", "persistent")   # the persistent form last: it may not return
@@ -96,37 +95,20 @@ def tma_persistent_kernel(x_desc, w_desc, up_desc, res_ptr, y_ptr, M, N, K,
         store_tile(acc, res_ptr, y_ptr, m0, n0, M, N, RESIDUAL, BLOCK_M, BLOCK_N)
 
 
-def tma_gemm(x, w, y, cfg, up=None, res=None, descs=None):
-    """Launch `tma_gemm_kernel` with config `cfg` (BLOCK_M/N/K, num_warps, num_stages); descs: prebuilt
-    (x, w, up) descriptors."""
-    M, K = x.shape
-    N = w.shape[0]
-    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    if descs is None:
-        descs = (TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
-                 TensorDescriptor.from_tensor(w if up is None else up, [bn, bk]))
-    grid = (triton.cdiv(M, bm), triton.cdiv(N, bn))
-    tma_gemm_kernel[grid](*descs, y if res is None else res, y, M, N, K, GATED=up is not None,
-                          RESIDUAL=res is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-                          num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
-    return y
-
-
 def tma_persistent(x, w, y, cfg, up=None, res=None, sms=None):
-    """Launch `tma_persistent_kernel` at config `cfg` (tma_gemm's keys plus GROUP_M, FLATTEN, WS): one program
-    an SM (`sms`, default this GPU's), fewer when there are fewer tiles."""
+    """Launch `tma_persistent_kernel` at config `cfg` (`tma_gemm.config`'s keys plus GROUP_M, FLATTEN, WS): one
+    program an SM (`sms`, default this GPU's), fewer when there are fewer tiles."""
     M, K = x.shape
     N = w.shape[0]
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    descs = (TensorDescriptor.from_tensor(x, [bm, bk]), TensorDescriptor.from_tensor(w, [bn, bk]),
-             TensorDescriptor.from_tensor(w if up is None else up, [bn, bk]))
     if sms is None:
         sms = torch.cuda.get_device_properties(x.device).multi_processor_count
     programs = min(sms, triton.cdiv(M, bm) * triton.cdiv(N, bn))
-    tma_persistent_kernel[(programs,)](*descs, y if res is None else res, y, M, N, K, GATED=up is not None,
-                                       RESIDUAL=res is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-                                       GROUP_M=cfg["GROUP_M"], PROGRAMS=programs, FLATTEN=cfg["FLATTEN"],
-                                       WS=cfg["WS"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"])
+    tma_persistent_kernel[(programs,)](*descriptors(x, w, up, cfg), y if res is None else res, y, M, N, K,
+                                       GATED=up is not None, RESIDUAL=res is not None, BLOCK_M=bm, BLOCK_N=bn,
+                                       BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], PROGRAMS=programs,
+                                       FLATTEN=cfg["FLATTEN"], WS=cfg["WS"], num_warps=cfg["num_warps"],
+                                       num_stages=cfg["num_stages"])
     return y
 
 
@@ -152,7 +134,7 @@ def check(device="cpu"):
         up = (torch.randn(N, K, generator=gen) / K ** 0.5).to(device)
         res = torch.randn(M, N, generator=gen).to(device)
         for kw in ({}, {"up": up}, {"res": res}):
-            for run in (lambda y: tma_gemm(x, w, y, cfg, **kw),
+            for run in (lambda y: tma_launch(x, w, y, up=kw.get("up"), residual=kw.get("res"), cfg=cfg),
                         lambda y: tma_persistent(x, w, y, persistent, sms=3, **kw)):
                 y = torch.full((M, N), float("nan"), device=device)
                 run(y)
@@ -333,7 +315,7 @@ def main(out):
                                               c["BLOCK_K"], c["num_warps"], c["num_stages"])
                         elif form == "tma":
                             def fn(s, cfg=cfg):
-                                return tma_gemm(s["x"], s["w"], s["y"], cfg, up=s["up"], res=s["res"])
+                                return tma_launch(s["x"], s["w"], s["y"], up=s["up"], residual=s["res"], cfg=cfg)
                         else:
                             def fn(s, cfg=cfg):
                                 return tma_persistent(s["x"], s["w"], s["y"], cfg, up=s["up"], res=s["res"])

@@ -110,7 +110,7 @@ def config(M: int, N: int, gated: bool, dtype: torch.dtype, device: torch.device
     gated (two accumulators); 64-row tiles in steps of 128, 4 stages, when 128-row ones make less than a wave
     (the 1,024-row projections at M = 1,024). Stages capped by shared memory."""
     gpu = helpers.gpu_of(device)
-    sms = gpu.sms if gpu is not None else 132
+    sms = (gpu or helpers.GPUS[TMA_CAPABILITY]).sms       # the interpreter (tests): an H100 / H200's
     block_n = 64 if gated else 128
     cfg = {"BLOCK_M": 128, "BLOCK_N": block_n, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
     if triton.cdiv(M, 128) * triton.cdiv(N, block_n) < sms:
@@ -121,20 +121,27 @@ def config(M: int, N: int, gated: bool, dtype: torch.dtype, device: torch.device
     return cfg
 
 
-def launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, up: torch.Tensor | None = None,
-           residual: torch.Tensor | None = None, pdl: dict | None = None) -> torch.Tensor:
-    """out [M, N] = x [M, K] @ weight [N, K].T (with `up`: silu(that) * x @ up.T; with `residual` [M, N]: plus
-    it, out may be residual) through `tma_gemm_kernel`; arguments already checked by the caller, `usable` true.
-    pdl: the launch's PDL arguments (`runtime.pdl_args()`), none by default."""
-    M, K = x.shape
-    N = weight.shape[0]
-    cfg = config(M, N, up is not None, x.dtype, x.device)
+def descriptors(x: torch.Tensor, weight: torch.Tensor, up: torch.Tensor | None, cfg: dict) -> tuple:
+    """The (x, W, W_up) tensor descriptors of config `cfg`'s tiles ([BLOCK_M, BLOCK_K], [BLOCK_N, BLOCK_K]);
+    without `up`, W's stands in for it (the kernel reads it only when GATED)."""
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    x_desc = TensorDescriptor.from_tensor(x, [bm, bk])
     w_desc = TensorDescriptor.from_tensor(weight, [bn, bk])
     up_desc = w_desc if up is None else TensorDescriptor.from_tensor(up, [bn, bk])
-    grid = (triton.cdiv(M, bm), triton.cdiv(N, bn))
-    tma_gemm_kernel[grid](x_desc, w_desc, up_desc, out if residual is None else residual, out, M, N, K,
-                          GATED=up is not None, RESIDUAL=residual is not None, BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk,
-                          num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **(pdl or {}))
+    return TensorDescriptor.from_tensor(x, [bm, bk]), w_desc, up_desc
+
+
+def launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, up: torch.Tensor | None = None,
+           residual: torch.Tensor | None = None, pdl: dict | None = None, cfg: dict | None = None) -> torch.Tensor:
+    """out [M, N] = x [M, K] @ weight [N, K].T (with `up`: silu(that) * x @ up.T; with `residual` [M, N]: plus
+    it, out may be residual) through `tma_gemm_kernel`; arguments already checked by the caller, `usable` true.
+    pdl: the launch's PDL arguments (`runtime.pdl_args()`), none by default; cfg: tiles, warps and stages
+    (default `config`'s; lab/prompt_gemm_sweep.py times others)."""
+    M, K = x.shape
+    N = weight.shape[0]
+    cfg = config(M, N, up is not None, x.dtype, x.device) if cfg is None else cfg
+    grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
+    tma_gemm_kernel[grid](*descriptors(x, weight, up, cfg), out if residual is None else residual, out, M, N, K,
+                          GATED=up is not None, RESIDUAL=residual is not None, BLOCK_M=cfg["BLOCK_M"],
+                          BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
+                          num_stages=cfg["num_stages"], **(pdl or {}))
     return out
