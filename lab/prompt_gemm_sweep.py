@@ -47,12 +47,22 @@ everywhere (17.1-83.2 us). Every best config's output was within 1.7e-3 of the f
 Verdict: adopted in part: the GEMM + residual's 128-row tiles from M = 256 on as wide as still make about one
 wave (`WAVE_TILES`, `gemm_residual_config` in solutions/layer_fusion.py), which the course's own kernel
 measured here at 33.1 against 35.0 us (M = 4,096) and 13.4 against 21.2 us (M = 1,024). Then the TMA form,
-the larger gain: `tritonllm_course/tma_gemm.py`, which the three callers take on sm_90 from 256 tokens (its
-tiles are this run's fastest TMA tiles in six of the nine cases, within 1% in two more; the attention
-in-projection at M = 1,024 gets 128 x 128, 23.7 us against 21.9 for the fastest, 64 x 128). With it, on an
+the larger gain: `tritonllm_course/tma_gemm.py`, which the three callers take on sm_90 from 256 tokens. With it, on an
 H100 (2026-12-05), the fast level's time to the first token was 4.84 ms at 1,024 tokens and 16.57 ms at 4,000,
 from its CUDA graphs without PDL (lab/results/ttft_tma_nvidia-h100-80gb-hbm3_2026-12-05.json; no run without
-the TMA form beside it on that GPU). M = 128, 512 and 2,048 were not reached. The persistent form (3b) was
+the TMA form beside it on that GPU; lab/tma_ttft_probe.py has the A/B on an H200).
+A second run, the TMA form alone at M = 128, 512 and 2,048 (H200, 2026-12-05,
+lab/results/prompt_gemm_sweep_nvidia-h200_2026-12-05_tma.json, FORMS=tma, SWEEP_S=160), us, cuBLAS / the TMA form
+at its best: M = 128: 4.4 / 6.9, 6.2 / 8.0, 6.7 / 7.7, 7.5 / 8.1, 10.1 / 11.8 (the five shapes in the order above);
+M = 512: 10.3 / 12.0, 14.2 / 14.9, 12.3 / 14.8, 8.2 / 8.5, 10.7 / 12.6; M = 2,048: 31.7 / 38.9, 50.1 / 55.1,
+41.5 / 52.3, 16.3 / 15.4, 23.9 / 24.6. So the form is still 0.64-0.96x of cuBLAS's speed below 2,048 tokens, and
+wins only the GEMM + residual at 2,048 and 4,096. Its best tiles there follow a rule `tma_gemm.config` now
+takes: 64-row tiles in 128-deep steps with 64 columns where even those fill at most half the SMs (the
+GEMM + residual at 128 and 512 tokens: 8.1 against 9.0 us for 64 x 128 at M = 128), 64-deep steps above 1,024
+rows, and, ungated, 64-row tiles wherever their waves leave clearly fewer SMs idle (the attention in-projection
+at 512 and 1,024 tokens: 12.0 and 21.9 us against 13.7 and 23.7 for 128 x 128). Over both runs' 24 cases its
+pick is within 2% of the fastest TMA tiles measured (`tests/kernels/test_tma_gemm.py` holds it to 3%); the rule
+was drawn from these runs, and the engine's time with it is not measured yet. The persistent form (3b) was
 run once, on an H100 (triton 3.6, FORMS="tma persistent", with warp specialization): no case finished in 260 s
 and no line was printed, so where it stopped is not known; each config now prints a line before it runs, and
 warp specialization is tried only with PERSIST_WS=1.

@@ -15,9 +15,14 @@ default 4,096-token chunks, CUDA graphs): the default (the TMA form, PDL), the s
 Prompts of 128 (below MIN_M: the same GEMM kernels everywhere), 1,024 and 4,000 tokens; `common.ttft_ms` (two
 untimed runs, the median of five), the engines alternated over ROUNDS rounds; the first tokens compared.
 Writes OUTDIR/tma_ttft_probe_<gpu>_<date>.json.
-Result: not measured yet: python -m lab.tma_ttft_probe on an H100 or H200 (about 2 minutes).
-Verdict: to be decided: the TMA form is adopted from MIN_M tokens on sm_90 (`tritonllm_course/tma_gemm.py`) on the
-strength of the GEMMs' own times; this measures what the prompt gains.
+Result: NVIDIA H200, 2026-12-05, triton 3.6, two rounds (lab/results/tma_ttft_probe_nvidia-h200_2026-12-05.json).
+At 4,000 tokens: the TMA form with PDL 15.76-15.99 ms, with pdl=False 15.09-15.76 ms, the pointer GEMMs
+16.34-16.70 ms; at 1,024: 4.69-4.74, 4.54-4.73 and 5.02-5.10 ms. At 128 tokens (the same kernels in all three)
+1.74-1.88 ms. The TMA form saves 7% at 1,024 tokens and 4% at 4,000; PDL costs 2-3% at those lengths in both
+rounds, about the spread of one engine between rounds. The first tokens agreed everywhere.
+Verdict: adopt the TMA form from MIN_M tokens on sm_90, as `tritonllm_course/tma_gemm.py` does. PDL at long
+prompts costs a few percent, not the 9-18% of single bench rows: the engine keeps it (decode needs it), and the
+prompt's own kernels are where the rest of the gap to the targets lies.
 """
 import torch
 

@@ -118,7 +118,9 @@ def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted
     programs rather than 16. A [64, 256] fp32 accumulator is 128 registers a thread at 4 warps (64 at 8); the
     4-warp kernel fits in 255 registers without spilling on every GPU the course targets (`tritonllm-course
     targets`) and is the faster one: 37.4 against 44.2 us at T = 1,024 (chapter 23_flash_attention's tile table,
-    H200, 2026-12-04), so every block size gets 4 warps but the long prompts' 128 rows. Keys per step
+    H200, 2026-12-04), so every block size gets 4 warps but the long prompts' 128 rows. A third stage for the
+    64 x 64 tiles where the GPU's shared memory holds it (224 KB in bf16: an H100's or H200's, past SMEM_BUDGET):
+    29.9 against 36.6 us at T = 1,024 and 59.0 against 71.6 us at 2,048 (H200, 2026-12-05). Keys per step
     (BLOCK_N): 64, halved until the q tile and
     `num_stages` K and V tiles fit in SMEM_BUDGET: bf16 [64 + 2 x 2 x 64, 256] tiles are 160 KB of the
     H200's 227 KB; fp32 (the model-swap checks run in fp32) drops to 32- or 16-key steps. Under the CPU
@@ -144,6 +146,9 @@ def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted
         block_m //= 2   # not even 16-key steps beside this q tile (a T4's 64 KB at D = 256): fewer rows
     block_n = helpers.rows_within(budget, 64, element_size * block_d, 2 * stages,
                                   fixed=element_size * block_d * block_m)
+    deep = element_size * block_d * (64 + 2 * 3 * 64)      # 64 x 64 tiles three deep: 224 KB in bf16 at D = 256
+    if (block_m, block_n, element_size) == (64, 64, 2) and deep <= (shared_bytes or helpers.GPUS[90].shared_bytes):
+        stages = 3
     return {"BLOCK_M": block_m, "BLOCK_N": block_n, "num_warps": 4,
             "num_stages": stages}
 

@@ -34,6 +34,7 @@ except ImportError:            # a triton without host-side tensor descriptors: 
 
 MIN_M = 256                    # prompts shorter than this keep chapter 05_projections's tiles
 TMA_CAPABILITY = 90            # the first compute capability with a TMA
+WAVE_MARGIN = 0.05             # how much more of the SMs 64-row tiles must keep busy to be taken over 128-row ones
 
 
 @triton.jit
@@ -105,18 +106,32 @@ def usable(x: torch.Tensor, *weights: torch.Tensor, interpreted_too: bool = Fals
     return all(_aligned(t) for t in (x, *weights))
 
 
+def _wave_use(tiles: int, sms: int) -> float:
+    """The share of the SMs' program slots that `tiles` programs fill over their waves (1.0: no idle tail)."""
+    return tiles / (triton.cdiv(tiles, sms) * sms)
+
+
 def config(M: int, N: int, gated: bool, dtype: torch.dtype, device: torch.device) -> dict:
-    """Tiles of `tma_gemm_kernel` (from the H200's sweep, lab/prompt_gemm_sweep.py): 128 x 128 on 4 warps, 128 x 64
-    gated (two accumulators); 64-row tiles in steps of 128, 4 stages, when 128-row ones make less than a wave
-    (the 1,024-row projections at M = 1,024). Stages capped by shared memory."""
+    """Tiles of `tma_gemm_kernel`, from the H200's sweeps at M = 128 to 4,096 (lab/prompt_gemm_sweep.py, whose
+    records `tests/kernels/test_tma_gemm.py` holds each pick against): 128 x 128 on 4 warps and 3 stages,
+    128 x 64 gated (two accumulators). 64-row tiles where 128-row ones make less than a wave: 128-deep steps on 4
+    stages up to 1,024 rows, 64-deep above, and 64 columns while even those fill half the SMs at most. Ungated,
+    64-row tiles also where their waves leave clearly fewer SMs idle (the 5,120-wide in-projection at 512 and
+    1,024 tokens: 1.2 and 2.4 waves of 128-row tiles); gated 64 x 64 tiles lost there. Stages capped by shared
+    memory."""
     gpu = helpers.gpu_of(device)
     sms = (gpu or helpers.GPUS[TMA_CAPABILITY]).sms       # the interpreter (tests): an H100 / H200's
     block_n = 64 if gated else 128
     cfg = {"BLOCK_M": 128, "BLOCK_N": block_n, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
-    if triton.cdiv(M, 128) * triton.cdiv(N, block_n) < sms:
-        cfg.update(BLOCK_M=64, BLOCK_K=128, num_stages=4)
+    tiles, half_tiles = triton.cdiv(M, 128) * triton.cdiv(N, block_n), triton.cdiv(M, 64) * triton.cdiv(N, block_n)
+    if tiles < sms:
+        cfg.update(BLOCK_M=64, BLOCK_K=128 if M <= 1024 else 64, num_stages=4)
+        if not gated and half_tiles <= sms // 2:
+            cfg["BLOCK_N"] = 64
+    elif not gated and _wave_use(half_tiles, sms) > _wave_use(tiles, sms) + WAVE_MARGIN:
+        cfg["BLOCK_M"] = 64
     if gpu is not None:
-        stage = (cfg["BLOCK_M"] + (2 if gated else 1) * block_n) * cfg["BLOCK_K"] * dtype.itemsize
+        stage = (cfg["BLOCK_M"] + (2 if gated else 1) * cfg["BLOCK_N"]) * cfg["BLOCK_K"] * dtype.itemsize
         cfg["num_stages"] = max(1, min(cfg["num_stages"], gpu.shared_bytes // stage))
     return cfg
 

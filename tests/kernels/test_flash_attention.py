@@ -65,6 +65,11 @@ def test_gpu_tiles_by_prompt_length(fa):
     assert fa.flash_config(2048, 4, 2, 256, 2)["BLOCK_M"] == 64            # 128 programs: under a wave
     assert fa.flash_config(4096, 4, 2, 256, 4)["BLOCK_M"] == 64
     assert fa.flash_config(128, 4, 2, 256, 2)["BLOCK_M"] == 16
+    # 64 x 64 tiles three deep where the shared memory holds them (224 KB: an H200's, not an A100's or in fp32)
+    from tritonllm_course.triton_helpers import GPUS
+    assert fa.flash_config(1024, 4, 2, 256, 2)["num_stages"] == 3
+    assert fa.flash_config(1024, 4, 2, 256, 2, shared_bytes=GPUS[80].shared_bytes)["num_stages"] == 2
+    assert fa.flash_config(1024, 4, 2, 256, 4)["num_stages"] == 2
 
 
 def test_any_positions_not_only_a_staircase(fa):

@@ -1,6 +1,9 @@
 """The prompt GEMM through tensor descriptors (tritonllm_course/tma_gemm.py): its three epilogues at odd shapes
 (the TMA's zero fill past every edge), the residual in place, its config, when it is taken and when not, and on
 an sm_90 GPU the three callers at the real shapes of long prompts."""
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -8,6 +11,8 @@ from tritonllm_course import kernels, tma_gemm, triton_helpers
 from tritonllm_course.runtime import runtime
 
 from helpers import randn, rel
+
+ROOT = Path(__file__).resolve().parents[2]
 
 RT = runtime()
 LINEAR = kernels.load("linear", "solutions").module
@@ -78,16 +83,22 @@ def test_taken_only_where_the_tma_is():
     assert not tma_gemm.usable(odd, w_cpu, interpreted_too=True)                  # base 2 bytes off
 
 
-def test_config_on_an_h200():
-    """128 x 128 tiles (128 x 64 gated) where they make a wave; 64-row tiles in steps of 128 where not; the
-    stages within an H200's shared memory."""
+SWEEPS = ("prompt_gemm_sweep_nvidia-h200_2026-12-05.json", "prompt_gemm_sweep_nvidia-h200_2026-12-05_tma.json")
+
+
+def test_config_picks_the_sweeps_fastest_tiles_on_an_h200():
+    """At every shape and length the H200's sweeps timed (lab/results/, M = 128 to 4,096), the config's tiles were
+    among those measured and within 3% of the fastest TMA tiles; the stages fit an H200's shared memory."""
     h200 = torch.device("cuda")
+    cases = [c for name in SWEEPS for c in json.loads((ROOT / "lab" / "results" / name).read_text())["cases"]]
+    assert {c["M"] for c in cases} == {128, 512, 1024, 2048, 4096}
     with triton_helpers.compiling_for(triton_helpers.GPUS[90]):
-        assert tma_gemm.config(4096, 5120, False, torch.bfloat16, h200)["BLOCK_N"] == 128
-        assert tma_gemm.config(4096, 3584, True, torch.bfloat16, h200)["BLOCK_N"] == 64
-        assert tma_gemm.config(4096, 1024, False, torch.bfloat16, h200)["BLOCK_M"] == 128
-        small = tma_gemm.config(1024, 1024, False, torch.bfloat16, h200)
-        assert (small["BLOCK_M"], small["BLOCK_K"]) == (64, 128)
+        for c in cases:
+            cfg = tma_gemm.config(c["M"], c["N"], c["kind"] == "gated", torch.bfloat16, h200)
+            timed = [r["us"] for r in c["best"] if r["form"] == "tma" and all(r[k] == v for k, v in cfg.items())]
+            where = f"M = {c['M']}, {c['shape']}: {cfg}"
+            assert timed, f"{where} was not among the fastest configs measured"
+            assert timed[0] <= 1.03 * c["best_tma"]["us"], f"{where}: {timed[0]:.1f} us, best {c['best_tma']}"
         for M, N, gated in [(256, 1024, False), (4096, 8224, False), (512, 3584, True)]:
             cfg = tma_gemm.config(M, N, gated, torch.bfloat16, h200)
             stage = (cfg["BLOCK_M"] + (2 if gated else 1) * cfg["BLOCK_N"]) * cfg["BLOCK_K"] * 2

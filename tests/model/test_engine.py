@@ -503,10 +503,9 @@ def test_logits_that_turn_non_finite_stop_the_stream_at_their_step(device):
     """The step's flag is computed inside the step (on a GPU, inside the replayed CUDA graph) and read with
     the token: weights poisoned after token 1 was read make token 3's logits non-finite (token 2's step was
     queued before), and the stream stops there, after the clean tokens."""
-    if device == "cuda":
-        from tritonllm_course.runtime import setup
-        if not setup(quiet=True).on_gpu:
-            pytest.skip("needs the GPU runtime")
+    from tritonllm_course.runtime import setup
+    if (device == "cuda") != setup(quiet=True).on_gpu:   # the engine's kernels take the runtime's tensors
+        pytest.skip("needs the GPU runtime" if device == "cuda" else "the GPU runtime runs the cuda case instead")
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     engine = Engine.random(TINY, dtype=dtype, device=device, seed=4, max_seq_len=32)
     clean = engine.generate(PROMPT, 6, eos_token_id=None)
@@ -538,3 +537,14 @@ def test_the_argmax_and_the_sampler_flag_a_row_holding_nan_or_inf(rt, bad, flag,
     assert int(flag_out) == flag and (int(out) == 1234) == (flag > 0), (out, flag_out)
     with pytest.raises(ValueError, match="flag"):
         sampling.argmax(logits, out=out, flag=out)
+
+
+@pytest.mark.gpu
+def test_a_capture_that_fails_leaves_random_numbers_usable():
+    """A sync inside a capture (torch.multinomial, `.item()`) makes it fail, and PyTorch then leaves its CUDA
+    generator in capture mode: a later torch.randn would raise. `capture` takes it out again (12_sampling's
+    sampling table times a torch baseline that syncs, then draws random inputs)."""
+    from tritonllm_course.engine.graph import capture
+    with pytest.raises(RuntimeError):
+        capture(torch.cuda.CUDAGraph(), lambda: torch.ones(1, device="cuda").sum().item())
+    assert torch.randn(4, device="cuda").isfinite().all()

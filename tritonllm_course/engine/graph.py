@@ -44,6 +44,25 @@ def warm_up(fn: Callable[[], None], runs: int = 2) -> None:
     torch.cuda.synchronize()
 
 
+def capture(graph: torch.cuda.CUDAGraph, fn: Callable[[], None], pool=None) -> None:
+    """Record `fn()` into `graph`; a capture that fails leaves PyTorch's random numbers usable.
+
+    When a capture fails (an op that syncs, such as `torch.multinomial`, or a kernel that raises), PyTorch's
+    `capture_end` raises before it takes the default CUDA generator out of capture mode, and every later
+    random op outside a capture then fails ("Offset increment outside graph capture encountered
+    unexpectedly"). A capture that succeeds takes it out, so one of a single op follows the failed one
+    before the error goes on to the caller."""
+    try:
+        with torch.cuda.graph(graph, pool=pool):
+            fn()
+    except BaseException:
+        scratch = torch.zeros(1, device="cuda")
+        torch.cuda.synchronize()
+        with torch.cuda.graph(torch.cuda.CUDAGraph()):
+            scratch.add_(1)
+        raise
+
+
 class GraphedStep:
     """`fn` (no arguments, static buffers only) captured into a CUDA graph; calling it replays the graph.
 
@@ -59,8 +78,7 @@ class GraphedStep:
         with preserved(state):
             warm_up(fn, warmup)
             self.graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(self.graph, pool=pool):
-                fn()
+            capture(self.graph, fn, pool)
         torch.cuda.synchronize()
 
     def __call__(self) -> None:

@@ -28,6 +28,7 @@ from typing import NamedTuple
 import torch
 
 from .. import kernels, slots
+from ..engine.graph import capture
 from ..runtime import runtime, setup
 from ..safe_files import UnsafeWrite, atomic_write_text, results_folder
 
@@ -120,9 +121,7 @@ def time_calls(call, input_sets: list[dict], reps: int = 20) -> float:
     torch.cuda.current_stream().wait_stream(stream)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for inputs in input_sets:
-            call(**inputs)
+    capture(graph, lambda: [call(**inputs) for inputs in input_sets])
     graph.replay()
     ms = _median_event_time(graph.replay, reps)
     return ms * 1e3 / len(input_sets)
