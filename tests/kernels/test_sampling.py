@@ -207,3 +207,18 @@ def test_sampler_distribution_over_many_draws(temperature, top_k, top_p):
     freq = torch.bincount(draws, minlength=8).double() / n
     probs = torch.softmax(threshold_filter(logits.double() / temperature, top_k, top_p), dim=-1)
     assert 0.5 * (freq - probs).abs().sum().item() < 0.01
+
+
+def test_the_torch_baseline_draws_inside_the_filter_and_from_the_softmax():
+    """The PyTorch column of the sampler's benchmark (the slot's `torch_impl`, no host sync): top-k 1 is the
+    argmax, top-k 5 keeps to the five largest, and over many rows its draws follow softmax(z / T)."""
+    from tritonllm_course import slots
+    torch_sample = slots.get("sample").torch_impl
+    logits = 3 * torch.randn(64, 500, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(torch_sample(logits, 0.8, 1, 1.0, seed=0), logits.argmax(-1))
+    top5 = logits.topk(5, dim=-1).indices                                             # [64, 5]
+    assert (torch_sample(logits, 1.3, 5, 1.0, seed=0)[:, None] == top5).any(-1).all()
+    z = torch.tensor([2.0, 1.0, 0.0, -1.0])
+    draws = torch_sample(z.expand(40_000, 4), 0.7, 0, 1.0, seed=0)
+    freq = torch.bincount(draws, minlength=4).double() / draws.numel()
+    assert (freq - torch.softmax(z.double() / 0.7, -1)).abs().max() < 0.02

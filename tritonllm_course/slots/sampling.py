@@ -4,7 +4,7 @@ import torch
 
 from . import Edge, implement, tensor_bytes
 from .. import kernels
-from ..reference.sampling import argmax, sample, sample_with_noise
+from ..reference.sampling import argmax, sample_with_noise, top_k_top_p_filter
 
 
 def _logits_with_ties(shape, dtype, device, gen):
@@ -43,6 +43,16 @@ def _sampling_inputs(shape, dtype, device, gen):
     if shape.get("sure_winners"):
         inputs = _sure_winners(inputs, shape, dtype, gen)
     return inputs
+
+
+def _torch_sample(logits, temperature, top_k, top_p, seed, num_blocks=None):
+    """PyTorch's sampler without a host sync, the way gpt-fast samples: the filter by `torch.topk` and a sort,
+    the draw as the argmax of probs / Exp(1) noise (Gumbel-max in another form). `torch.multinomial`, the
+    reference's draw, reads the probabilities on the host: it cannot be captured in a CUDA graph, so a
+    benchmark or an engine graph could not time it. The draws come from PyTorch's generator, not `seed`: a
+    timing baseline, whose tokens nothing compares."""
+    probs = torch.softmax(top_k_top_p_filter(logits.float() / temperature, top_k, top_p), dim=-1)
+    return torch.argmax(probs / torch.empty_like(probs).exponential_(1), dim=-1)
 
 
 _WINNERS = {"rows": 2, "vocab": 4200, "num_blocks": 2, "top_k": 0, "top_p": 1.0}   # see _sure_winners
@@ -102,9 +112,8 @@ implement(
     qwen="Gumbel-max on the device, top-k / top-p as a threshold found without sorting",
     chapter="12_sampling", family="sampling", function="sample",
     reference=_sampling_reference,
-    # PyTorch's way: sort, softmax, cumsum, multinomial
-    torch_impl=lambda logits, temperature, top_k, top_p, seed, num_blocks=None:
-        sample(logits, temperature, top_k, top_p),
+    # PyTorch's way: sort, softmax, cumsum, then a draw that needs no host sync
+    torch_impl=_torch_sample,
     make_inputs=_sampling_inputs,
     make_out=_out,
     exact=True,
