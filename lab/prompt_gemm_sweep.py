@@ -101,7 +101,8 @@ def tma_persistent_kernel(x_desc, w_desc, up_desc, res_ptr, y_ptr, M, N, K,
         rows = tl.minimum(tiles_m - first_m, GROUP_M)          # row tiles in this (maybe last, short) group
         m0 = (first_m + (tile % per_group) % rows) * BLOCK_M
         n0 = ((tile % per_group) // rows) * BLOCK_N
-        acc = tma_tile(x_desc, w_desc, up_desc, m0, n0, K, GATED, BLOCK_M, BLOCK_N, BLOCK_K)
+        acc = tma_tile(x_desc, w_desc, up_desc, y_ptr, y_ptr, m0, n0, N, K, GATED, False, BLOCK_M, BLOCK_N,
+                       BLOCK_K)
         store_tile(acc, res_ptr, y_ptr, m0, n0, M, N, RESIDUAL, BLOCK_M, BLOCK_N)
 
 

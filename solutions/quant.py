@@ -14,7 +14,10 @@ channel, `scale [N]`) or one per row and `group_size` columns (per group, `scale
 - Prefill (M >= 2 tokens, in tiles of at least 16 rows) is a GEMM on the tensor cores. The tile of q is
   converted to x's dtype (exact: int8 and e4m3 values are all representable in fp16 and bf16) and goes to
   `tl.dot` unscaled; per channel the scales multiply the output tile's columns once, after the K loop; per
-  group, each K step's product, before it joins the fp32 accumulator.
+  group, each K step's product, before it joins the fp32 accumulator. On sm_90 and newer, prompts from
+  `tritonllm_course.tma_gemm.MIN_M` tokens on with one scale a row run the same tile through the TMA
+  (`tma_gemm`, SCALED: the 8-bit tile widened in registers, the scales after the K loop), as chapter
+  05_projections's `gemm` does in bf16.
 
 fp8 needs no special case under the CPU interpreter: its loads and conversions are exact there in triton
 3.5, 3.7 and 3.9 (tests/kernels/test_quant.py, in `make test-window`).
@@ -25,7 +28,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tritonllm_course import triton_helpers as helpers, validate
+from tritonllm_course import tma_gemm, triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import FP8_CAPABILITY, pdl_enter
 
@@ -232,6 +235,8 @@ def quant_gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, group
     validate.disjoint({"out": out}, {"x": x, "weight": weight, "scale": scale})
     if M == 0:
         return out
+    if group_size is None and tma_gemm.usable(x, weight):   # sm_90 on, long prompts: the TMA's copies
+        return tma_gemm.launch(x, weight, out, scale=scale, pdl=pdl_args())
     cfg = gemm_config(M, N, group_size, x.dtype, device)
     grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
     quant_gemm_kernel[grid](x, weight, scale, out, M, N, K, groups, GROUP=group_size or 0,

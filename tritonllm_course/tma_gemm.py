@@ -12,9 +12,9 @@ accumulators, the residual added in fp32 before the one rounding.
 
 Measured on an H200 in bf16 (lab/prompt_gemm_sweep.py, its record in lab/results/): at M = 1,024 and 4,096 this
 kernel is 1.2-1.4x faster than the pointer form at its best tiles, and level with or ahead of cuBLAS
-(`torch.addmm`) on the GEMM + residual. `config`'s tiles were the fastest there in six of the nine cases and
-within 1% in two more; the attention in-projection at M = 1,024 takes 128 x 128 (23.7 us) where 64 x 128 was
-the fastest (21.9 us).
+(`torch.addmm`) on the GEMM + residual at 2,048 tokens and more; below, 0.64-0.96x of cuBLAS's speed. Over the
+24 cases of the two H200 sweeps (M = 128 to 4,096), `config`'s pick is within 2% of the fastest TMA tiles measured
+(`tests/kernels/test_tma_gemm.py` holds it to 3%).
 
 Not taken (`usable`): below sm_90 (no TMA: a T4, an A100, an L4), on a triton without host tensor descriptors,
 under the interpreter unless asked for (the tests ask), for dtypes other than fp16/bf16, and for operands whose
@@ -38,21 +38,29 @@ WAVE_MARGIN = 0.05             # how much more of the SMs 64-row tiles must keep
 
 
 @triton.jit
-def tma_tile(x_desc, w_desc, up_desc, m0, n0, K, GATED: tl.constexpr,
+def tma_tile(x_desc, w_desc, up_desc, s_ptr, su_ptr, m0, n0, N, K, GATED: tl.constexpr, SCALED: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
     """fp32 [BLOCK_M, BLOCK_N]: rows m0.. of x [M, K] times rows n0.. of W [N, K], transposed, through tensor
     descriptors of [BLOCK_M, BLOCK_K] and [BLOCK_N, BLOCK_K] tiles (zeros past the edges); GATED: silu of that
-    times the same product with W_up. The walk along K shared by the kernels that read through the TMA."""
+    times the same product with W_up. SCALED: W (and W_up) hold 8-bit weights (int8 or fp8 e4m3, chapter
+    31_weight_quant), widened to x's dtype in registers, exactly, and each product column n times its row's
+    scale s[n] (su[n] for W_up) before the SwiGLU. The walk along K shared by the kernels that read through the
+    TMA."""
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     if GATED:
         acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
     for k0 in range(0, K, BLOCK_K):
         a = x_desc.load([m0, k0])                                                   # [BLOCK_M, BLOCK_K]
         # W's tile is [BLOCK_N, BLOCK_K] as stored; its transpose is a view the tensor cores read as is.
-        # "ieee": fp32 operands (the CPU tests) in full fp32; no effect on bf16/fp16
-        acc = tl.dot(a, tl.trans(w_desc.load([n0, k0])), acc, input_precision="ieee")
+        # "ieee": fp32 operands (the CPU tests) in full fp32; no effect on bf16/fp16. `.to`: nothing unless 8-bit
+        acc = tl.dot(a, tl.trans(w_desc.load([n0, k0]).to(a.dtype)), acc, input_precision="ieee")
         if GATED:
-            acc_up = tl.dot(a, tl.trans(up_desc.load([n0, k0])), acc_up, input_precision="ieee")
+            acc_up = tl.dot(a, tl.trans(up_desc.load([n0, k0]).to(a.dtype)), acc_up, input_precision="ieee")
+    if SCALED:      # one scale a weight row: a column of the product, applied once after the sum over K
+        rn = n0 + tl.arange(0, BLOCK_N)
+        acc = acc * tl.load(s_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+        if GATED:
+            acc_up = acc_up * tl.load(su_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
     if GATED:
         acc = silu(acc) * acc_up
     return acc
@@ -73,16 +81,17 @@ def store_tile(acc, res_ptr, y_ptr, m0, n0, M, N, RESIDUAL: tl.constexpr,
 
 
 @triton.jit
-def tma_gemm_kernel(x_desc, w_desc, up_desc, res_ptr, y_ptr, M, N, K,
-                    GATED: tl.constexpr, RESIDUAL: tl.constexpr,
+def tma_gemm_kernel(x_desc, w_desc, up_desc, s_ptr, su_ptr, res_ptr, y_ptr, M, N, K,
+                    GATED: tl.constexpr, RESIDUAL: tl.constexpr, SCALED: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                     PDL: tl.constexpr = False):
     """The BLOCK_M x BLOCK_N tile of y [M, N] (program_id(0) along M, (1) along N) = x [M, K] @ W [N, K].T,
-    with GATED: silu(x W.T) * (x W_up.T); with RESIDUAL: + res [M, N] (y may be res: the stream in place)."""
+    with GATED: silu(x W.T) * (x W_up.T); with RESIDUAL: + res [M, N] (y may be res: the stream in place);
+    SCALED: W and W_up 8-bit with a scale a row, s [N] and su [N] (`tma_tile`)."""
     pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     m0 = tl.program_id(0) * BLOCK_M    # axis 0 is M: the programs sharing a weight tile run side by side (L2)
     n0 = tl.program_id(1) * BLOCK_N
-    acc = tma_tile(x_desc, w_desc, up_desc, m0, n0, K, GATED, BLOCK_M, BLOCK_N, BLOCK_K)
+    acc = tma_tile(x_desc, w_desc, up_desc, s_ptr, su_ptr, m0, n0, N, K, GATED, SCALED, BLOCK_M, BLOCK_N, BLOCK_K)
     store_tile(acc, res_ptr, y_ptr, m0, n0, M, N, RESIDUAL, BLOCK_M, BLOCK_N)
 
 
@@ -92,10 +101,16 @@ def _aligned(t: torch.Tensor) -> bool:
             and t.data_ptr() % 16 == 0)
 
 
+EIGHT_BIT = (torch.int8, torch.float8_e4m3fn)   # the weight formats of chapter 31_weight_quant
+
+
 def usable(x: torch.Tensor, *weights: torch.Tensor, interpreted_too: bool = False) -> bool:
-    """Whether the prompt GEMM of x [M, K] with `weights` [N, K] may run `tma_gemm_kernel` (see the module's
-    docstring); `interpreted_too`: also under the CPU interpreter (the tests)."""
+    """Whether the prompt GEMM of x [M, K] with `weights` [N, K] (in x's dtype, or all 8-bit: `EIGHT_BIT`,
+    then with scales) may run `tma_gemm_kernel` (see the module's docstring); `interpreted_too`: also under
+    the CPU interpreter (the tests)."""
     if TensorDescriptor is None or x.shape[0] < MIN_M or x.dtype not in (torch.bfloat16, torch.float16):
+        return False
+    if not (all(w.dtype == x.dtype for w in weights) or all(w.dtype in EIGHT_BIT for w in weights)):
         return False
     gpu = helpers.gpu_of(x.device)
     if gpu is None:
@@ -146,17 +161,22 @@ def descriptors(x: torch.Tensor, weight: torch.Tensor, up: torch.Tensor | None, 
 
 
 def launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, up: torch.Tensor | None = None,
-           residual: torch.Tensor | None = None, pdl: dict | None = None, cfg: dict | None = None) -> torch.Tensor:
+           residual: torch.Tensor | None = None, pdl: dict | None = None, cfg: dict | None = None,
+           scale: torch.Tensor | None = None, up_scale: torch.Tensor | None = None) -> torch.Tensor:
     """out [M, N] = x [M, K] @ weight [N, K].T (with `up`: silu(that) * x @ up.T; with `residual` [M, N]: plus
     it, out may be residual) through `tma_gemm_kernel`; arguments already checked by the caller, `usable` true.
+    scale, up_scale: [N] fp32, the row scales of 8-bit `weight` and `up` (both or neither where gated).
     pdl: the launch's PDL arguments (`runtime.pdl_args()`), none by default; cfg: tiles, warps and stages
     (default `config`'s; lab/prompt_gemm_sweep.py times others)."""
     M, K = x.shape
     N = weight.shape[0]
     cfg = config(M, N, up is not None, x.dtype, x.device) if cfg is None else cfg
     grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
-    tma_gemm_kernel[grid](*descriptors(x, weight, up, cfg), out if residual is None else residual, out, M, N, K,
-                          GATED=up is not None, RESIDUAL=residual is not None, BLOCK_M=cfg["BLOCK_M"],
-                          BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"], num_warps=cfg["num_warps"],
-                          num_stages=cfg["num_stages"], **(pdl or {}))
+    scaled = scale is not None
+    s = scale if scaled else out                  # not read unless SCALED
+    tma_gemm_kernel[grid](*descriptors(x, weight, up, cfg), s, s if up_scale is None else up_scale,
+                          out if residual is None else residual, out, M, N, K,
+                          GATED=up is not None, RESIDUAL=residual is not None, SCALED=scaled,
+                          BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
+                          num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **(pdl or {}))
     return out

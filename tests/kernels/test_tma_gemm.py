@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tritonllm_course import kernels, tma_gemm, triton_helpers
+from tritonllm_course.reference import quant as Q
 from tritonllm_course.runtime import runtime
 
 from helpers import randn, rel
@@ -50,6 +51,30 @@ def test_every_epilogue_at_odd_shapes(M, N, K, epilogue, monkeypatch):
 
 
 @needs_descriptors
+@pytest.mark.parametrize("fmt", ["int8", "fp8"])
+@pytest.mark.parametrize("epilogue", ["plain", "gated", "residual"])
+def test_eight_bit_weights_with_a_scale_a_row(fmt, epilogue, monkeypatch):
+    """Chapter 31_weight_quant's formats: the 8-bit tile widened in registers, each column of the product times
+    its row's scale after the K loop; gated, the gate's and up's own scales before the SwiGLU (the two are
+    quantized apart, so a scale of the wrong operand shows); odd shapes, the output poisoned."""
+    if fmt == "fp8" and RT.on_gpu and not triton_helpers.gpu_of(torch.device(RT.device)).fp8:
+        pytest.skip("fp8 e4m3 needs an sm_89+ GPU")
+    if not TMA_GPU:
+        monkeypatch.setattr(tma_gemm, "config", lambda M, N, gated, dtype, device: {
+            "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 1})
+    M, N, K = (300, 200, 272) if TMA_GPU else (37, 24, 48)
+    dtype = torch.bfloat16 if TMA_GPU else torch.float32
+    x = randn(M, K, dtype=dtype)
+    q, s, _ = Q.quantize(randn(N, K, scale=K ** -0.5, seed=1), fmt)
+    qu, su, _ = Q.quantize(3 * randn(N, K, scale=K ** -0.5, seed=2), fmt) if epilogue == "gated" else (None,) * 3
+    res = randn(M, N, dtype=dtype, seed=3) if epilogue == "residual" else None
+    y = torch.full((M, N), float("nan"), dtype=dtype, device=RT.device)
+    tma_gemm.launch(x, q, y, up=qu, residual=res, scale=s, up_scale=su)
+    up = None if qu is None else Q.dequantize(qu, su, dtype=torch.float64)
+    assert rel(y, _reference(x, Q.dequantize(q, s, dtype=torch.float64), up, res)) < (1e-2 if TMA_GPU else 1e-6)
+
+
+@needs_descriptors
 def test_the_residual_is_updated_in_place(monkeypatch):
     monkeypatch.setattr(tma_gemm, "config", lambda M, N, gated, dtype, device: {
         "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 1})
@@ -73,6 +98,9 @@ def test_taken_only_where_the_tma_is():
         assert not tma_gemm.usable(x.float(), w.float())                       # fp32
         assert not tma_gemm.usable(torch.empty(300, 1028, **meta)[:, :1024], w)   # rows 2,056 bytes apart
         assert not tma_gemm.usable(torch.empty(1024, 300, **meta).T, w)       # columns contiguous, not rows
+        w8 = torch.empty(2048, 1024, device="meta", dtype=torch.int8)
+        assert tma_gemm.usable(x, w8) and tma_gemm.usable(x, w8, w8.to(torch.float8_e4m3fn))   # 8-bit, scaled
+        assert not tma_gemm.usable(x, w, w8) and not tma_gemm.usable(x, w.float())   # mixed, or another dtype
     for capability in (75, 80, 86, 89):
         with triton_helpers.compiling_for(triton_helpers.GPUS[capability]):
             assert not tma_gemm.usable(x, w), capability
@@ -125,3 +153,20 @@ def test_the_callers_take_it_at_real_shapes(M):
                                                                                                               dtype=bf)
         want = _reference(h, w, res=r)
         assert rel(LAYER_FUSION.linear_residual(h, w, r, out=r), want) < 1e-2
+
+
+@pytest.mark.skipif(not TMA_GPU, reason="the TMA path of quant_gemm runs on sm_90 and newer GPUs")
+@pytest.mark.parametrize("fmt", ["int8", "fp8"])
+def test_quant_gemm_takes_it_with_a_scale_a_row(fmt, monkeypatch):
+    """quant_gemm (chapter 31_weight_quant) at M = 1,000 tokens with one scale a row runs the TMA form: against
+    fp64 of the dequantized weight, and level with its pointer kernel's answer (MIN_M raised past M); per
+    group it keeps the pointer kernel (the scales change along K)."""
+    quant = kernels.load("quant", "solutions").module
+    x = randn(1000, 1024, dtype=torch.bfloat16)
+    q, s, _ = Q.quantize(randn(5120, 1024, scale=1024 ** -0.5, seed=1), fmt)
+    assert tma_gemm.usable(x, q)
+    want = _reference(x, Q.dequantize(q, s, dtype=torch.float64))
+    got = quant.quant_gemm(x, q, s)
+    assert rel(got, want) < 1e-2
+    monkeypatch.setattr(tma_gemm, "MIN_M", 1 << 30)
+    assert rel(quant.quant_gemm(x, q, s), got) < 1e-2
