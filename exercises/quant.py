@@ -33,7 +33,7 @@ from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import FP8_CAPABILITY, pdl_enter
 
 SMS = 132  # streaming multiprocessors of an H200: the GEMV's grid is sized against them
-WEIGHT_DTYPES = (torch.int8, torch.float8_e4m3fn)
+WEIGHT_DTYPES = validate.EIGHT_BIT   # int8, fp8 e4m3
 # a GEMV of more programs than this launches without PDL, as the bf16 GEMV does (solutions/linear.py)
 PDL_MAX_PROGRAMS = 64 * SMS
 

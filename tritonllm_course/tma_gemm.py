@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from . import triton_helpers as helpers
+from . import triton_helpers as helpers, validate
 from .triton_helpers import pdl_enter, silu
 
 try:
@@ -101,16 +101,13 @@ def _aligned(t: torch.Tensor) -> bool:
             and t.data_ptr() % 16 == 0)
 
 
-EIGHT_BIT = (torch.int8, torch.float8_e4m3fn)   # the weight formats of chapter 31_weight_quant
-
-
 def usable(x: torch.Tensor, *weights: torch.Tensor, interpreted_too: bool = False) -> bool:
-    """Whether the prompt GEMM of x [M, K] with `weights` [N, K] (in x's dtype, or all 8-bit: `EIGHT_BIT`,
-    then with scales) may run `tma_gemm_kernel` (see the module's docstring); `interpreted_too`: also under
-    the CPU interpreter (the tests)."""
+    """Whether the prompt GEMM of x [M, K] with `weights` [N, K] (in x's dtype, or all 8-bit,
+    `validate.EIGHT_BIT`, then with scales) may run `tma_gemm_kernel` (see the module's docstring);
+    `interpreted_too`: also under the CPU interpreter (the tests)."""
     if TensorDescriptor is None or x.shape[0] < MIN_M or x.dtype not in (torch.bfloat16, torch.float16):
         return False
-    if not (all(w.dtype == x.dtype for w in weights) or all(w.dtype in EIGHT_BIT for w in weights)):
+    if not (all(w.dtype == x.dtype for w in weights) or all(w.dtype in validate.EIGHT_BIT for w in weights)):
         return False
     gpu = helpers.gpu_of(x.device)
     if gpu is None:

@@ -18,6 +18,7 @@ import torch
 
 FLOATS = (torch.float32, torch.float16, torch.bfloat16)
 INTS = (torch.int32, torch.int64)
+EIGHT_BIT = (torch.int8, torch.float8_e4m3fn)   # the 8-bit weights of chapter 31_weight_quant
 
 
 def _name(dt) -> str:
@@ -192,7 +193,7 @@ def scaled_projection(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor
     only). Returns K."""
     if scale is None:
         return projection(x, weight, name)
-    tensor(weight, name, dtype=(torch.int8, torch.float8_e4m3fn), ndim=2)
+    tensor(weight, name, dtype=EIGHT_BIT, ndim=2)
     N, K = weight.shape
     tensor(scale, "scale", dtype=torch.float32, shape=(N,))
     tensor(x, "x", dtype=FLOATS)
