@@ -168,5 +168,11 @@ def test_quant_gemm_takes_it_with_a_scale_a_row(fmt, monkeypatch):
     want = _reference(x, Q.dequantize(q, s, dtype=torch.float64))
     got = quant.quant_gemm(x, q, s)
     assert rel(got, want) < 1e-2
+    if fmt == "int8":   # per group: the pointer kernel, never the TMA form
+        qg, sg, group = Q.quantize(randn(5120, 1024, scale=1024 ** -0.5, seed=1), "int8_group", 128)
+        with monkeypatch.context() as m:
+            m.setattr(tma_gemm, "launch", lambda *a, **k: pytest.fail("per-group weights took the TMA form"))
+            assert rel(quant.quant_gemm(x, qg, sg, group), _reference(x, Q.dequantize(qg, sg, group,
+                                                                                      dtype=torch.float64))) < 1e-2
     monkeypatch.setattr(tma_gemm, "MIN_M", 1 << 30)
     assert rel(quant.quant_gemm(x, q, s), got) < 1e-2
