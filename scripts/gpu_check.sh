@@ -69,10 +69,14 @@ part() {  # part NAME: its pytest run under its time limit, then its record
   limit=${LIMIT_S:-$($PY scripts/gpu_parts.py limit "$name")}
   local par=()   # tests spread one by one over the workers; a chapter's cells together, in order (notebooks/conftest.py)
   $PY -c "import xdist" 2>/dev/null && [ "$workers" -gt 1 ] && par=(-n "$workers" --dist load)
+  # each worker's host-side torch gets its share of the cores: 16 workers of 16 threads each on 16 cores spin
+  # against one another, and a host-side step that takes a second alone takes tens
+  local threads=$(( $(nproc) / workers )); [ "$threads" -lt 1 ] && threads=1
   local tmo=()   # a hung test fails itself where pytest-timeout is installed; the part's limit bounds the rest
   $PY -c "import pytest_timeout" 2>/dev/null && tmo=(--timeout=300)
   rm -f "$LOGS/durations-$tag.tsv"
   t0=$SECONDS
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} \
   TRITONLLM_FAILLOG="$LOGS/failures-$tag.log" TRITONLLM_DURATIONS="$LOGS/durations-$tag.tsv" \
     step "$tag ($workers workers, limit $limit s)" "$LOGS/$tag.log" \
     timeout -k 10 "$limit" $PYTEST "${args[@]}" "${tmo[@]}" "${par[@]}" --durations=20

@@ -175,7 +175,11 @@ def readme_line() -> str:
     quick_text = "; ".join(f"passed on {gpu} in {' and '.join(sorted(dtypes))}, {date} (commit {commit})"
                            for (gpu, date, commit), dtypes in sorted(quick.items())) or "not run"
     full = [recs[p] for p in FULL if p in recs and recs[p]["passed_all"]]          # the full suite in bf16
-    done = ", ".join(f"{r['part']} ({r['passed']} passed, {r['date']})" for r in full) or "none yet"
+    by_date = {}                                # date -> "part N" for the parts that passed on it
+    for r in full:
+        by_date.setdefault(r["date"], []).append(f"{r['part']} {r['passed']}")
+    done = "; ".join(f"{', '.join(parts)} tests passed ({date})" for date, parts in sorted(by_date.items()))
+    done = done or "none yet"
     missing = [p for p in FULL if p not in recs or not recs[p]["passed_all"]]
     text = f"GPU checks (`scripts/gpu_check.sh`, records in results/gpu_check/): quick {quick_text}; "
     text += f"full suite in bfloat16: {done}"

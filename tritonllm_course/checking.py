@@ -244,11 +244,13 @@ def compare(out: torch.Tensor, ref: torch.Tensor, what: str, exact: bool = False
             dims: tuple[str, ...] | None = None) -> tuple[float, list[str]]:
     """(relative error, problems) of one output against its reference. The problems say where: how many
     elements were never written (still the poison) and where they lie, and the first wrong element with
-    its value and the expected one."""
+    its value and the expected one. A GPU's outputs are compared on that GPU: a 32,768-row cache in fp64 is
+    128 MB, and a dozen checks at once on the host's cores would each wait on the others."""
     problems = []
     if tuple(out.shape) != tuple(ref.shape):
         return float("inf"), [f"{what}: shape {list(out.shape)}, reference {list(ref.shape)}"]
-    out, ref = out.detach().cpu(), ref.detach().cpu()
+    where_ = out.device if out.device.type == "cuda" else torch.device("cpu")
+    out, ref = out.detach().to(where_), ref.detach().to(where_)
     if exact or not out.is_floating_point():
         if out.is_floating_point():   # an exact floating output: poisoned with NaN
             unwritten = torch.isnan(out) & ~torch.isnan(ref.to(out.dtype))

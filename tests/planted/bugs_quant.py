@@ -15,7 +15,7 @@ BUGS = [
     # each product rounded to fp16 as it joins the lane's sum: the fp32 runs see the rounding
     Bug("quant_gemv", "quant", "accumulation in fp16",
         ((_ACC, "        acc = (acc + q * x[None, :]).to(tl.float16).to(tl.float32)\n"),)),
-    # the edge "large activations": the raw int8 sums pass 65504 before the scale brings them back
+    # the edge "large activations": the int8 sums pass 65504 before the scale brings them back
     Bug("quant_gemv", "quant", "the row's sum reduced in fp16, before the scale",
         (("    y = tl.sum(acc, axis=1)  ", "    y = tl.sum(acc.to(tl.float16), axis=1).to(tl.float32)  "),)),
     Bug("quant_gemv", "quant", "the per-channel scale never applied",
