@@ -62,8 +62,9 @@
 #             kernel (lab/delta_rule_kernels_probe.py; fla installed for that run only, as for delta_rule), and a
 #             short prompt's rule in one launch (lab/delta_rule_fused_probe.py)
 # quant       8-bit weights (31_weight_quant): the engine's decode by weight format beside bf16 and transformers,
-#             with the accuracy figures (tritonllm_course/measure/weights_bench.py), then the fast level's 8-bit
-#             decode GEMVs at other tiles (lab/quant_tile_probe.py)
+#             with the accuracy figures (tritonllm_course/measure/weights_bench.py), then the 8-bit prompt GEMMs
+#             with the widened weight as the tensor cores' first operand, and the TTFT with them
+#             (lab/quant_gemm_probe.py); lab/quant_tile_probe.py (the 8-bit decode GEMVs' tiles) runs on its own
 # profile     the engine's decode step per kernel and per slot (20_profile), op by op and from the CUDA graph, every
 #             level at 128 cached tokens, the fast one at 4,096 too; RESULTS_DIR/profile_<gpu>_<date>.*
 #             (CONFIG=qwen3.5-27b: another size of the family, profile_<config>_<gpu>_<date>.*)
@@ -204,11 +205,11 @@ prompt() {   # each under its own time limit, all three within one 10-minute cal
 }
 
 quant() {   # within one 10-minute call: weights_bench writes its files at the end, so it has the larger share;
-  # the tile probe saves after every engine (a run cut short: python -m lab.quant_tile_probe, on its own)
+  # the GEMM probe saves after every case (a run cut short: python -m lab.quant_gemm_probe, on its own)
   export TRITONLLM_KERNELS=solutions
   local status=0
-  timeout 400 $PY -m tritonllm_course.measure.weights_bench --out "$OUT" || status=1
-  timeout 180 $PY -m lab.quant_tile_probe "$OUT" || status=1
+  timeout 200 $PY -m tritonllm_course.measure.weights_bench --out "$OUT" || status=1
+  PROBE_S=${PROBE_S:-150} timeout 330 $PY -m lab.quant_gemm_probe "$OUT" || status=1
   exit $status
 }
 

@@ -39,30 +39,53 @@ WAVE_MARGIN = 0.05             # how much more of the SMs 64-row tiles must keep
 
 @triton.jit
 def tma_tile(x_desc, w_desc, up_desc, s_ptr, su_ptr, m0, n0, N, K, GATED: tl.constexpr, SCALED: tl.constexpr,
-             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+             BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SWAP_AB: tl.constexpr = False):
     """fp32 [BLOCK_M, BLOCK_N]: rows m0.. of x [M, K] times rows n0.. of W [N, K], transposed, through tensor
     descriptors of [BLOCK_M, BLOCK_K] and [BLOCK_N, BLOCK_K] tiles (zeros past the edges); GATED: silu of that
     times the same product with W_up. SCALED: W (and W_up) hold 8-bit weights (int8 or fp8 e4m3, chapter
     31_weight_quant), widened to x's dtype in registers, exactly, and each product column n times its row's
     scale s[n] (su[n] for W_up) before the SwiGLU. The walk along K shared by the kernels that read through the
-    TMA."""
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    if GATED:
-        acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        a = x_desc.load([m0, k0])                                                   # [BLOCK_M, BLOCK_K]
-        # W's tile is [BLOCK_N, BLOCK_K] as stored; its transpose is a view the tensor cores read as is.
-        # "ieee": fp32 operands (the CPU tests) in full fp32; no effect on bf16/fp16. `.to`: nothing unless 8-bit
-        acc = tl.dot(a, tl.trans(w_desc.load([n0, k0]).to(a.dtype)), acc, input_precision="ieee")
+    TMA.
+
+    SWAP_AB computes the transpose, W x^T, and transposes the tile once at the end. The tensor cores (wgmma)
+    read their first operand from registers or shared memory, the second from shared memory only: a weight
+    tile widened in registers is then used where it is; as the second operand it would be written back to
+    shared memory, fenced, at every step. It needs BLOCK_N a multiple of 64 (wgmma's rows)."""
+    if SWAP_AB:
+        acc_t = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
         if GATED:
-            acc_up = tl.dot(a, tl.trans(up_desc.load([n0, k0]).to(a.dtype)), acc_up, input_precision="ieee")
-    if SCALED:      # one scale a weight row: a column of the product, applied once after the sum over K
-        rn = n0 + tl.arange(0, BLOCK_N)
-        acc = acc * tl.load(s_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+            up_t = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            a_t = tl.trans(x_desc.load([m0, k0]))                                   # [BLOCK_K, BLOCK_M]
+            acc_t = tl.dot(w_desc.load([n0, k0]).to(a_t.dtype), a_t, acc_t, input_precision="ieee")
+            if GATED:
+                up_t = tl.dot(up_desc.load([n0, k0]).to(a_t.dtype), a_t, up_t, input_precision="ieee")
+        if SCALED:  # a weight row's scale: a row of the transposed product
+            rn = n0 + tl.arange(0, BLOCK_N)
+            acc_t = acc_t * tl.load(s_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[:, None]
+            if GATED:
+                up_t = up_t * tl.load(su_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[:, None]
         if GATED:
-            acc_up = acc_up * tl.load(su_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-    if GATED:
-        acc = silu(acc) * acc_up
+            acc_t = silu(acc_t) * up_t
+        acc = tl.trans(acc_t)                                                       # [BLOCK_M, BLOCK_N]
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        if GATED:
+            acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+        for k0 in range(0, K, BLOCK_K):
+            a = x_desc.load([m0, k0])                                               # [BLOCK_M, BLOCK_K]
+            # W's tile is [BLOCK_N, BLOCK_K] as stored; its transpose is a view the tensor cores read as is.
+            # "ieee": fp32 operands (the CPU tests) in full fp32; no effect on bf16/fp16. `.to`: nothing unless 8-bit
+            acc = tl.dot(a, tl.trans(w_desc.load([n0, k0]).to(a.dtype)), acc, input_precision="ieee")
+            if GATED:
+                acc_up = tl.dot(a, tl.trans(up_desc.load([n0, k0]).to(a.dtype)), acc_up, input_precision="ieee")
+        if SCALED:      # one scale a weight row: a column of the product, applied once after the sum over K
+            rn = n0 + tl.arange(0, BLOCK_N)
+            acc = acc * tl.load(s_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+            if GATED:
+                acc_up = acc_up * tl.load(su_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
+        if GATED:
+            acc = silu(acc) * acc_up
     return acc
 
 
@@ -84,14 +107,15 @@ def store_tile(acc, res_ptr, y_ptr, m0, n0, M, N, RESIDUAL: tl.constexpr,
 def tma_gemm_kernel(x_desc, w_desc, up_desc, s_ptr, su_ptr, res_ptr, y_ptr, M, N, K,
                     GATED: tl.constexpr, RESIDUAL: tl.constexpr, SCALED: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                    PDL: tl.constexpr = False):
+                    SWAP_AB: tl.constexpr = False, PDL: tl.constexpr = False):
     """The BLOCK_M x BLOCK_N tile of y [M, N] (program_id(0) along M, (1) along N) = x [M, K] @ W [N, K].T,
     with GATED: silu(x W.T) * (x W_up.T); with RESIDUAL: + res [M, N] (y may be res: the stream in place);
-    SCALED: W and W_up 8-bit with a scale a row, s [N] and su [N] (`tma_tile`)."""
+    SCALED: W and W_up 8-bit with a scale a row, s [N] and su [N]; SWAP_AB: W x^T, transposed (`tma_tile`)."""
     pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     m0 = tl.program_id(0) * BLOCK_M    # axis 0 is M: the programs sharing a weight tile run side by side (L2)
     n0 = tl.program_id(1) * BLOCK_N
-    acc = tma_tile(x_desc, w_desc, up_desc, s_ptr, su_ptr, m0, n0, N, K, GATED, SCALED, BLOCK_M, BLOCK_N, BLOCK_K)
+    acc = tma_tile(x_desc, w_desc, up_desc, s_ptr, su_ptr, m0, n0, N, K, GATED, SCALED, BLOCK_M, BLOCK_N, BLOCK_K,
+                   SWAP_AB)
     store_tile(acc, res_ptr, y_ptr, m0, n0, M, N, RESIDUAL, BLOCK_M, BLOCK_N)
 
 
@@ -163,8 +187,8 @@ def launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, up: torch.T
     """out [M, N] = x [M, K] @ weight [N, K].T (with `up`: silu(that) * x @ up.T; with `residual` [M, N]: plus
     it, out may be residual) through `tma_gemm_kernel`; arguments already checked by the caller, `usable` true.
     scale, up_scale: [N] fp32, the row scales of 8-bit `weight` and `up` (both or neither where gated).
-    pdl: the launch's PDL arguments (`runtime.pdl_args()`), none by default; cfg: tiles, warps and stages
-    (default `config`'s; lab/prompt_gemm_sweep.py times others)."""
+    pdl: the launch's PDL arguments (`runtime.pdl_args()`), none by default; cfg: tiles, warps and stages, and
+    SWAP_AB where given (default `config`'s; lab/prompt_gemm_sweep.py and lab/quant_gemm_probe.py time others)."""
     M, K = x.shape
     N = weight.shape[0]
     cfg = config(M, N, up is not None, x.dtype, x.device) if cfg is None else cfg
@@ -175,5 +199,6 @@ def launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, up: torch.T
                           out if residual is None else residual, out, M, N, K,
                           GATED=up is not None, RESIDUAL=residual is not None, SCALED=scaled,
                           BLOCK_M=cfg["BLOCK_M"], BLOCK_N=cfg["BLOCK_N"], BLOCK_K=cfg["BLOCK_K"],
-                          num_warps=cfg["num_warps"], num_stages=cfg["num_stages"], **(pdl or {}))
+                          SWAP_AB=cfg.get("SWAP_AB", False), num_warps=cfg["num_warps"],
+                          num_stages=cfg["num_stages"], **(pdl or {}))
     return out

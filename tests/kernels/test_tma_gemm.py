@@ -24,6 +24,17 @@ needs_descriptors = pytest.mark.skipif(tma_gemm.TensorDescriptor is None, reason
                                        "host tensor descriptors")
 
 
+def _tiles(monkeypatch, swap: bool) -> None:
+    """`tma_gemm.config` with SWAP_AB = `swap`; under the interpreter small tiles, so that every shape has partial
+    tiles on every side."""
+    if TMA_GPU:
+        pick = tma_gemm.config
+        monkeypatch.setattr(tma_gemm, "config", lambda *a: {**pick(*a), "SWAP_AB": swap})
+    else:
+        monkeypatch.setattr(tma_gemm, "config", lambda M, N, gated, dtype, device: {
+            "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 1, "SWAP_AB": swap})
+
+
 def _reference(x, w, up=None, res=None):
     y = x.double() @ w.double().T
     if up is not None:
@@ -34,13 +45,12 @@ def _reference(x, w, up=None, res=None):
 @needs_descriptors
 @pytest.mark.parametrize("M,N,K", [(37, 24, 48), (5, 48, 16), (130, 70, 144)])
 @pytest.mark.parametrize("epilogue", ["plain", "gated", "residual"])
-def test_every_epilogue_at_odd_shapes(M, N, K, epilogue, monkeypatch):
+@pytest.mark.parametrize("swap", [False, True], ids=["x W^T", "swapped"])
+def test_every_epilogue_at_odd_shapes(M, N, K, epilogue, swap, monkeypatch):
     """M, N and K not multiples of the tiles (the TMA fills past the edges with zeros; a load past K that
-    were not zero would add garbage), the output poisoned with NaN (a tile never stored shows). K a multiple
-    of 16: triton 3.5's interpreter asks that of a row stride in elements, not bytes."""
-    if not TMA_GPU:   # the interpreter: small tiles, so every shape has partial tiles on every side
-        monkeypatch.setattr(tma_gemm, "config", lambda M, N, gated, dtype, device: {
-            "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 1})
+    were not zero would add garbage), the output poisoned with NaN (a tile never stored shows), in both
+    operand orders. K a multiple of 16: triton 3.5's interpreter asks that of a row stride in elements."""
+    _tiles(monkeypatch, swap)
     dtype = torch.bfloat16 if TMA_GPU else torch.float32
     x, w = randn(M, K, dtype=dtype), randn(N, K, dtype=dtype, scale=K ** -0.5, seed=1)
     up = randn(N, K, dtype=dtype, scale=K ** -0.5, seed=2) if epilogue == "gated" else None
@@ -53,15 +63,15 @@ def test_every_epilogue_at_odd_shapes(M, N, K, epilogue, monkeypatch):
 @needs_descriptors
 @pytest.mark.parametrize("fmt", ["int8", "fp8"])
 @pytest.mark.parametrize("epilogue", ["plain", "gated", "residual"])
-def test_eight_bit_weights_with_a_scale_a_row(fmt, epilogue, monkeypatch):
-    """Chapter 31_weight_quant's formats: the 8-bit tile widened in registers, each column of the product times
-    its row's scale after the K loop; gated, the gate's and up's own scales before the SwiGLU (the two are
-    quantized apart, so a scale of the wrong operand shows); odd shapes, the output poisoned."""
+@pytest.mark.parametrize("swap", [False, True], ids=["x W^T", "swapped"])
+def test_eight_bit_weights_with_a_scale_a_row(fmt, epilogue, swap, monkeypatch):
+    """Chapter 31_weight_quant's formats: the 8-bit tile widened in registers, each row of the weight times
+    its scale after the K loop (a column of x W^T, a row of W x^T); gated, the gate's and up's own scales before
+    the SwiGLU (the two are quantized apart, so a scale of the wrong operand shows); odd shapes, the output
+    poisoned."""
     if fmt == "fp8" and RT.on_gpu and not triton_helpers.gpu_of(torch.device(RT.device)).fp8:
         pytest.skip("fp8 e4m3 needs an sm_89+ GPU")
-    if not TMA_GPU:
-        monkeypatch.setattr(tma_gemm, "config", lambda M, N, gated, dtype, device: {
-            "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 1})
+    _tiles(monkeypatch, swap)
     M, N, K = (300, 200, 272) if TMA_GPU else (37, 24, 48)
     dtype = torch.bfloat16 if TMA_GPU else torch.float32
     x = randn(M, K, dtype=dtype)

@@ -74,6 +74,7 @@ PROBES_CHECKED = {
     "splitk_pdl_probe.py": "the split-K GEMV + residual both ways, the counts reset; the tiny engine's tokens",
     "prompt_gemm_sweep.py": "the tensor-descriptor GEMM's three epilogues at odd shapes",
     "quant_tile_probe.py": "the 8-bit tile variant where the solutions read it, undone after",
+    "quant_gemm_probe.py": "the 8-bit TMA GEMM computing W x^T, int8 and fp8, odd shapes",
     "delta_rule_kernels_probe.py": "the chunked rule at every chunk size and value block it times, a short last chunk",
     "delta_rule_fused_probe.py": "the one-launch rule against the three kernels; the tiny engine's logits with it",
     "multistep_graph_probe.py": "the ring kernel that keeps each step's token and flag",
