@@ -177,12 +177,12 @@ def weight_copies(rows: int, K: int) -> list:
 
 def per_launch_us(fn, launches: int = LAUNCHES) -> float:
     """us per launch of fn() (`launches` launches) replayed from a CUDA graph: the best of three medians."""
+    from tritonllm_course.engine.graph import capture
     from tritonllm_course.measure.benchmark import _median_event_time
     fn()                                            # compile outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    capture(graph, fn)
     graph.replay()
     return min(_median_event_time(graph.replay, 20) for _ in range(3)) * 1e3 / launches
 
@@ -190,6 +190,7 @@ def per_launch_us(fn, launches: int = LAUNCHES) -> float:
 def timed_layers(fn, x, x0, layers: int):
     """(us per layer, the stream after one fn()) for fn(), which runs `layers` layers on the stream x in
     place: compiled outside the capture, then replayed from a CUDA graph (best of three medians)."""
+    from tritonllm_course.engine.graph import capture
     from tritonllm_course.measure.benchmark import _median_event_time
     x.copy_(x0)
     fn()                            # compile outside the capture
@@ -198,8 +199,7 @@ def timed_layers(fn, x, x0, layers: int):
     fn()
     result = x.clone()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    capture(graph, fn)
     graph.replay()
     return min(_median_event_time(graph.replay, 30) for _ in range(3)) * 1e3 / layers, result
 

@@ -35,6 +35,7 @@ import triton.language as tl
 
 from lab import common
 from tritonllm_course import kernels
+from tritonllm_course.engine.graph import capture
 
 gemv_rows = kernels.load("linear", "solutions").module.gemv_rows      # chapter 05_projections's walk along a row
 
@@ -180,8 +181,7 @@ def main(out):
                 reference = ys
             same = bool(torch.equal(ys, reference)) if variant != "resident" else None
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                chain(variant)
+            capture(graph, lambda: chain(variant))
             graph.replay()
             us = min(_median_event_time(graph.replay, 30) for _ in range(3)) * 1e3
             row = {"variant": variant, "us_per_layer": us / LAYERS, "GBps": nbytes / us / 1e3,

@@ -52,6 +52,7 @@ import triton
 import triton.language as tl
 
 from lab import common
+from tritonllm_course.engine.graph import capture
 from tritonllm_course.triton_helpers import pdl_launch_dependents, pdl_wait
 
 LAYERS = 24
@@ -115,8 +116,7 @@ def graph_us(fn, replays=50, runs=5) -> float:
     fn()
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        fn()
+    capture(graph, fn)
     for _ in range(5):
         graph.replay()
     times = sorted(common.events_us(graph.replay, replays) for _ in range(runs))

@@ -33,6 +33,7 @@ import triton
 import triton.language as tl
 
 from lab import common
+from tritonllm_course.engine.graph import capture
 
 VOCAB, HIDDEN = 248320, 1024
 TILES = [(2, 512, 2), (4, 1024, 4), (8, 1024, 8), (16, 1024, 8), (16, 512, 4), (32, 1024, 16), (8, 512, 4)]
@@ -74,8 +75,7 @@ def _graph_us(fn, replays: int = 20) -> float:
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         fn()
-        with torch.cuda.graph(g):
-            fn()
+        capture(g, fn)
     torch.cuda.synchronize()
     best = float("inf")
     for _ in range(3):
