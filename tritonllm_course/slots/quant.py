@@ -70,8 +70,9 @@ def _one_big_weight(inputs, shape, dtype, gen):
 
 
 # x ~ 1000: one product q * x alone (|q| up to 127) passes 65504, fp16's largest value, so an fp16 accumulator
-# overflows however few products a lane sums (one, on the GPU's 2048-wide K steps), while y (~ 1000 x 0.02 x
-# sqrt(K)) stays well inside: the accumulation must be fp32 even where the output is fp16
+# overflows however few products a lane sums (one or two on a GPU, whose K steps are 512 to 2048 wide: with
+# x ~ 100 such a lane stayed in range and the check passed a kernel that accumulates in fp16), while
+# y (~ 1000 x 0.02 x sqrt(K)) stays well inside: the accumulation must be fp32 even where the output is fp16
 LARGE_X = scaled("x", "large activations (one int8 product past fp16's range)", 1000.0)
 EDGES = [Edge("int8 extremes -128 and 127", _int8_extremes), Edge("zero weight rows", _zero_rows), LARGE_X]
 GROUP_EDGES = [*EDGES, Edge("one large weight in the last, partial group", _one_big_weight)]
