@@ -83,8 +83,9 @@ PARTS: dict[str, Part] = {
                   notebooks=QUICK_CHAPTERS),
     "kernels": Part("every kernel family's tests at the real shapes, every slot's full check in bf16 and fp16",
                     workers=12, limit_s=480, tests=_files(KERNEL_TESTS)),
-    # 16 workers: a GPU machine's 16 cores compile the planted copies (on 12, 302 of its 364 tests in 317 s: H200,
-    # 2026-12-05, ten of twelve workers busy on average)
+    # 16 workers: a GPU machine's 16 cores compile the planted copies (on 12, 302 of its 364 tests in 317 s; on
+    # 16, all 364 in 468 s, results/gpu_check/planted.json: H200, 2026-12-05). Its slowest tests then compared
+    # 32,768-row caches on the host; `checking.compare` now compares on the GPU
     "planted": Part("the planted bugs: the learner's check fails each one at the real shapes",
                     workers=16, limit_s=480, tests=("tests/planted/test_planted_bugs.py",)),
     "model": Part("the model, the engine at every level, PDL, the ladder, the family, the command line",
