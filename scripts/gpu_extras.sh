@@ -65,9 +65,11 @@
 #             with the accuracy figures (tritonllm_course/measure/weights_bench.py), then the 8-bit prompt GEMMs
 #             with the widened weight as the tensor cores' first operand, and the TTFT with them
 #             (lab/quant_gemm_probe.py); lab/quant_tile_probe.py (the 8-bit decode GEMVs' tiles) runs on its own
-# profile     the engine's decode step per kernel and per slot (20_profile), op by op and from the CUDA graph, every
-#             level at 128 cached tokens, the fast one at 4,096 too; RESULTS_DIR/profile_<gpu>_<date>.*
-#             (CONFIG=qwen3.5-27b: another size of the family, profile_<config>_<gpu>_<date>.*)
+# profile     the reference model's eager decode, kernels and GPU time a token (02_inside_qwen35,
+#             RESULTS_DIR/eager_profile_<gpu>_<date>.*), then the engine's decode step per kernel and per slot
+#             (20_profile), op by op and from the CUDA graph, every level at 128 cached tokens, the fast one at
+#             4,096 too; RESULTS_DIR/profile_<gpu>_<date>.* (CONFIG=qwen3.5-27b: another size of the family,
+#             profile_<config>_<gpu>_<date>.*, without the eager profile)
 # splitk      the split-K GEMV (24_split_k): time against the number of pieces, against chapter 05_projections's GEMV
 #             and cuBLAS at the narrow decode shapes and the LM head, the atomic reduction's run-to-run spread
 # ttft        the time to the first token (05_projections, 18_cuda_graphs, lab/tma_ttft_probe.py): the TMA prompt
@@ -213,9 +215,12 @@ quant() {   # within one 10-minute call: weights_bench writes its files at the e
   exit $status
 }
 
-profile() {
+profile() {   # the reference model's eager decode first (a minute at most), then the engine's profile
   export TRITONLLM_KERNELS=solutions
-  exec timeout 300 $PY -m tritonllm_course.measure.profiling --out "$OUT" ${CONFIG:+--config $CONFIG}
+  local status=0
+  [ -z "${CONFIG:-}" ] && { timeout 90 $PY -m tritonllm_course.measure.eager_profile --out "$OUT" || status=1; }
+  timeout 300 $PY -m tritonllm_course.measure.profiling --out "$OUT" ${CONFIG:+--config $CONFIG} || status=1
+  exit $status
 }
 
 family() {

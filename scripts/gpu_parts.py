@@ -52,7 +52,7 @@ MODEL_TESTS = (
     "model/test_engine", "model/test_engine_levels", "model/test_engine_weights", "model/test_pdl",
     "measure/test_ladder", "model/test_family_gpu", "measure/test_family_bench", "model/test_generate_cli",
     "model/test_reference_model", "model/test_weights", "model/test_swap", "measure/test_profiling",
-    "measure/test_layer_times", "tools/test_bad_inputs", "tools/test_foundation",
+    "measure/test_layer_times", "tools/test_bad_inputs", "tools/test_foundation", "measure/test_eager_profile",
 )
 # checked on the CPU only: what they test does not run on the GPU
 HOST_ONLY = (
