@@ -4,8 +4,8 @@ Qwen3.5-0.8B's shapes (8 query heads, 2 KV heads, head_dim 256), beyond the kern
 - prefill: FlashAttention against chapter 08_attention's two-pass kernel and op-by-op chain, SDPA's fused backends
   scaled_dot_product_attention and the reference (eager, torch.compile), T = 128 ... 8192, in TFLOP/s;
 - tiles: FlashAttention with other BLOCK_M x BLOCK_N / warps / stages (what `flash_config` chose marked);
-- decode: FlashDecoding against chapter 08_attention's one-program-per-KV-head kernel and graph-safe PyTorch,
-  cache lengths 128 ... 65,536 (max_len = length), GB/s and the crossover length;
+- decode: FlashDecoding against chapter 08_attention's one-program-per-KV-head kernel, its three-kernel chain and
+  graph-safe PyTorch, cache lengths 128 ... 65,536 (max_len = length), GB/s and the crossover length;
 - splits: FlashDecoding's num_splits swept at four lengths;
 - accuracy: bf16 against the fp64 reference.
 Every timing is a CUDA-graph replay over input sets larger than L2 (`benchmark.time_calls`).
@@ -116,6 +116,14 @@ def tiles(fa, dtype):
     return rows
 
 
+def _chain(attn):
+    """Chapter 08_attention's three kernels over the whole cache, which is the length here (max_len = length, so
+    no mask): a program per block of scores in each, where the fused kernel has one per KV head."""
+    def chain(q, k_cache, v_cache, length, scale, **_):
+        return attn.pv(attn.scaled_softmax(attn.qk_scores(q[None], k_cache), scale), v_cache)   # [1, H, D]
+    return chain
+
+
 def decode(fd, attn, dtype):
     from .. import slots
     slot = slots.get("flash_decoding")
@@ -124,6 +132,7 @@ def decode(fd, attn, dtype):
         sets = _sets(slot, {"length": n, "max_len": n, **HEADS}, dtype)
         times = {"flash decoding (triton)": _time(fd.flash_decoding, sets),
                  "one program per KV head (ch08)": _time(attn.decode_attention, sets),
+                 "three kernels: scores, softmax, P.V (ch08)": _time(_chain(attn), sets),
                  "torch eager, graph-safe": _time(slot.torch_impl, sets)}
         rows.append({"length": n, "bytes": slot.bytes(sets[0]), "times_us": times})
         print(f"decode length={n}: " + "  ".join(f"{k} {v if isinstance(v, str) else f'{v:.1f}'}"
