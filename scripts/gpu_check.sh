@@ -10,8 +10,9 @@
 #                                      profile" picks some, EXTRA_TIMEOUT=seconds bounds each)
 # DIR receives summary.md, logs.tgz (each part's log, failures-<part>.log written as failures happen, and
 # durations-<part>.tsv, every test's outcome and seconds), for bench and extra results.tgz (the files they
-# wrote) and, for a part, record_<part>.json: commit, date, GPU, versions, counts. Copy a record that passed
-# to results/gpu_check/ (the README's line reads them).
+# wrote) and, for a part, record_<part>.json: commit, date, GPU, versions, counts, and results.tgz holding
+# measured/<name>.json, the numbers of the tests that measure something (tests/helpers.py record_measured).
+# Copy a record that passed to results/gpu_check/ (the README's line reads them).
 # Environment: COMMIT=<sha> names the commit in the record (a device copy has no .git); TRITONLLM_DTYPE=float16
 # runs the part in a T4's dtype (its record gets the suffix _float16); JOBS=N overrides the part's workers;
 # LIMIT_S=seconds its time limit (to fit what is left of a lent GPU's time); PYTHON=... the interpreter.
@@ -76,7 +77,7 @@ part() {  # part NAME: its pytest run under its time limit, then its record
   $PY -c "import pytest_timeout" 2>/dev/null && tmo=(--timeout=300)
   rm -f "$LOGS/durations-$tag.tsv"
   t0=$SECONDS
-  OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} \
+  OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} TRITONLLM_MEASURED="$OUT/results/measured" \
   TRITONLLM_FAILLOG="$LOGS/failures-$tag.log" TRITONLLM_DURATIONS="$LOGS/durations-$tag.tsv" \
     step "$tag ($workers workers, limit $limit s)" "$LOGS/$tag.log" \
     timeout -k 10 "$limit" $PYTEST "${args[@]}" "${tmo[@]}" "${par[@]}" --durations=20

@@ -97,3 +97,17 @@ def test_the_records_are_whole_and_the_readme_says_what_they_say():
     for path in gpu_parts.RECORDS.glob("*_float16.json"):       # the fp16 passes are named, each with its date
         rec = json.loads(path.read_text())
         assert (f"{rec['part']} ({rec['date']})" in line.partition("in float16 on")[2]) == rec["passed_all"], line
+
+
+def test_a_tests_measurement_is_kept_only_where_a_gpu_run_asks(tmp_path, monkeypatch):
+    """tests/helpers.py `record_measured`: with TRITONLLM_MEASURED (gpu_check.sh sets it) a JSON record with the
+    device and the date, which gpu_check.sh packs into results.tgz; without it, nothing written."""
+    from helpers import record_measured
+    monkeypatch.delenv("TRITONLLM_MEASURED", raising=False)
+    assert record_measured("probe", {"x": 1.5}) is None and not any(tmp_path.iterdir())
+    monkeypatch.setenv("TRITONLLM_MEASURED", str(tmp_path / "measured"))
+    path = record_measured("probe", {"x": 1.5})
+    saved = json.loads(path.read_text())
+    assert path == tmp_path / "measured" / "probe.json" and saved["x"] == 1.5
+    assert {"gpu", "date", "versions", "test"} <= set(saved) and "test_a_tests_measurement" in saved["test"]
+    assert 'TRITONLLM_MEASURED="$OUT/results/measured"' in (ROOT / "scripts" / "gpu_check.sh").read_text()

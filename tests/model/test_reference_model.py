@@ -9,7 +9,7 @@ from tritonllm_course.generation import generate
 from tritonllm_course.hf_compat import hf_forward, hf_model, to_dtype, weights_from_hf
 from tritonllm_course.model import Qwen35Cache, Qwen35Model
 from tritonllm_course.weights import WeightError
-from helpers import rel
+from helpers import record_measured, rel
 
 
 @pytest.fixture(scope="module")
@@ -157,6 +157,13 @@ def test_full_size_matches_transformers_on_gpu():
                 assert errors["fp32 ours vs transformers"] < 1e-4, f"step {step}: {errors}"
                 assert errors["bf16 ours vs transformers' bf16"] < 1e-2, f"step {step}: {errors}"
                 tokens = ref[-1:].argmax(-1).cpu()
+            # a passing run's numbers, for docs/results.md section 2: the largest relative difference of each
+            # comparison over the prefill and over the 64 decode steps
+            record_measured("hf_rounding_full_size", {
+                "what": "relative difference of the logits, the prefill of 128 tokens and the worst of 64 cached "
+                        "decode steps; random weights of Qwen3.5-0.8B's shapes",
+                "worst": {phase: {name: e for (p, name), e in worst.items() if p == phase}
+                          for phase in ("prefill", "decode")}})
         finally:                            # the numbers, passed or not (pytest shows them with -s or on failure)
             for (phase, name), e in worst.items():
                 print(f"{phase:8s} {name:32s} {e:.2e}" + ("  (worst step)" if phase == "decode" else ""))
