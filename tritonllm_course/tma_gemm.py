@@ -38,54 +38,70 @@ WAVE_MARGIN = 0.05             # how much more of the SMs 64-row tiles must keep
 
 
 @triton.jit
+def _accumulator(BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SWAP_AB: tl.constexpr):
+    """fp32 zeros of the product's tile: [BLOCK_M, BLOCK_N], or its transpose under SWAP_AB."""
+    if SWAP_AB:
+        acc = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
+    else:
+        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    return acc
+
+
+@triton.jit
+def _weight_dot(a, w, acc, SWAP_AB: tl.constexpr):
+    """acc + a w^T for an x tile a [BLOCK_M, BLOCK_K] and a weight tile w [BLOCK_N, BLOCK_K] as stored (its
+    transpose is a view the tensor cores read as is), w widened to a's dtype (nothing unless 8-bit); under
+    SWAP_AB acc + w a^T, the widened weight the tensor cores' first operand. "ieee": fp32 operands (the CPU
+    tests) in full fp32; no effect on bf16/fp16."""
+    if SWAP_AB:
+        acc = tl.dot(w.to(a.dtype), tl.trans(a), acc, input_precision="ieee")
+    else:
+        acc = tl.dot(a, tl.trans(w.to(a.dtype)), acc, input_precision="ieee")
+    return acc
+
+
+@triton.jit
+def _row_scaled(acc, s_ptr, n0, N, BLOCK_N: tl.constexpr, SWAP_AB: tl.constexpr):
+    """acc times the scales s[n0 ..] of its weight rows: acc's columns, or its rows under SWAP_AB."""
+    rn = n0 + tl.arange(0, BLOCK_N)
+    s = tl.load(s_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)
+    if SWAP_AB:
+        acc = acc * s[:, None]
+    else:
+        acc = acc * s[None, :]
+    return acc
+
+
+@triton.jit
 def tma_tile(x_desc, w_desc, up_desc, s_ptr, su_ptr, m0, n0, N, K, GATED: tl.constexpr, SCALED: tl.constexpr,
              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, SWAP_AB: tl.constexpr = False):
     """fp32 [BLOCK_M, BLOCK_N]: rows m0.. of x [M, K] times rows n0.. of W [N, K], transposed, through tensor
     descriptors of [BLOCK_M, BLOCK_K] and [BLOCK_N, BLOCK_K] tiles (zeros past the edges); GATED: silu of that
     times the same product with W_up. SCALED: W (and W_up) hold 8-bit weights (int8 or fp8 e4m3, chapter
-    31_weight_quant), widened to x's dtype in registers, exactly, and each product column n times its row's
-    scale s[n] (su[n] for W_up) before the SwiGLU. The walk along K shared by the kernels that read through the
-    TMA.
+    31_weight_quant), widened to x's dtype in registers, exactly, and each weight row's product times its
+    scale s[n] (su[n] for W_up), once after the sum over K and before the SwiGLU. The walk along K shared by the
+    kernels that read through the TMA.
 
     SWAP_AB computes the transpose, W x^T, and transposes the tile once at the end. The tensor cores (wgmma)
     read their first operand from registers or shared memory, the second from shared memory only: a weight
     tile widened in registers is then used where it is; as the second operand it would be written back to
     shared memory, fenced, at every step. It needs BLOCK_N a multiple of 64 (wgmma's rows)."""
+    acc = _accumulator(BLOCK_M, BLOCK_N, SWAP_AB)
+    if GATED:
+        acc_up = _accumulator(BLOCK_M, BLOCK_N, SWAP_AB)
+    for k0 in range(0, K, BLOCK_K):
+        a = x_desc.load([m0, k0])                                                   # [BLOCK_M, BLOCK_K]
+        acc = _weight_dot(a, w_desc.load([n0, k0]), acc, SWAP_AB)
+        if GATED:
+            acc_up = _weight_dot(a, up_desc.load([n0, k0]), acc_up, SWAP_AB)
+    if SCALED:
+        acc = _row_scaled(acc, s_ptr, n0, N, BLOCK_N, SWAP_AB)
+        if GATED:
+            acc_up = _row_scaled(acc_up, su_ptr, n0, N, BLOCK_N, SWAP_AB)
+    if GATED:
+        acc = silu(acc) * acc_up
     if SWAP_AB:
-        acc_t = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        if GATED:
-            up_t = tl.zeros([BLOCK_N, BLOCK_M], dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            a_t = tl.trans(x_desc.load([m0, k0]))                                   # [BLOCK_K, BLOCK_M]
-            acc_t = tl.dot(w_desc.load([n0, k0]).to(a_t.dtype), a_t, acc_t, input_precision="ieee")
-            if GATED:
-                up_t = tl.dot(up_desc.load([n0, k0]).to(a_t.dtype), a_t, up_t, input_precision="ieee")
-        if SCALED:  # a weight row's scale: a row of the transposed product
-            rn = n0 + tl.arange(0, BLOCK_N)
-            acc_t = acc_t * tl.load(s_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[:, None]
-            if GATED:
-                up_t = up_t * tl.load(su_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[:, None]
-        if GATED:
-            acc_t = silu(acc_t) * up_t
-        acc = tl.trans(acc_t)                                                       # [BLOCK_M, BLOCK_N]
-    else:
-        acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        if GATED:
-            acc_up = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-        for k0 in range(0, K, BLOCK_K):
-            a = x_desc.load([m0, k0])                                               # [BLOCK_M, BLOCK_K]
-            # W's tile is [BLOCK_N, BLOCK_K] as stored; its transpose is a view the tensor cores read as is.
-            # "ieee": fp32 operands (the CPU tests) in full fp32; no effect on bf16/fp16. `.to`: nothing unless 8-bit
-            acc = tl.dot(a, tl.trans(w_desc.load([n0, k0]).to(a.dtype)), acc, input_precision="ieee")
-            if GATED:
-                acc_up = tl.dot(a, tl.trans(up_desc.load([n0, k0]).to(a.dtype)), acc_up, input_precision="ieee")
-        if SCALED:      # one scale a weight row: a column of the product, applied once after the sum over K
-            rn = n0 + tl.arange(0, BLOCK_N)
-            acc = acc * tl.load(s_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-            if GATED:
-                acc_up = acc_up * tl.load(su_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-        if GATED:
-            acc = silu(acc) * acc_up
+        acc = tl.trans(acc)                                                         # [BLOCK_M, BLOCK_N]
     return acc
 
 
