@@ -36,7 +36,9 @@ REFERENCE_OPS = ("embedding", "rms_norm", "attention_qkv_proj", "qk_norm", "appl
 @contextmanager
 def labelled_reference():
     """Each of REFERENCE_OPS in `tritonllm_course.reference` wrapped in a profiler label of its name for the
-    block (the model looks them up there at call time), the originals put back after."""
+    block (the model looks them up there at call time), the originals put back after. Only the package's own
+    names, not `swap.swapped`'s every module: a composite reference's inner calls (the `linear` inside `mlp`)
+    stay unlabelled, so each op's time is its own and the shares add up to the step's."""
     originals = {name: getattr(R, name) for name in REFERENCE_OPS}
 
     def labelled(name, fn):
