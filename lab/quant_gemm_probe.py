@@ -114,22 +114,25 @@ def sweep(res, path, budget_s):
                 for c in [{**pick, "SWAP_AB": True}] + [_cfg(*t) for t in SWAP_SPACE]:
                     forms.append(("TMA 8-bit W x^T", c, lambda s, c=c: tma_gemm.launch(s["x"], s["q"], s["y"],
                                                                                           scale=s["s"], cfg=c)))
+                # the fp32 products every form is checked against, once a case: of the bf16 weight and of the
+                # dequantized 8-bit one
+                x0 = sets[0]["x"].float()
+                want = {False: x0 @ sets[0]["w"].float().T,
+                        True: x0 @ Q.dequantize(sets[0]["q"], sets[0]["s"], dtype=torch.float32).T}
                 for form, cfg, fn in forms:
                     print(f"  M={M} {name} {fmt}: {form} {cfg}", file=sys.stderr, flush=True)
                     row = {"M": M, "shape": name, "N": N, "K": K, "format": fmt, "form": form, "cfg": cfg}
                     try:
                         row["us"] = common.best_time_calls(lambda **s: fn(s), sets)
                         fn(sets[0])
-                        deq = Q.dequantize(sets[0]["q"], sets[0]["s"], dtype=torch.float32) if "8-bit" in form \
-                            else sets[0]["w"].float()
-                        row["rel_err"] = common.rel_err(sets[0]["y"], sets[0]["x"].float() @ deq.T)
+                        row["rel_err"] = common.rel_err(sets[0]["y"], want["8-bit" in form])
                         row["tflops"] = 2 * M * N * K / row["us"] / 1e6
                     except Exception as e:      # a tile that does not compile or fit: named, the sweep goes on
                         row["error"] = common.error_text(e)
                     res["cases"].append(row)
                     print(row, flush=True)
                 common.save(path, res)
-                del sets
+                del sets, want
                 torch.cuda.empty_cache()
 
 
