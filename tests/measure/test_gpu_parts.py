@@ -62,8 +62,8 @@ def test_quicks_arguments_keep_the_other_files_whole():
     args = gpu_parts.pytest_args("quick")
     k = args[args.index("-k") + 1]
     assert "(test_pdl and (" in k and k.endswith("not (test_engine_levels or test_pdl)"), k
-    assert "--nbval-lax" in args and args[args.index("-m") + 1] == "not timing"
-    assert gpu_parts.pytest_args("timing")[-1] == "timing"
+    assert "--nbval-lax" in args and args[args.index("-m") + 1] == "not timing and not alone"
+    assert gpu_parts.pytest_args("timing")[-1] == "timing or alone"
 
 
 def test_the_parts_fit_a_device_call():
