@@ -83,9 +83,9 @@ PARTS: dict[str, Part] = {
                   notebooks=QUICK_CHAPTERS),
     "kernels": Part("every kernel family's tests at the real shapes, every slot's full check in bf16 and fp16",
                     workers=12, limit_s=480, tests=_files(KERNEL_TESTS)),
-    # 16 workers: a GPU machine's 16 cores compile the planted copies (on 12, 302 of its 364 tests in 317 s; on
-    # 16, all 364 in 468 s, results/gpu_check/planted.json: H200, 2026-12-05). Its slowest tests then compared
-    # 32,768-row caches on the host; `checking.compare` now compares on the GPU
+    # 16 workers: a GPU machine's 16 cores compile the planted copies. With `checking.compare` on the host (its
+    # slowest tests compared 32,768-row caches there) the part took 468 s on an H200; comparing on the GPU, 31 s
+    # on an H100 (results/gpu_check/planted.json, 2026-12-05)
     "planted": Part("the planted bugs: the learner's check fails each one at the real shapes",
                     workers=16, limit_s=480, tests=("tests/planted/test_planted_bugs.py",)),
     "model": Part("the model, the engine at every level, PDL, the ladder, the family, the command line",
@@ -178,10 +178,11 @@ def readme_line() -> str:
     quick_text = "; ".join(f"passed on {gpu} in {' and '.join(sorted(dtypes))}, {date} (commit {commit})"
                            for (gpu, date, commit), dtypes in sorted(quick.items())) or "not run"
     full = [recs[p] for p in FULL if p in recs and recs[p]["passed_all"]]          # the full suite in bf16
-    by_date = {}                                # date -> "part N" for the parts that passed on it
+    by_run = {}                                 # (gpu, date) -> "part N" for the parts that passed there
     for r in full:
-        by_date.setdefault(r["date"], []).append(f"{r['part']} {r['passed']}")
-    done = "; ".join(f"{', '.join(parts)} tests passed ({date})" for date, parts in sorted(by_date.items()))
+        by_run.setdefault((r["gpu"], r["date"]), []).append(f"{r['part']} {r['passed']}")
+    done = "; ".join(f"{', '.join(parts)} tests passed on {gpu} ({date})"
+                     for (gpu, date), parts in sorted(by_run.items()))
     done = done or "none yet"
     missing = [p for p in FULL if p not in recs or not recs[p]["passed_all"]]
     text = f"GPU checks (`scripts/gpu_check.sh`, records in results/gpu_check/): quick {quick_text}; "
