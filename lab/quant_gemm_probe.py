@@ -26,9 +26,16 @@ swapped at each shape's fastest tiles of (1) (the nearest M measured), the three
 compared.
 Writes OUTDIR/quant_gemm_probe_<gpu>_<date>.json, saved after every case. `check` runs the swapped kernel
 under the interpreter at odd shapes against the fp64 product of the dequantized weight.
-Result: not measured yet: `python -m lab.quant_gemm_probe` on an sm_90 GPU (`scripts/gpu_extras.sh quant`).
-Verdict: not adopted until measured: `tritonllm_course/tma_gemm.py`'s `config` gives no SWAP_AB, so the engine
-runs x W^T; the tests run both orders.
+Result: NVIDIA H200, 2026-12-05 (lab/results/quant_gemm_probe_nvidia-h200_2026-12-05.json; the figures in
+lab/README.md). (1) Every 8-bit form stayed slower than the bf16 TMA GEMM and cuBLAS at every shape and
+length: widening the weight costs more than its halved bytes save at these compute-bound sizes. fp8 gained from
+W x^T at most shapes (most at 1,024 tokens and more), int8 at few. (2) fp8's time to the first token was
+shorter with W x^T at 1,024 and 4,096 tokens, most at the sweep's tiles; int8's was not. First tokens identical
+across the variants of a format.
+Verdict: adopted for fp8: `fp8_config` in tritonllm_course/tma_gemm.py (W x^T, tiles by a rule that gives the
+sweep's fastest at 1,024 tokens and within 5% at 4,096); int8 keeps x W^T. The engine with `fp8_config` is not
+timed yet (the rule's tiles are those of variant (2)'s "the sweep's tiles" at 1,024 tokens). Since then variant "as
+it is" is x W^T at `config`'s bf16 tiles, as the engine ran both formats then.
 """
 import os
 import sys
@@ -150,13 +157,13 @@ def best_swapped(res) -> dict:
     return table
 
 
-def swapped_launch(original, table=None, fmt=None):
-    """`tma_gemm.launch` giving 8-bit GEMMs W x^T: at `config`'s tiles, or at the sweep's fastest for the shape
-    (the nearest M measured), where `table` has it."""
+def swapped_launch(original, table=None, fmt=None, swap=True):
+    """`tma_gemm.launch` giving 8-bit GEMMs W x^T (`swap`, else x W^T): at `config`'s bf16 tiles, or at the
+    sweep's fastest for the shape (the nearest M measured), where `table` has it."""
     def launch(x, weight, out, *args, cfg=None, scale=None, **kwargs):
         if scale is not None and cfg is None:
             M, N, K = x.shape[0], weight.shape[0], x.shape[1]
-            cfg = {**tma_gemm.config(M, N, kwargs.get("up") is not None, x.dtype, x.device), "SWAP_AB": True}
+            cfg = {**tma_gemm.config(M, N, kwargs.get("up") is not None, x.dtype, x.device), "SWAP_AB": swap}
             if table and (N, K, fmt) in table and kwargs.get("up") is None:
                 cfg = min(table[(N, K, fmt)], key=lambda mc: abs(mc[0] - M))[1]
         return original(x, weight, out, *args, cfg=cfg, scale=scale, **kwargs)
@@ -172,7 +179,9 @@ def ttft(res, path):
     prompts = {n: torch.randint(0, QWEN35_0_8B.vocab_size, (n,), generator=gen).tolist() for n in PROMPTS}
     original = tma_gemm.launch
     for fmt in FORMATS:
-        variants = {"as it is": original, "swapped, config's tiles": swapped_launch(original),
+        # "as it is": x W^T at config's bf16 tiles, as the engine ran every 8-bit GEMM when this was measured
+        variants = {"as it is": swapped_launch(original, swap=False),
+                    "swapped, config's tiles": swapped_launch(original),
                     "swapped, the sweep's tiles": swapped_launch(original, table, fmt)}
         # an engine a variant: a prompt chunk's CUDA graph keeps the kernels it was captured with
         engines = {name: Engine.random(QWEN35_0_8B, torch.bfloat16, "cuda", seed=0, max_seq_len=max(PROMPTS) + 64,

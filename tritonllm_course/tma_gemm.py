@@ -34,6 +34,7 @@ except ImportError:            # a triton without host-side tensor descriptors: 
 
 MIN_M = 256                    # prompts shorter than this keep chapter 05_projections's tiles
 TMA_CAPABILITY = 90            # the first compute capability with a TMA
+FP8 = getattr(torch, "float8_e4m3fn", None)   # chapter 31_weight_quant's fp8 weights (`fp8_config`)
 WAVE_MARGIN = 0.05             # how much more of the SMs 64-row tiles must keep busy to be taken over 128-row ones
 
 
@@ -163,16 +164,19 @@ def _wave_use(tiles: int, sms: int) -> float:
     return tiles / (triton.cdiv(tiles, sms) * sms)
 
 
-def config(M: int, N: int, gated: bool, dtype: torch.dtype, device: torch.device) -> dict:
+def config(M: int, N: int, gated: bool, dtype: torch.dtype, device: torch.device,
+           weight_dtype: torch.dtype | None = None) -> dict:
     """Tiles of `tma_gemm_kernel`, from the H200's sweeps at M = 128 to 4,096 (lab/prompt_gemm_sweep.py, whose
     records `tests/kernels/test_tma_gemm.py` holds each pick against): 128 x 128 on 4 warps and 3 stages,
     128 x 64 gated (two accumulators). 64-row tiles where 128-row ones make less than a wave: 128-deep steps on 4
     stages up to 1,024 rows, 64-deep above, and 64 columns while even those fill half the SMs at most. Ungated,
     64-row tiles also where their waves leave clearly fewer SMs idle (the 5,120-wide in-projection at 512 and
     1,024 tokens: 1.2 and 2.4 waves of 128-row tiles); gated 64 x 64 tiles lost there. Stages capped by shared
-    memory."""
+    memory. fp8 weights (ungated, chapter 31_weight_quant's product): `fp8_config`."""
     gpu = helpers.gpu_of(device)
     sms = (gpu or helpers.GPUS[TMA_CAPABILITY]).sms       # the interpreter (tests): an H100 / H200's
+    if weight_dtype == FP8 and not gated:
+        return fp8_config(M, N, sms)
     block_n = 64 if gated else 128
     cfg = {"BLOCK_M": 128, "BLOCK_N": block_n, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3}
     tiles, half_tiles = triton.cdiv(M, 128) * triton.cdiv(N, block_n), triton.cdiv(M, 64) * triton.cdiv(N, block_n)
@@ -185,6 +189,20 @@ def config(M: int, N: int, gated: bool, dtype: torch.dtype, device: torch.device
     if gpu is not None:
         stage = (cfg["BLOCK_M"] + (2 if gated else 1) * cfg["BLOCK_N"]) * cfg["BLOCK_K"] * dtype.itemsize
         cfg["num_stages"] = max(1, min(cfg["num_stages"], gpu.shared_bytes // stage))
+    return cfg
+
+
+def fp8_config(M: int, N: int, sms: int) -> dict:
+    """Tiles of the fp8 product, computed as W x^T (`SWAP_AB`: BLOCK_N weight rows, BLOCK_M tokens). Widened from
+    fp8 to bf16 in registers, the weight tile stays there as wgmma's register operand, where x W^T writes it back
+    to shared memory at every K step. On the H200 (lab/quant_gemm_probe.py; its record in lab/results/, the figures
+    in lab/README.md) W x^T at these tiles made the fast level's fp8 time to the first token shorter at 1,024
+    and 4,096 tokens: 128 x 128 tiles, and 64 x 64 x 128 ones on 4 stages where 128 x 128 tiles make less than a
+    wave (at 1,024 tokens and more, within 5% of the fastest tiles measured at every shape). int8 keeps x W^T:
+    swapped, its time to the first token was no shorter."""
+    cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3, "SWAP_AB": True}
+    if triton.cdiv(M, 128) * triton.cdiv(N, 128) < sms:
+        cfg.update(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, num_stages=4)
     return cfg
 
 
@@ -207,7 +225,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor, up: torch.T
     SWAP_AB where given (default `config`'s; lab/prompt_gemm_sweep.py and lab/quant_gemm_probe.py time others)."""
     M, K = x.shape
     N = weight.shape[0]
-    cfg = config(M, N, up is not None, x.dtype, x.device) if cfg is None else cfg
+    cfg = config(M, N, up is not None, x.dtype, x.device, weight.dtype) if cfg is None else cfg
     grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))
     scaled = scale is not None
     s = scale if scaled else out                  # not read unless SCALED

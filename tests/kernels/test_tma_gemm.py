@@ -31,7 +31,7 @@ def _tiles(monkeypatch, swap: bool) -> None:
         pick = tma_gemm.config
         monkeypatch.setattr(tma_gemm, "config", lambda *a: {**pick(*a), "SWAP_AB": swap})
     else:
-        monkeypatch.setattr(tma_gemm, "config", lambda M, N, gated, dtype, device: {
+        monkeypatch.setattr(tma_gemm, "config", lambda M, N, gated, dtype, device, *_: {
             "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 32, "num_warps": 4, "num_stages": 1, "SWAP_AB": swap})
 
 
@@ -86,7 +86,7 @@ def test_eight_bit_weights_with_a_scale_a_row(fmt, epilogue, swap, monkeypatch):
 
 @needs_descriptors
 def test_the_residual_is_updated_in_place(monkeypatch):
-    monkeypatch.setattr(tma_gemm, "config", lambda M, N, gated, dtype, device: {
+    monkeypatch.setattr(tma_gemm, "config", lambda M, N, gated, dtype, device, *_: {
         "BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 16, "num_warps": 4, "num_stages": 1})
     x, w, r = randn(19, 48), randn(32, 48, scale=0.1, seed=1), randn(19, 32, seed=2)
     want = _reference(x, w, res=r)
@@ -186,3 +186,35 @@ def test_quant_gemm_takes_it_with_a_scale_a_row(fmt, monkeypatch):
                                                                                       dtype=torch.float64))) < 1e-2
     monkeypatch.setattr(tma_gemm, "MIN_M", 1 << 30)
     assert rel(quant.quant_gemm(x, q, s), got) < 1e-2
+
+
+QUANT_PROBE = ROOT / "lab" / "results" / "quant_gemm_probe_nvidia-h200_2026-12-05.json"
+PROMPT_COUNTS = {"DeltaNet in_proj": 18, "attention in_proj": 6, "gate/up (stacked)": 24, "down + residual": 24,
+                 "o_proj / out_proj + residual": 24}      # each GEMM's count in a prompt of Qwen3.5-0.8B
+
+
+def test_fp8_config_takes_the_probes_fastest_swapped_tiles():
+    """fp8 weights, ungated: W x^T at tiles among those lab/quant_gemm_probe.py timed on the H200, within 5% of
+    the fastest at each of the five prompt GEMMs from 1,024 tokens; over a prompt's GEMMs (each times its count
+    in the model) faster than x W^T at 1,024 and 4,096 tokens and within 1% of it at 512. int8 and bf16 keep
+    x W^T."""
+    h200 = torch.device("cuda")
+    cases = [c for c in json.loads(QUANT_PROBE.read_text())["cases"] if c["format"] == "fp8"]
+    with triton_helpers.compiling_for(triton_helpers.GPUS[90]):
+        for M in sorted({c["M"] for c in cases}):
+            picked = plain = 0.0
+            for shape, count in PROMPT_COUNTS.items():
+                here = [c for c in cases if c["M"] == M and c["shape"] == shape]
+                cfg = tma_gemm.config(M, here[0]["N"], False, torch.bfloat16, h200, tma_gemm.FP8)
+                assert cfg["SWAP_AB"], cfg
+                swapped = [c["us"] for c in here if c["form"] == "TMA 8-bit W x^T"]
+                timed = [c["us"] for c in here if c["form"] == "TMA 8-bit W x^T" and c["cfg"] == cfg]
+                assert timed, f"M = {M}, {shape}: {cfg} was not measured"
+                if M >= 1024:
+                    assert min(timed) <= 1.05 * min(swapped), f"M = {M}, {shape}: {min(timed):.1f} us"
+                picked += count * min(timed)
+                plain += count * next(c["us"] for c in here if c["form"] == "TMA 8-bit x W^T")
+            assert picked < (plain if M >= 1024 else 1.01 * plain), f"M = {M}: {picked:.0f} against {plain:.0f} us"
+        for weight_dtype in (torch.int8, torch.bfloat16, None):
+            assert not tma_gemm.config(4096, 5120, False, torch.bfloat16, h200, weight_dtype).get("SWAP_AB")
+        assert not tma_gemm.config(4096, 3584, True, torch.bfloat16, h200, tma_gemm.FP8).get("SWAP_AB")
