@@ -14,9 +14,12 @@ Method: Qwen3.5-0.8B's DeltaNet shapes (16 heads, 128 x 128 state), bf16, inputs
 makes them (`slots.delta_rule.make_inputs`), T in TS. (1) Each call timed as the course times
 (`benchmark.time_calls`: a CUDA graph over four copies of the inputs, about 30 MB at T = 512, under the 50 MB
 L2, and past it from T = 1,024): the course's rule at every chunk size in
-CHUNKS and value block in BLOCKS, fla's chunk kernel beside it. (2) The device time of each kernel of one
-call, from torch.profiler's trace over TRACE_CALLS eager calls (`measure.trace.device_events`), for the course's
-rule as the engine runs it (`chunk_size_for`, block_v 16), its fastest variant of (1), and fla. Writes
+CHUNKS and value block in BLOCKS, then at the engine's with the scan launched at each of SCAN_LAUNCHES (warps
+and pipeline stages, `SCAN_LAUNCH` in solutions/delta_rule.py), fla's chunk kernel beside it. (2) The device
+time of each kernel of one call, from torch.profiler's trace over TRACE_CALLS eager calls
+(`measure.trace.device_events`), for the course's rule as the engine runs it (`chunk_size_for`, block_v 16),
+every variant of (1), and fla. (The 2026-12-05 run had no launch variants and traced the engine's rule and its
+fastest variant only.) Writes
 OUTDIR/delta_rule_kernels_probe_<gpu>_<date>.json, saved after every length.
 Result: NVIDIA H200, 2026-12-05, fla 0.6.0 (lab/results/delta_rule_kernels_probe_nvidia-h200_2026-12-05.json;
 the figures in lab/README.md). The engine's own choice (chunks of 32, value blocks of 16) was the course's
@@ -26,7 +29,8 @@ state scan (the course's one kernel against fla's `chunk_gated_delta_rule_fwd_ke
 kernel is faster than fla's three kernels for the same work (cumulative sum, beta K K^T with its solve, w and u),
 and the output kernels are level.
 Verdict: nothing to adopt from the variants: solutions/delta_rule.py keeps `chunk_size_for` and block_v = 16.
-What is left is the scan's sequential walk over the chunks.
+What is left is the scan's sequential walk over the chunks: its launch variants and every variant's kernels are
+in the probe since, not yet run.
 """
 import os
 import time
@@ -43,6 +47,9 @@ CHUNKS = (32, 64)
 BLOCKS = (16, 32, 64)
 SHAPE = {"H": 16, "HV": 16, "DK": 128, "DV": 128}
 TRACE_CALLS = 10
+# the scan's launch at the engine's chunk and value block (`SCAN_LAUNCH` in solutions/delta_rule.py): warps and
+# software-pipeline stages (the fast level's is {"num_warps": 4} with triton's default stages)
+SCAN_LAUNCHES = [{"num_warps": w, "num_stages": s} for w in (2, 4, 8) for s in (1, 2, 3, 4)]
 
 
 def make_inputs(*args):
@@ -129,15 +136,26 @@ def main(out):
                 torch.cuda.synchronize()
                 row["fla_timing"] = f"do_bench, not a graph ({common.error_text(e, 120)})"
                 row["us"]["fla"] = triton.testing.do_bench(lambda: fla(**sets[0]), warmup=5, rep=50) * 1e3
+        for launch in SCAN_LAUNCHES:     # the engine's chunk and value block, the scan launched otherwise
+            key = f"course scan warps {launch['num_warps']} stages {launch['num_stages']}"
+            variants[key] = (row["engine_chunk"], 16, launch)
+            try:
+                with common.replaced(dr, "SCAN_LAUNCH", launch):
+                    row["us"][key] = time_calls(
+                        lambda **s: dr.gated_delta_rule_chunked(**s, chunk_size=row["engine_chunk"]), sets)
+            except Exception as e:  # noqa: BLE001  (recorded, not fatal)
+                row["us"][key] = common.error_text(e)
         timed = {k: v for k, v in row["us"].items() if isinstance(v, float) and k != "fla"}
-        best = min(timed, key=timed.get)
-        row["best_course"] = best
-        chunk, block_v = variants[best]
-        row["kernels_us"] = {
-            "course as the engine runs it": per_kernel(
-                lambda **s: dr.gated_delta_rule_chunked(**s, chunk_size=row["engine_chunk"]), sets[0]),
-            best: per_kernel(
-                lambda **s: dr.gated_delta_rule_chunked(**s, chunk_size=chunk, block_v=block_v), sets[0])}
+        row["best_course"] = min(timed, key=timed.get)
+        # every variant's kernels: which of the three a chunk size, a value block or a launch moves
+        row["kernels_us"] = {"course as the engine runs it": per_kernel(
+            lambda **s: dr.gated_delta_rule_chunked(**s, chunk_size=row["engine_chunk"]), sets[0])}
+        for key in timed:
+            chunk, block_v, *launch = variants[key]
+            with common.replaced(dr, "SCAN_LAUNCH", launch[0] if launch else dr.SCAN_LAUNCH):
+                row["kernels_us"][key] = per_kernel(
+                    lambda chunk=chunk, block_v=block_v, **s: dr.gated_delta_rule_chunked(
+                        **s, chunk_size=chunk, block_v=block_v), sets[0])
         if fla is not None:
             row["kernels_us"]["fla"] = per_kernel(fla, sets[0])
         res["rows"].append(row)

@@ -324,6 +324,11 @@ def chunk_prepare(k, v, g, beta, chunk_size, gates=None):
     return w, u
 
 
+# The scan's launch parameters: one program per (value head, value block) walks every chunk in turn, so its
+# time is that walk's latency (lab/delta_rule_kernels_probe.py times other warps and software-pipeline stages).
+SCAN_LAUNCH = {"num_warps": 4}
+
+
 def chunk_scan(k, w, u, g, initial_state, final_state, chunk_size, block_v):
     """Kernel 2: the chunk-start states [NT, HV, DK, DV] and v_new [T, HV, DV], both in u's dtype (the
     state itself is carried in fp32); writes final_state."""
@@ -335,7 +340,7 @@ def chunk_scan(k, w, u, g, initial_state, final_state, chunk_size, block_v):
     chunk_scan_kernel[(HV, triton.cdiv(DV, BV))](
         k, w, u, g, initial_state, starts, v_new, final_state, T, NT, k.stride(0), H=H, HV=HV, DK=DK,
         DV=DV, BK=_pow2(DK), BV=BV, C=chunk_size, HAS_S0=initial_state is not None,
-        PREC=_precision(u.dtype), num_warps=4, **pdl_args())
+        PREC=_precision(u.dtype), **SCAN_LAUNCH, **pdl_args())
     return starts, v_new
 
 
