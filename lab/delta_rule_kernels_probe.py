@@ -29,8 +29,10 @@ state scan (the course's one kernel against fla's `chunk_gated_delta_rule_fwd_ke
 kernel is faster than fla's three kernels for the same work (cumulative sum, beta K K^T with its solve, w and u),
 and the output kernels are level.
 Verdict: nothing to adopt from the variants: solutions/delta_rule.py keeps `chunk_size_for` and block_v = 16.
-What is left is the scan's sequential walk over the chunks: its launch variants and every variant's kernels are
-in the probe since, not yet run.
+What is left is the scan's sequential walk over the chunks. Its launch variants ran on an H100, 2026-12-06
+(lab/results/delta_rule_kernels_probe_nvidia-h100-80gb-hbm3_2026-12-06.json): none was faster than the engine's
+4 warps at triton's default stages (one or two stages, or two warps, are much slower), so `SCAN_LAUNCH` stays.
+There the output kernel trails fla's too (level on the H200; the figures in lab/README.md).
 """
 import os
 import time
