@@ -30,7 +30,10 @@ fast level's time to the first token of a 128-token prompt (its chunk graphs, th
 engine as it is, each twice in alternation; the first tokens compared. Writes
 OUTDIR/delta_rule_fused_probe_<gpu>_<date>.json. `check` compares the fused kernel with the three kernels
 and the recurrent one under the interpreter at odd lengths, with and without the gates and the norm.
-Result: not measured yet: python -m lab.delta_rule_fused_probe on an H200 (about 4 minutes).
+Result: not measured yet. Its first GPU run (H100, 2026-12-06) stopped in `check` with an illegal memory
+access: at DK = 16 the kernel took 16-column key tiles, which Triton 3.6 miscompiles in fp32 at chunks of 64
+(chapter 16_delta_rule_chunked's first kernel takes 32 columns at least for that reason); it takes the same
+tiles now. Next: python -m lab.delta_rule_fused_probe on an H200 (about 4 minutes).
 Verdict: to be decided; not adopted until measured: solutions/delta_rule.py keeps its three kernels.
 """
 import os
@@ -152,13 +155,17 @@ def fused_chunked(q, k, v, g=None, beta=None, initial_state=None, out=None, fina
     final_state = (torch.empty(HV, DK, DV, dtype=torch.float32, device=v.device) if final_state is None
                    else final_state)
     BV = _pow2(DV) if norm is not None else min(block_v, _pow2(DV))
+    # key tiles of 32 columns at least, as chapter 16_delta_rule_chunked's first kernel takes them: with 16-column
+    # ones, fp32 and chunks of 64, Triton 3.6 builds a UT-transform product that reads past its shared memory
+    # (this probe's check hit it on an H100, 2026-12-06: an illegal memory access at DK = 16)
     a, b, A_log, dt_bias = gates if gates is not None else (g, g, g, g)      # unused pointers: any tensor
     z, nw, eps = norm if norm is not None else (out, out, 1.0)
     g, beta = (a, a) if gates is not None else (g, beta)
     fused_chunked_kernel[(HV, triton.cdiv(DV, BV))](
         q, k, v, g, beta, initial_state, out, final_state, T, q.stride(0), k.stride(0), v.stride(0),
         a, b, A_log, dt_bias, a.stride(0), b.stride(0), z, nw, z.stride(0), eps, w, u, H=H, HV=HV, DK=DK, DV=DV,
-        BK=_pow2(DK), BV=BV, C=chunk_size, NC=chunk_size // SUB, PREC="tf32x3" if v.dtype == torch.float32 else "tf32",
+        BK=max(32, _pow2(DK)), BV=BV, C=chunk_size, NC=chunk_size // SUB,
+        PREC="tf32x3" if v.dtype == torch.float32 else "tf32",
         HAS_S0=initial_state is not None, GATES=gates is not None, GATED_NORM=norm is not None, PREPARED=prepared,
         num_warps=8 if norm is not None else 4)
     return out, final_state
