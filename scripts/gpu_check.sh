@@ -4,6 +4,8 @@
 #   scripts/gpu_check.sh PART DIR      one part of the full suite, 8 minutes or less: kernels planted model
 #                                      chapters timing (scripts/gpu_parts.py --list says what each holds)
 #   scripts/gpu_check.sh full DIR      every part in turn (longer than one 10-minute call)
+#   scripts/gpu_check.sh P1,P2 DIR     several parts in turn within one call (BUDGET_S=seconds of it, default 570):
+#                                      a part runs where what is left fits it (gpu_parts.py fit), under what is left
 #   scripts/gpu_check.sh bench DIR     the kernel table (tritonllm_course.measure.kernel_table; BUDGET_S=seconds
 #                                      stops it between rows, RESUME=an earlier table's JSON goes on from it)
 #   scripts/gpu_check.sh extra DIR     the chapters' and lab's GPU runs (scripts/gpu_extras.sh; EXTRAS="engine
@@ -24,10 +26,14 @@ OUT=${2:-}
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-python3}
 PARTS=$(cd "$ROOT" && $PY scripts/gpu_parts.py --list | cut -d' ' -f1 | tr '\n' ' ')
-usage="usage: scripts/gpu_check.sh {${PARTS// /|}full|bench|extra} OUTDIR"
+usage="usage: scripts/gpu_check.sh {${PARTS// /|}full|bench|extra|PART,PART...} OUTDIR"
 if [ -z "$WHAT" ] || [ -z "$OUT" ]; then echo "$usage" >&2; exit 2; fi
-case " $PARTS full bench extra " in *" $WHAT "*) ;; *) echo "scripts/gpu_check.sh: no part named '$WHAT'; $usage" >&2
-  exit 2 ;; esac
+for one in ${WHAT//,/ }; do   # a part, or several separated by commas
+  case " $PARTS full bench extra " in *" $one "*) ;; *) echo "scripts/gpu_check.sh: no part named '$one'; $usage" >&2
+    exit 2 ;; esac
+done
+case $WHAT in *,*) for one in ${WHAT//,/ }; do [[ " $PARTS " == *" $one "* ]] || {
+  echo "scripts/gpu_check.sh: no part named '$one' (a list holds parts only: $WHAT)" >&2; exit 2; }; done ;; esac
 cd "$ROOT"
 mkdir -p "$OUT/logs" || { echo "scripts/gpu_check.sh: cannot create $OUT/logs" >&2; exit 2; }
 OUT=$(cd "$OUT" && pwd)
@@ -101,6 +107,16 @@ case $WHAT in
            step "gpu_extra_$name" "$LOGS/extra_$name.log" timeout "${EXTRA_TIMEOUT:-0}" bash scripts/gpu_extras.sh \
              "$name" "$OUT/results" || status=1
          done ;;
+  *,*) t_start=$SECONDS
+       for name in ${WHAT//,/ }; do
+         tag=$name; [ "${TRITONLLM_DTYPE:-bfloat16}" != bfloat16 ] && tag="${name}_${TRITONLLM_DTYPE}"
+         left=$(( ${BUDGET_S:-570} - (SECONDS - t_start) ))
+         if lim=$($PY scripts/gpu_parts.py fit "$name" "$left" "$tag"); then
+           LIMIT_S=$lim part "$name" || status=1
+         else
+           echo "| $tag | skipped: $lim |" >>"$SUMMARY"
+         fi
+       done ;;
   *) part "$WHAT" || status=1 ;;
 esac
 (cd "$OUT" && { [ -d results ] && tar czf results.tgz results && rm -rf results; } ; tar czf logs.tgz logs && rm -rf logs)

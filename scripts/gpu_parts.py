@@ -14,6 +14,8 @@ worker, the chapters 8x); tests/measure/test_gpu_parts.py checks that every test
     python3 scripts/gpu_parts.py args PART                   the pytest arguments of a part, one a line
     python3 scripts/gpu_parts.py record PART DURATIONS RC SECONDS OUT.json   a part's record (gpu_check.sh)
     python3 scripts/gpu_parts.py readme [--write]            the README's line, from results/gpu_check/
+    python3 scripts/gpu_parts.py fit PART LEFT_S [TAG]         the limit PART runs under with LEFT_S seconds
+                                                             of a call left (exit 1 and why where it does not fit)
 """
 from __future__ import annotations
 
@@ -167,6 +169,28 @@ def records() -> dict[str, dict]:
     return out
 
 
+# seconds kept back from a call's time for a part's record and the packing of its logs
+RECORD_S = 20
+
+
+def fit(name: str, left_s: float, tag: str | None = None) -> tuple[int | None, str]:
+    """(the time limit part `name` runs under with `left_s` seconds of a lent GPU's call left, why), the limit
+    None where it does not fit. A part runs if what is left, less RECORD_S, is at least half again its last
+    recorded pass (results/gpu_check/<tag>.json, tag = name or name_<dtype>) plus half a minute for the
+    workers to start, or its whole limit where it has none; it then runs under the smaller of its limit and
+    what is left, so that several parts in one call stop before the call does."""
+    part = PARTS[name]
+    rec = records().get(tag or name)
+    room = int(left_s) - RECORD_S
+    if rec is not None and rec.get("passed_all"):
+        need, since = min(part.limit_s, int(rec["seconds"] * 1.5) + 30), f"its last pass took {rec['seconds']} s"
+    else:
+        need, since = part.limit_s, "no recorded pass"
+    if room < need:
+        return None, f"{room} s left, {name} needs {need} s ({since})"
+    return min(part.limit_s, room), since
+
+
 def readme_line() -> str:
     """What the README says of the GPU verification, computed from the records (tests/measure/test_gpu_parts.py):
     quick and the full suite in bf16, then every part that passed in fp16 (`<part>_float16.json`), with its date."""
@@ -235,6 +259,10 @@ def main(argv: list[str]) -> int:
         rec = record(rest[0], Path(rest[1]), int(rest[2]), float(rest[3]))
         Path(rest[4]).write_text(json.dumps(rec, indent=1) + "\n")
         print(json.dumps(rec))
+    elif cmd == "fit" and len(rest) in (2, 3) and rest[0] in PARTS and rest[1].isdigit():
+        limit, why = fit(rest[0], int(rest[1]), rest[2] if len(rest) == 3 else None)
+        print(limit if limit is not None else why)
+        return 0 if limit is not None else 1
     elif cmd == "readme" and rest in ([], ["--write"]):
         if rest:
             write_readme()

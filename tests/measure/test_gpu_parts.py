@@ -71,12 +71,31 @@ def test_the_parts_fit_a_device_call():
         assert part.limit_s <= (300 if name == "quick" else 480), name
 
 
-@pytest.mark.parametrize("argv", [[], ["nopart", "/tmp/x"], ["quick"]])
+@pytest.mark.parametrize("argv", [[], ["nopart", "/tmp/x"], ["quick"], ["quick,nopart", "/tmp/x"],
+                                  ["quick,extra", "/tmp/x"]])
 def test_gpu_check_refuses_a_part_it_does_not_know_in_one_line(argv):
     r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), *argv], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (r.returncode, r.stderr)
     assert "usage" in r.stderr or "no part" in r.stderr
+
+
+def test_a_part_fits_what_is_left_of_a_call_by_its_last_pass(tmp_path, monkeypatch):
+    monkeypatch.setattr(gpu_parts, "RECORDS", tmp_path)
+    limit = gpu_parts.PARTS["chapters"].limit_s
+    assert gpu_parts.fit("chapters", 10_000) == (limit, "no recorded pass")    # no record: its whole limit
+    assert gpu_parts.fit("chapters", limit)[0] is None                          # ... less the record's seconds
+    (tmp_path / "chapters.json").write_text(json.dumps({"part": "chapters", "passed_all": True, "seconds": 100}))
+    need = 100 * 3 // 2 + 30
+    assert gpu_parts.fit("chapters", need + gpu_parts.RECORD_S)[0] == need      # runs under what is left
+    got, why = gpu_parts.fit("chapters", need + gpu_parts.RECORD_S - 1)
+    assert got is None and "chapters needs 180 s" in why and "100 s" in why
+    assert gpu_parts.fit("chapters", need + 10, "chapters_float16")[0] is None  # fp16 has no pass of its own
+    (tmp_path / "chapters.json").write_text(json.dumps({"part": "chapters", "passed_all": False, "seconds": 100}))
+    assert gpu_parts.fit("chapters", need + gpu_parts.RECORD_S)[0] is None      # a failed run says nothing
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_parts.py"), "fit", "chapters", "5"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "chapters needs" in r.stdout
 
 
 def test_a_record_counts_the_durations_log(tmp_path):
