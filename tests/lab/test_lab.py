@@ -77,6 +77,7 @@ PROBES_CHECKED = {
     "quant_gemm_probe.py": "the 8-bit TMA GEMM computing W x^T, int8 and fp8, odd shapes",
     "delta_rule_kernels_probe.py": "the chunked rule at every chunk size and value block it times, a short last chunk",
     "delta_rule_fused_probe.py": "the one-launch rule against the three kernels; the tiny engine's logits with it",
+    "delta_rule_prepare_probe.py": "the blocked UT transform's w, u and g against chunk_prepare; the rule with it",
     "multistep_graph_probe.py": "the ring kernel that keeps each step's token and flag",
 }
 
