@@ -7,8 +7,9 @@ Question: lab/delta_rule_kernels_probe.py found the course's rule a few percent 
 attention's at 2,048 and 4,096 tokens, the gap in the state scan, whose sequential loop takes T / C steps.
 At chunks of 64 the course's scan takes half the steps and was level with fla's (which runs chunks of 64),
 and its output kernel was faster, but its first kernel (the UT transform, w and u) grew by more than the
-other two saved (lab/results/delta_rule_kernels_probe_nvidia-h100-80gb-hbm3_2026-12-06.json): `unit_lower_inverse` inverts (I + A) for a 64 x 64 A with five
-dense 64 x 64 products (its Neumann series, most of whose blocks are zero). fla inverts the four 16 x 16
+other two saved (lab/results/delta_rule_kernels_probe_nvidia-h100-80gb-hbm3_2026-12-06.json):
+`unit_lower_inverse` inverts (I + A) for a 64 x 64 A with five dense 64 x 64 products (its Neumann series,
+most of whose blocks are zero). fla inverts the four 16 x 16
 diagonal blocks and builds the six blocks below them from those (`solve_tril`), in a kernel of its own.
 With that inverse, is the first kernel at chunks of 64 as fast as at 32, and the rule at chunks of 64 then
 faster than fla's from 512 tokens on?
