@@ -9,8 +9,8 @@ At chunks of 64 the course's scan takes half the steps and was level with fla's 
 and its output kernel was faster, but its first kernel (the UT transform, w and u) grew by more than the
 other two saved (lab/results/delta_rule_kernels_probe_nvidia-h100-80gb-hbm3_2026-12-06.json):
 `unit_lower_inverse` inverts (I + A) for a 64 x 64 A with five dense 64 x 64 products (its Neumann series,
-most of whose blocks are zero). fla inverts the four 16 x 16
-diagonal blocks and builds the six blocks below them from those (`solve_tril`), in a kernel of its own.
+most of whose blocks are zero). fla inverts the four 16 x 16 diagonal blocks and builds the six blocks below
+them from those (`solve_tril`), in a kernel of its own.
 With that inverse, is the first kernel at chunks of 64 as fast as at 32, and the rule at chunks of 64 then
 faster than fla's from 512 tokens on?
 Method: `blocked_prepare_kernel` below, one program per (chunk of 64, value head) as
@@ -122,11 +122,15 @@ def blocked_prepare_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, T, sk, s
     g1, b1 = _gates(r1, T, hv, HV, g_ptr, beta_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, sa, sb, GATES)
     g2, b2 = _gates(r2, T, hv, HV, g_ptr, beta_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, sa, sb, GATES)
     g3, b3 = _gates(r3, T, hv, HV, g_ptr, beta_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, sa, sb, GATES)
-    # gamma, the log-decay from the chunk's start, block by block (padding: g = 0)
+    # gamma, the log-decay from the chunk's start, block by block: each block's cumsum after the blocks before
+    # (padding: g = 0)
+    s0 = tl.sum(g0, axis=0)
+    s1 = s0 + tl.sum(g1, axis=0)
+    s2 = s1 + tl.sum(g2, axis=0)
     c0 = tl.cumsum(g0, axis=0)
-    c1 = tl.cumsum(g1, axis=0) + tl.sum(g0, axis=0)
-    c2 = tl.cumsum(g2, axis=0) + tl.sum(g0, axis=0) + tl.sum(g1, axis=0)
-    c3 = tl.cumsum(g3, axis=0) + tl.sum(g0, axis=0) + tl.sum(g1, axis=0) + tl.sum(g2, axis=0)
+    c1 = tl.cumsum(g1, axis=0) + s0
+    c2 = tl.cumsum(g2, axis=0) + s1
+    c3 = tl.cumsum(g3, axis=0) + s2
     k0 = _tile(k_ptr, r0, T, sk, h * DK, rk, mk)                 # [16, BK] each
     k1 = _tile(k_ptr, r1, T, sk, h * DK, rk, mk)
     k2 = _tile(k_ptr, r2, T, sk, h * DK, rk, mk)
@@ -180,7 +184,7 @@ def blocked_prepare(k, v, g, beta, gates=None):
     # key tiles of 32 columns at least, as `chunk_prepare` takes them (Triton 3.6's fault at 16 columns)
     blocked_prepare_kernel[(triton.cdiv(T, C), HV)](
         k, v, g, beta, w, u, T, k.stride(0), v.stride(0), a, b, A_log, dt_bias, a.stride(0), b.stride(0),
-        H=H, HV=HV, DK=DK, DV=DV, BK=max(32, triton.next_power_of_2(DK)), BV=max(16, triton.next_power_of_2(DV)),
+        H=H, HV=HV, DK=DK, DV=DV, BK=max(32, _dr._pow2(DK)), BV=_dr._pow2(DV),
         PREC=_dr._precision(v.dtype), GATES=gates is not None, num_warps=NUM_WARPS)
     return w, u
 
@@ -236,7 +240,7 @@ def main(out):
     # on the GPU in bf16, the dtype it is timed in (fp32 at 16-column blocks is where Triton 3.6 faulted)
     res = common.header(check_rel_err=check("cuda", torch.bfloat16), fla=fla_version, shape=SHAPE, rows=[])
     variants = {
-        "course, chunks of 32 (the engine)": lambda **s: _dr.gated_delta_rule_chunked(**s, chunk_size=32),
+        "course, chunks of 32 (the engine)": lambda **s: _dr.gated_delta_rule_chunked(**s),   # chunk_size_for
         "course, chunks of 64": lambda **s: _dr.gated_delta_rule_chunked(**s, chunk_size=64),
         "blocked first kernel, chunks of 64, block_v 16": lambda **s: blocked_rule(**s, block_v=16),
         "blocked first kernel, chunks of 64, block_v 32": lambda **s: blocked_rule(**s, block_v=32),

@@ -28,12 +28,10 @@ PY=${PYTHON:-python3}
 PARTS=$(cd "$ROOT" && $PY scripts/gpu_parts.py --list | cut -d' ' -f1 | tr '\n' ' ')
 usage="usage: scripts/gpu_check.sh {${PARTS// /|}full|bench|extra|PART,PART...} OUTDIR"
 if [ -z "$WHAT" ] || [ -z "$OUT" ]; then echo "$usage" >&2; exit 2; fi
-for one in ${WHAT//,/ }; do   # a part, or several separated by commas
-  case " $PARTS full bench extra " in *" $one "*) ;; *) echo "scripts/gpu_check.sh: no part named '$one'; $usage" >&2
-    exit 2 ;; esac
+known=" $PARTS "; [[ $WHAT == *,* ]] || known+="full bench extra "   # a list (commas) holds parts only
+for one in ${WHAT//,/ }; do
+  [[ $known == *" $one "* ]] || { echo "scripts/gpu_check.sh: no part named '$one'; $usage" >&2; exit 2; }
 done
-case $WHAT in *,*) for one in ${WHAT//,/ }; do [[ " $PARTS " == *" $one "* ]] || {
-  echo "scripts/gpu_check.sh: no part named '$one' (a list holds parts only: $WHAT)" >&2; exit 2; }; done ;; esac
 cd "$ROOT"
 mkdir -p "$OUT/logs" || { echo "scripts/gpu_check.sh: cannot create $OUT/logs" >&2; exit 2; }
 OUT=$(cd "$OUT" && pwd)
@@ -68,9 +66,13 @@ step() {  # step NAME LOG CMD...: run, record time and exit status
   return $rc
 }
 
+tag_of() {  # tag_of NAME: a part's record and log name, NAME or NAME_<dtype> outside bf16
+  if [ "${TRITONLLM_DTYPE:-bfloat16}" != bfloat16 ]; then echo "${1}_${TRITONLLM_DTYPE}"; else echo "$1"; fi
+}
+
 part() {  # part NAME: its pytest run under its time limit, then its record
-  local name=$1 tag=$1 args workers limit t0 rc
-  [ "${TRITONLLM_DTYPE:-bfloat16}" != bfloat16 ] && tag="${name}_${TRITONLLM_DTYPE}"
+  local name=$1 tag args workers limit t0 rc
+  tag=$(tag_of "$name")
   mapfile -t args < <($PY scripts/gpu_parts.py args "$name")
   workers=${JOBS:-$($PY scripts/gpu_parts.py workers "$name")}
   limit=${LIMIT_S:-$($PY scripts/gpu_parts.py limit "$name")}
@@ -109,12 +111,11 @@ case $WHAT in
          done ;;
   *,*) t_start=$SECONDS
        for name in ${WHAT//,/ }; do
-         tag=$name; [ "${TRITONLLM_DTYPE:-bfloat16}" != bfloat16 ] && tag="${name}_${TRITONLLM_DTYPE}"
          left=$(( ${BUDGET_S:-570} - (SECONDS - t_start) ))
-         if lim=$($PY scripts/gpu_parts.py fit "$name" "$left" "$tag"); then
+         if lim=$($PY scripts/gpu_parts.py fit "$name" "$left" "$(tag_of "$name")"); then
            LIMIT_S=$lim part "$name" || status=1
          else
-           echo "| $tag | skipped: $lim |" >>"$SUMMARY"
+           echo "| $(tag_of "$name") | skipped: $lim |" >>"$SUMMARY"
          fi
        done ;;
   *) part "$WHAT" || status=1 ;;
