@@ -78,6 +78,7 @@ PROBES_CHECKED = {
     "delta_rule_kernels_probe.py": "the chunked rule at every chunk size and value block it times, a short last chunk",
     "delta_rule_fused_probe.py": "the one-launch rule against the three kernels; the tiny engine's logits with it",
     "delta_rule_prepare_probe.py": "the blocked UT transform's w, u and g against chunk_prepare; the rule with it",
+    "delta_rule_operands_probe.py": "the 16-bit-operand and split first kernels' w and u; the rule with each",
     "multistep_graph_probe.py": "the ring kernel that keeps each step's token and flag",
 }
 

@@ -48,3 +48,19 @@ def test_a_missing_resume_file_is_one_line(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         KT._resumed(str(tmp_path / "absent.json"), "NVIDIA H200", True)
     assert e.value.code == 2 and len(capsys.readouterr().err.strip().splitlines()) == 1
+
+
+def test_max_autotune_is_not_tried_where_the_slot_rules_it_out_and_the_table_says_so():
+    from tritonllm_course import slots
+    from tritonllm_course.measure.benchmark import max_autotune_refusal
+    chunked = slots.get("gated_delta_chunked")
+    short, long = chunked.shapes["real"]
+    assert max_autotune_refusal(chunked, short) is None
+    why = max_autotune_refusal(chunked, long)
+    assert why.startswith("not tried at T = 1024: ") and "500 s" in why
+    assert max_autotune_refusal(slots.get("lm_head"), slots.get("lm_head").shapes["real"][0]) is None
+    r = _result()
+    del r.times_us[MAX_AUTOTUNE_LABEL]
+    r.failed[MAX_AUTOTUNE_LABEL] = why
+    row = KT.markdown([r], "NVIDIA H200", "2026-12-06").splitlines()[4]
+    assert "| not tried |" in row and "| failed |" not in row

@@ -207,6 +207,18 @@ class BenchResult:
         return ax
 
 
+def max_autotune_refusal(slot, shape: dict) -> str | None:
+    """Why max-autotune is not tried on this slot at this shape, or None. A slot sets
+    extra["max_autotune_max"] = {dim: largest} where Inductor's max-autotune compile of its torch reference runs
+    for minutes (the chunked delta rule's loop over chunks, each product tuned anew); the row then records
+    the baseline as not tried, with the measured reason from extra["max_autotune_why"]."""
+    over = {k: shape[k] for k, most in slot.extra.get("max_autotune_max", {}).items() if shape[k] > most}
+    if not over:
+        return None
+    dims = ", ".join(f"{k} = {v}" for k, v in over.items())
+    return f"not tried at {dims}: {slot.extra['max_autotune_why']}"
+
+
 def bench(name: str, source: str | None = None, *, shape: dict | None = None, dtype=None,
           compile: bool = True, max_autotune: bool = False, extra: dict | None = None,
           verbose: bool = True) -> BenchResult | None:
@@ -246,7 +258,8 @@ def bench(name: str, source: str | None = None, *, shape: dict | None = None, dt
     impls = {label: (kernel, kernel_sets), "torch eager": (torch_fn, sets)}
     if compile:
         impls["torch.compile"] = (torch.compile(torch_fn, dynamic=False), sets)
-        if max_autotune:
+        refusal = max_autotune_refusal(slot, shape) if max_autotune else None
+        if max_autotune and refusal is None:
             impls[MAX_AUTOTUNE_LABEL] = (torch.compile(torch_fn, dynamic=False,
                                                        mode="max-autotune-no-cudagraphs"), sets)
     for key, fn in (extra or {}).items():
@@ -254,6 +267,8 @@ def bench(name: str, source: str | None = None, *, shape: dict | None = None, dt
     result = BenchResult(name, dict(shape), str(dtype).replace("torch.", ""), moved,
                          slot.flops(probe) if slot.flops else None, ceiling_gbps(),
                          torch.cuda.get_device_name())
+    if compile and max_autotune and refusal is not None:
+        result.failed[MAX_AUTOTUNE_LABEL] = refusal
     for impl, (fn, input_sets) in impls.items():
         if impl == label:
             result.times_us[impl] = time_calls(fn, input_sets)

@@ -25,10 +25,13 @@ from .benchmark import MAX_AUTOTUNE_LABEL, BenchResult, bench, gpu_script, resul
 
 
 def _ratio(r, impl: str, t: float) -> str:
-    """"1.23x" against `impl`, "failed" where it failed at this shape, "-" where it was not timed."""
+    """"1.23x" against `impl`, "failed" where it failed at this shape, "not tried" where the slot rules it out
+    there (`benchmark.max_autotune_refusal`), "-" where it was not timed."""
     if impl in r.times_us:
         return f"{r.times_us[impl] / t:.2f}x"
-    return "failed" if impl in r.failed else "-"
+    if impl in r.failed:
+        return "not tried" if r.failed[impl].startswith("not tried") else "failed"
+    return "-"
 
 
 def markdown(results, gpu: str, date: str) -> str:
@@ -48,7 +51,7 @@ def markdown(results, gpu: str, date: str) -> str:
                      f"{strongest or '-'} | {_ratio(r, strongest, t) if strongest else '-'} |")
     failures = [(r, impl, why) for r in results for impl, why in r.failed.items()]
     if failures:
-        lines += ["", "Baselines that failed (not timed):", ""]
+        lines += ["", "Baselines that failed or were not tried (not timed):", ""]
         lines += [f"- {r.name} {', '.join(f'{k}={v}' for k, v in r.shape.items())}: {impl}: {why}"
                   for r, impl, why in failures]
     return "\n".join(lines) + "\n"
