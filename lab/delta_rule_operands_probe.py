@@ -1,7 +1,7 @@
 """The chunked delta rule's first kernel on 16-bit operands, and split in two as fla splits it: faster?
 
     python -m lab.delta_rule_operands_probe [OUTDIR]    (on a GPU; fla importable for its row; PROBE_S bounds
-                                                        it, default 200)
+                                                        it, default 200; PROBE_TS="4096 512" picks the lengths)
 
 Question: lab/delta_rule_prepare_probe.py measured fla's chunked rule 1.3x ahead of the course's at 4,096
 tokens on an H100, most of the gap in the first kernel (the UT transform, w and u): the course's took 90.6 us
@@ -35,7 +35,7 @@ from lab import common
 from lab.delta_rule_kernels_probe import fla_fn, inputs, make_inputs, per_kernel
 from tritonllm_course import kernels
 
-TS = (512, 1024, 2048, 4096)
+TS = tuple(int(t) for t in os.environ.get("PROBE_TS", "512 1024 2048 4096").split())   # the lengths, in this order
 SHAPE = {"H": 16, "HV": 16, "DK": 128, "DV": 128}
 CHUNKS = (32, 64)
 
@@ -199,9 +199,8 @@ def main(out):
     path = common.result_path(out, "delta_rule_operands_probe")
     res = common.header(check_rel_err=check("cuda", torch.bfloat16), fla=fla_version, shape=SHAPE, rows=[])
     variants = {"course, chunks of 32 (the engine)": lambda **s: _dr.gated_delta_rule_chunked(**s)}
+    variants["course, chunks of 64"] = lambda **s: _dr.gated_delta_rule_chunked(**s, chunk_size=64)
     for C in CHUNKS:
-        variants[f"course, chunks of {C}, fp32 operands"] = lambda C=C, **s: _dr.gated_delta_rule_chunked(
-            **s, chunk_size=C)
         for name, prepare in PREPARES.items():
             variants[f"{name}, chunks of {C}"] = lambda prepare=prepare, C=C, **s: rule(prepare, C, **s)
     if fla is not None:
