@@ -93,6 +93,30 @@ def per_kernel(fn, inp) -> dict:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+def time_by_length(variants: dict, ts, path, res: dict, budget: float, t0: float) -> dict:
+    """Each of `variants` ({name: a callable on the chapter's inputs}) at each T of ts, in order: timed by
+    `benchmark.time_calls` (a CUDA graph over four copies of the inputs) and traced kernel by kernel
+    (`per_kernel`), a row per T in res["rows"], saved to `path` after every length. A variant that raises is
+    recorded with its error. No length starts once `budget` seconds have passed since t0."""
+    from tritonllm_course.measure.benchmark import time_calls
+    for T in ts:
+        if time.time() - t0 > budget:
+            break
+        sets = inputs(T, copies=4)
+        row = {"T": T, "us": {}, "kernels_us": {}}
+        for key, fn in variants.items():
+            try:
+                row["us"][key] = time_calls(fn, sets)
+                row["kernels_us"][key] = per_kernel(fn, sets[0])
+            except Exception as e:  # noqa: BLE001  (recorded, not fatal)
+                torch.cuda.synchronize()
+                row["us"][key] = common.error_text(e)
+        res["rows"].append(row)
+        print(T, {k: round(v, 1) if isinstance(v, float) else v for k, v in row["us"].items()}, flush=True)
+        common.save(path, res)
+    return res
+
+
 def check(device="cpu") -> float:
     """The variants the probe times compute the same rule: the course's chunked kernel at each chunk size and
     value block against its recurrent kernel (fp32, T = 40: a last chunk cut short): the largest relative error."""

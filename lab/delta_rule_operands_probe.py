@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from lab import common
-from lab.delta_rule_kernels_probe import fla_fn, inputs, make_inputs, per_kernel
+from lab.delta_rule_kernels_probe import fla_fn, make_inputs, time_by_length
 from tritonllm_course import kernels
 
 TS = tuple(int(t) for t in os.environ.get("PROBE_TS", "512 1024 2048 4096").split())   # the lengths, in this order
@@ -193,7 +193,6 @@ def check(device="cpu", dtype=torch.float32) -> float:
 
 def main(out):
     common.setup()
-    from tritonllm_course.measure.benchmark import time_calls
     fla, fla_version = fla_fn()
     budget, t0 = float(os.environ.get("PROBE_S", "200")), time.time()
     path = common.result_path(out, "delta_rule_operands_probe")
@@ -205,22 +204,7 @@ def main(out):
             variants[f"{name}, chunks of {C}"] = lambda prepare=prepare, C=C, **s: rule(prepare, C, **s)
     if fla is not None:
         variants["fla"] = fla
-    for T in TS:
-        if time.time() - t0 > budget:
-            break
-        sets = inputs(T, copies=4)
-        row = {"T": T, "us": {}, "kernels_us": {}}
-        for key, fn in variants.items():
-            try:
-                row["us"][key] = time_calls(fn, sets)
-                row["kernels_us"][key] = per_kernel(fn, sets[0])
-            except Exception as e:  # noqa: BLE001  (recorded, not fatal)
-                torch.cuda.synchronize()
-                row["us"][key] = common.error_text(e)
-        res["rows"].append(row)
-        print(T, {k: round(v, 1) if isinstance(v, float) else v for k, v in row["us"].items()}, flush=True)
-        common.save(path, res)
-    return res
+    return time_by_length(variants, TS, path, res, budget, t0)
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ import triton
 import triton.language as tl
 
 from lab import common
-from lab.delta_rule_kernels_probe import fla_fn, inputs, make_inputs, per_kernel
+from lab.delta_rule_kernels_probe import fla_fn, make_inputs, time_by_length
 from tritonllm_course import kernels
 from tritonllm_course.triton_helpers import sigmoid, softplus
 
@@ -236,7 +236,6 @@ def check(device="cpu", dtype=torch.float32) -> float:
 
 def main(out):
     common.setup()
-    from tritonllm_course.measure.benchmark import time_calls
     fla, fla_version = fla_fn()
     budget, t0 = float(os.environ.get("PROBE_S", "200")), time.time()
     path = common.result_path(out, "delta_rule_prepare_probe")
@@ -250,22 +249,7 @@ def main(out):
     }
     if fla is not None:
         variants["fla"] = fla
-    for T in TS:
-        if time.time() - t0 > budget:
-            break
-        sets = inputs(T, copies=4)
-        row = {"T": T, "us": {}, "kernels_us": {}}
-        for key, fn in variants.items():
-            try:
-                row["us"][key] = time_calls(fn, sets)
-                row["kernels_us"][key] = per_kernel(fn, sets[0])
-            except Exception as e:  # noqa: BLE001  (recorded, not fatal)
-                torch.cuda.synchronize()
-                row["us"][key] = common.error_text(e)
-        res["rows"].append(row)
-        print(T, {k: round(v, 1) if isinstance(v, float) else v for k, v in row["us"].items()}, flush=True)
-        common.save(path, res)
-    return res
+    return time_by_length(variants, TS, path, res, budget, t0)
 
 
 if __name__ == "__main__":

@@ -62,7 +62,10 @@ step() {  # step NAME LOG CMD...: run, record time and exit status
   local t0=$SECONDS
   "$@" >"$log" 2>&1
   local rc=$?
-  echo "| $name | $([ $rc -eq 0 ] && echo pass || echo "FAIL ($rc)") | $((SECONDS - t0)) s | $(tail -n 1 "$log" | tr '|' '/') |" >>"$SUMMARY"
+  local verdict last
+  verdict=$([ $rc -eq 0 ] && echo pass || echo "FAIL ($rc)")
+  last=$(tail -n 1 "$log" | tr '|' '/')
+  echo "| $name | $verdict | $((SECONDS - t0)) s | $last |" >>"$SUMMARY"
   return $rc
 }
 
@@ -76,7 +79,8 @@ part() {  # part NAME: its pytest run under its time limit, then its record
   mapfile -t args < <($PY scripts/gpu_parts.py args "$name")
   workers=${JOBS:-$($PY scripts/gpu_parts.py workers "$name")}
   limit=${LIMIT_S:-$($PY scripts/gpu_parts.py limit "$name")}
-  local par=()   # tests spread one by one over the workers; a chapter's cells together, in order (notebooks/conftest.py)
+  # tests spread one by one over the workers; a chapter's cells together, in order (notebooks/conftest.py)
+  local par=()
   $PY -c "import xdist" 2>/dev/null && [ "$workers" -gt 1 ] && par=(-n "$workers" --dist load)
   # each worker's host-side torch gets its share of the cores: 16 workers of 16 threads each on 16 cores spin
   # against one another, and a host-side step that takes a second alone takes tens
@@ -90,7 +94,8 @@ part() {  # part NAME: its pytest run under its time limit, then its record
     step "$tag ($workers workers, limit $limit s)" "$LOGS/$tag.log" \
     timeout -k 10 "$limit" $PYTEST "${args[@]}" "${tmo[@]}" "${par[@]}" --durations=20
   rc=$?
-  [ $rc -eq 124 ] && echo "| $tag | stopped at its limit of $limit s: see durations-$tag.tsv for what ran |" >>"$SUMMARY"
+  [ $rc -eq 124 ] && echo "| $tag | stopped at its limit of $limit s: see durations-$tag.tsv for what ran |" \
+    >>"$SUMMARY"
   $PY scripts/gpu_parts.py record "$name" "$LOGS/durations-$tag.tsv" $rc $((SECONDS - t0)) "$OUT/record_$tag.json" \
     >/dev/null
   return $rc
@@ -120,6 +125,7 @@ case $WHAT in
        done ;;
   *) part "$WHAT" || status=1 ;;
 esac
-(cd "$OUT" && { [ -d results ] && tar czf results.tgz results && rm -rf results; } ; tar czf logs.tgz logs && rm -rf logs)
+(cd "$OUT" && { [ -d results ] && tar czf results.tgz results && rm -rf results; }
+ tar czf logs.tgz logs && rm -rf logs)
 cat "$SUMMARY"
 exit $status
