@@ -1,7 +1,7 @@
 """The chunked delta rule in one kernel or two rather than three: at a short prompt, and at a long one?
 
     python -m lab.delta_rule_fused_probe [OUTDIR]    (on a GPU; PROBE_S bounds it, default 300)
-    (scripts/gpu_extras.sh prompt runs it)
+    (run on its own: scripts/gpu_extras.sh prompt does not run it)
 
 Question: chapter 16_delta_rule_chunked's rule runs three kernels a layer: the UT transform per chunk, the
 scan over chunks per value head and block of value columns, the output per chunk. At a 128-token prompt the

@@ -1,7 +1,7 @@
 """The fast level's 8-bit decode GEMVs: the bf16 whole-tile config, or one sized for one-byte weights?
 
     python -m lab.quant_tile_probe [OUTDIR]    (on a GPU; fp8 needs sm_89+; about 5 minutes on an H200)
-    (scripts/gpu_extras.sh quant runs it)
+    (run on its own: scripts/gpu_extras.sh quant does not run it)
 
 Question: under PDL every decode GEMV of the fast level (the norm-folded in-projections and gate/up, the
 GEMV + residual, the gated-norm out-projection) holds its whole [rows, K] weight tile in registers, sized by
