@@ -3,15 +3,15 @@
     python -m lab.family_tile_probe [OUTDIR]   (on an sm_90 GPU; writes OUTDIR/family_tile_probe_<gpu>_<date>.json)
 
 Question: on an H200 the fused and fast levels decode Qwen3.5-27B 25% slower than the one-kernel-per-operator
-level (17.6 against 14.2 ms a token at 128 cached tokens, results/family_nvidia-h200_2026-12-03/); at 4B and
-9B the fused level is 8% and 5% slower and the fast level 4-7% faster with PDL, at 0.8B the fast level 30% faster. On sm_90 every level launches the kernels
-made for PDL, and the fused GEMVs (ln1 + the in-projections, ln2 + gate/up + SwiGLU; at the fast level also
-o_proj and out_proj) hold their whole `[rows, K]` tile (`triton_helpers.pdl_gemv_config`, measured at
-0.8B's K <= 3,584, grids of about one wave). Compiled for sm_90 at 27B's shapes (`tritonllm_course.lowering`,
-no GPU): K = 5,120 pads to 8,192, the rule takes 2 rows on 16 warps, 47-64 registers a thread leave 2
-programs an SM, and the grids run 27-33 waves of one-shot programs (about 40-80 KB in flight an SM, against
-96-128 KB at 9B); no kernel spills. The operators level walks K in small programs (2 x 512 on 2 warps for
-27B's gate/up, 25 an SM). Is the whole tile what loses, and up to which K does it pay?
+level (17.6 against 14.2 ms a token at 128 cached tokens, results/family_nvidia-h200_2026-12-03/); at 4B and 9B
+the fused level is 8% and 5% slower and the fast level 4-7% faster with PDL, at 0.8B the fast level 30% faster. On
+sm_90 every level launches the kernels made for PDL, and the fused GEMVs (ln1 + the in-projections, ln2 + gate/up
++ SwiGLU; at the fast level also o_proj and out_proj) hold their whole `[rows, K]` tile
+(`triton_helpers.pdl_gemv_config`, measured at 0.8B's K <= 3,584, grids of about one wave). Compiled for sm_90 at
+27B's shapes (`tritonllm_course.lowering`, no GPU): K = 5,120 pads to 8,192, the rule takes 2 rows on 16 warps,
+47-64 registers a thread leave 2 programs an SM, and the grids run 27-33 waves of one-shot programs (about 40-80 KB
+in flight an SM, against 96-128 KB at 9B); no kernel spills. The operators level walks K in small programs (2 x
+512 on 2 warps for 27B's gate/up, 25 an SM). Is the whole tile what loses, and up to which K does it pay?
 Method: the decode step at 128 cached tokens (random weights of the real shapes, bf16, its CUDA graph, PDL)
 of 4B, 9B and 27B at the fast level with `pdl_gemv_config` capped at K = 16,384 (as it is), 8,192, 4,096
 (the rule before the family: 4 rows a program) and 0 (no whole tile: every GEMV walks K, its first tile
