@@ -93,6 +93,20 @@ def per_kernel(fn, inp) -> dict:
     return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
+def rule_with(prepare, C, q, k, v, g, beta, initial_state=None, block_v=16):
+    """The chunked rule at chunks of C with `prepare(k, v, g, beta, C)`'s w and u in place of the course's first
+    kernel, then the course's scan and output: (out, final_state), as `gated_delta_rule_chunked`."""
+    from tritonllm_course import kernels
+    dr = kernels.load("delta_rule", "solutions").module
+    T, HV, DV, DK = k.shape[0], v.shape[1], v.shape[2], k.shape[2]
+    out = torch.empty(T, HV, DV, dtype=v.dtype, device=v.device)
+    final_state = torch.empty(HV, DK, DV, dtype=torch.float32, device=v.device)
+    w, u = prepare(k, v, g, beta, C)
+    starts, v_new = dr.chunk_scan(k, w, u, g, initial_state, final_state, C, block_v)
+    dr.chunk_output(q, k, g, starts, v_new, out, C)
+    return out, final_state
+
+
 def time_by_length(variants: dict, ts, path, res: dict, budget: float, t0: float) -> dict:
     """Each of `variants` ({name: a callable on the chapter's inputs}) at each T of ts, in order: timed by
     `benchmark.time_calls` (a CUDA graph over four copies of the inputs) and traced kernel by kernel

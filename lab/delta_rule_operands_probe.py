@@ -32,7 +32,7 @@ import triton
 import triton.language as tl
 
 from lab import common
-from lab.delta_rule_kernels_probe import fla_fn, make_inputs, time_by_length
+from lab.delta_rule_kernels_probe import fla_fn, make_inputs, rule_with, time_by_length
 from tritonllm_course import kernels
 
 TS = tuple(int(t) for t in os.environ.get("PROBE_TS", "512 1024 2048 4096").split())   # the lengths, in this order
@@ -60,6 +60,15 @@ def _inverse16(k16, gamma, beta, C: tl.constexpr, NC: tl.constexpr, PREC: tl.con
     return unit_lower_inverse(A, C, NC, PREC)
 
 
+@triton.jit
+def _apply_store(Tm, x, scale, out_ptr, rc, mt, hv, HV: tl.constexpr, D: tl.constexpr, cols, mcols):
+    """out[rc, hv, cols] = Tm (scale * x), the scaled tile rounded to Tm's dtype for the product: w from the
+    keys (scale beta exp(gamma)), u from the values (scale beta)."""
+    xs = (x.to(tl.float32) * scale[:, None]).to(Tm.dtype)
+    tl.store(out_ptr + (rc[:, None] * HV + hv) * D + cols[None, :], tl.dot(Tm, xs).to(out_ptr.dtype.element_ty),
+             mask=mt[:, None] & mcols[None, :])
+
+
 @triton.jit(do_not_specialize=["T"])
 def prepare16_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, T, sk, sv,
                      H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr,
@@ -74,12 +83,8 @@ def prepare16_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, T, sk, sv,
     k16 = tl.load(k_ptr + rc[:, None] * sk + h * DK + rk[None, :], mask=mt[:, None] & mk[None, :], other=0.0)
     v = tl.load(v_ptr + rc[:, None] * sv + hv * DV + rv[None, :], mask=mt[:, None] & mv[None, :], other=0.0)
     Tm = _inverse16(k16, gamma, beta, C, NC, PREC).to(v.dtype)   # [C, C], rounded as fla rounds its inverse
-    kw = (k16.to(tl.float32) * (beta * tl.exp(gamma))[:, None]).to(v.dtype)
-    vu = (v.to(tl.float32) * beta[:, None]).to(v.dtype)
-    tl.store(w_ptr + (rc[:, None] * HV + hv) * DK + rk[None, :], tl.dot(Tm, kw).to(w_ptr.dtype.element_ty),
-             mask=mt[:, None] & mk[None, :])
-    tl.store(u_ptr + (rc[:, None] * HV + hv) * DV + rv[None, :], tl.dot(Tm, vu).to(u_ptr.dtype.element_ty),
-             mask=mt[:, None] & mv[None, :])
+    _apply_store(Tm, k16, beta * tl.exp(gamma), w_ptr, rc, mt, hv, HV, DK, rk, mk)
+    _apply_store(Tm, v, beta, u_ptr, rc, mt, hv, HV, DV, rv, mv)
 
 
 @triton.jit(do_not_specialize=["T"])
@@ -115,16 +120,12 @@ def wu_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, T, sk, sv, H:
         rk = tl.arange(0, BK)
         mk = rk < DK
         k = tl.load(k_ptr + rc[:, None] * sk + h * DK + rk[None, :], mask=mt[:, None] & mk[None, :], other=0.0)
-        kw = (k.to(tl.float32) * (beta * tl.exp(gamma))[:, None]).to(Tm.dtype)
-        tl.store(w_ptr + (rc[:, None] * HV + hv) * DK + rk[None, :], tl.dot(Tm, kw).to(w_ptr.dtype.element_ty),
-                 mask=mt[:, None] & mk[None, :])
+        _apply_store(Tm, k, beta * tl.exp(gamma), w_ptr, rc, mt, hv, HV, DK, rk, mk)
     else:
         rv = tl.arange(0, BV)
         mv = rv < DV
         v = tl.load(v_ptr + rc[:, None] * sv + hv * DV + rv[None, :], mask=mt[:, None] & mv[None, :], other=0.0)
-        vu = (v.to(tl.float32) * beta[:, None]).to(Tm.dtype)
-        tl.store(u_ptr + (rc[:, None] * HV + hv) * DV + rv[None, :], tl.dot(Tm, vu).to(u_ptr.dtype.element_ty),
-                 mask=mt[:, None] & mv[None, :])
+        _apply_store(Tm, v, beta, u_ptr, rc, mt, hv, HV, DV, rv, mv)
 
 
 def _dims(k, v, C):
@@ -157,17 +158,6 @@ def split_prepare(k, v, g, beta, C):
     return w, u
 
 
-def rule(prepare, C, q, k, v, g, beta, initial_state=None, block_v=16):
-    """The chunked rule with `prepare`'s w and u, the course's scan and output: (out, final_state)."""
-    T, HV, DV, DK = k.shape[0], v.shape[1], v.shape[2], k.shape[2]
-    out = torch.empty(T, HV, DV, dtype=v.dtype, device=v.device)
-    final_state = torch.empty(HV, DK, DV, dtype=torch.float32, device=v.device)
-    w, u = prepare(k, v, g, beta, C)
-    starts, v_new = _dr.chunk_scan(k, w, u, g, initial_state, final_state, C, block_v)
-    _dr.chunk_output(q, k, g, starts, v_new, out, C)
-    return out, final_state
-
-
 PREPARES = {"16-bit operands": prepare16, "split in two": split_prepare}
 
 
@@ -185,7 +175,7 @@ def check(device="cpu", dtype=torch.float32) -> float:
             want_w, want_u = _dr.chunk_prepare(k, v, g, beta, C)
             for prepare in PREPARES.values():
                 got_w, got_u = prepare(k, v, g, beta, C)
-                got, state = rule(prepare, C, **inp)
+                got, state = rule_with(prepare, C, **inp)
                 worst = max(worst, common.rel_err(got_w, want_w), common.rel_err(got_u, want_u),
                             common.rel_err(got, want), common.rel_err(state, want_state))
     return worst
@@ -201,7 +191,7 @@ def main(out):
     variants["course, chunks of 64"] = lambda **s: _dr.gated_delta_rule_chunked(**s, chunk_size=64)
     for C in CHUNKS:
         for name, prepare in PREPARES.items():
-            variants[f"{name}, chunks of {C}"] = lambda prepare=prepare, C=C, **s: rule(prepare, C, **s)
+            variants[f"{name}, chunks of {C}"] = lambda prepare=prepare, C=C, **s: rule_with(prepare, C, **s)
     if fla is not None:
         variants["fla"] = fla
     return time_by_length(variants, TS, path, res, budget, t0)

@@ -42,7 +42,7 @@ import triton
 import triton.language as tl
 
 from lab import common
-from lab.delta_rule_kernels_probe import fla_fn, make_inputs, time_by_length
+from lab.delta_rule_kernels_probe import fla_fn, make_inputs, rule_with, time_by_length
 from tritonllm_course import kernels
 from tritonllm_course.triton_helpers import sigmoid, softplus
 
@@ -195,14 +195,8 @@ def blocked_prepare(k, v, g, beta, gates=None):
 def blocked_rule(q, k, v, g, beta, initial_state=None, block_v=16):
     """The chunked rule at chunks of 64 with the blocked first kernel, the course's scan and output:
     (out, final_state), as `gated_delta_rule_chunked(..., chunk_size=64)`."""
-    T, H, DK = k.shape
-    HV, DV = v.shape[1:]
-    out = torch.empty(T, HV, DV, dtype=v.dtype, device=v.device)
-    final_state = torch.empty(HV, DK, DV, dtype=torch.float32, device=v.device)
-    w, u = blocked_prepare(k, v, g, beta)
-    starts, v_new = _dr.chunk_scan(k, w, u, g, initial_state, final_state, C, block_v)
-    _dr.chunk_output(q, k, g, starts, v_new, out, C)
-    return out, final_state
+    return rule_with(lambda k, v, g, beta, _: blocked_prepare(k, v, g, beta), C, q, k, v, g, beta,
+                     initial_state, block_v)
 
 
 def check(device="cpu", dtype=torch.float32) -> float:

@@ -33,6 +33,7 @@ from ..runtime import runtime, setup
 from ..safe_files import UnsafeWrite, atomic_write_text, results_folder
 
 MAX_AUTOTUNE_LABEL = "torch.compile max-autotune"
+NOT_TRIED = "not tried"     # how a baseline ruled out at a shape begins its entry in `BenchResult.failed`
 CACHE_DIR = Path.home() / ".cache" / "tritonllm_course"
 L2_FLUSH_BYTES = 256 * 2**20
 
@@ -216,7 +217,7 @@ def max_autotune_refusal(slot, shape: dict) -> str | None:
     if not over:
         return None
     dims = ", ".join(f"{k} = {v}" for k, v in over.items())
-    return f"not tried at {dims}: {slot.extra['max_autotune_why']}"
+    return f"{NOT_TRIED} at {dims}: {slot.extra['max_autotune_why']}"
 
 
 def bench(name: str, source: str | None = None, *, shape: dict | None = None, dtype=None,
@@ -256,9 +257,9 @@ def bench(name: str, source: str | None = None, *, shape: dict | None = None, dt
 
     label = "triton (yours)" if loaded.source == "exercises" else "triton"
     impls = {label: (kernel, kernel_sets), "torch eager": (torch_fn, sets)}
+    refusal = max_autotune_refusal(slot, shape) if compile and max_autotune else None
     if compile:
         impls["torch.compile"] = (torch.compile(torch_fn, dynamic=False), sets)
-        refusal = max_autotune_refusal(slot, shape) if max_autotune else None
         if max_autotune and refusal is None:
             impls[MAX_AUTOTUNE_LABEL] = (torch.compile(torch_fn, dynamic=False,
                                                        mode="max-autotune-no-cudagraphs"), sets)
@@ -267,7 +268,7 @@ def bench(name: str, source: str | None = None, *, shape: dict | None = None, dt
     result = BenchResult(name, dict(shape), str(dtype).replace("torch.", ""), moved,
                          slot.flops(probe) if slot.flops else None, ceiling_gbps(),
                          torch.cuda.get_device_name())
-    if compile and max_autotune and refusal is not None:
+    if refusal is not None:
         result.failed[MAX_AUTOTUNE_LABEL] = refusal
     for impl, (fn, input_sets) in impls.items():
         if impl == label:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from ..safe_files import atomic_write_text, save_figure
-from .benchmark import MAX_AUTOTUNE_LABEL, BenchResult, bench, gpu_script, results_stem
+from .benchmark import MAX_AUTOTUNE_LABEL, NOT_TRIED, BenchResult, bench, gpu_script, results_stem
 
 
 def _ratio(r, impl: str, t: float) -> str:
@@ -30,7 +30,7 @@ def _ratio(r, impl: str, t: float) -> str:
     if impl in r.times_us:
         return f"{r.times_us[impl] / t:.2f}x"
     if impl in r.failed:
-        return "not tried" if r.failed[impl].startswith("not tried") else "failed"
+        return NOT_TRIED if r.failed[impl].startswith(NOT_TRIED) else "failed"
     return "-"
 
 
