@@ -14,7 +14,8 @@ Two ways to compute it:
   kernels: (1) per chunk, in parallel, the UT transform T = (I + A)^-1 and the WY representation
   w = T (beta exp(gamma) k), u = T (beta v); (2) per value head and block of value columns, the scan
   over chunks in order: v_new = u - w S, S = exp(gamma_C) S + (exp(gamma_C - gamma) k)^T v_new;
-  (3) per chunk, in parallel, o = exp(gamma) q S + (lower(q k^T) * Gamma) v_new.
+  (3) per chunk, in parallel, o = exp(gamma) q S + (lower(q k^T) * Gamma) v_new. At chunks of 64 (from 512
+  tokens) kernel 1 runs as two: the UT transform, then w and u.
 
 Both take `initial_state` and write `final_state` (which may be the same tensor: every program reads its
 slice of the state before it writes it), so a chunked prefill hands its state to the recurrent decode.
@@ -24,8 +25,10 @@ Precision: elementwise arithmetic and every accumulation are fp32; the state is 
 scan and the output kernels the tiles that only feed tl.dot (q, k, w, v_new, the chunk-start states) go
 to the tensor cores in the storage dtype, the fp32 operand rounded to it: bf16/fp16 products for bf16/fp16
 inputs, three tf32 passes (about fp32) for fp32 inputs, which the CPU interpreter computes exactly. u is
-read as fp32 (v_new = u - w S is elementwise), and the first kernel multiplies fp32 tiles (its k and v are
-also scaled elementwise): tf32 products for bf16/fp16 inputs, three tf32 passes for fp32 ones.
+read as fp32 (v_new = u - w S is elementwise). The first kernel multiplies fp32 tiles (its k and v are also
+scaled elementwise): tf32 products for bf16/fp16 inputs, three tf32 passes for fp32 ones; split in two (chunks
+of 64) it multiplies storage-dtype tiles, the UT transform rounded to that dtype as flash-linear-attention
+rounds it.
 """
 import torch
 import triton
@@ -102,6 +105,50 @@ def unit_lower_inverse(A, C: tl.constexpr, NC: tl.constexpr, PREC: tl.constexpr)
     return Td
 
 
+@triton.jit
+def chunk_ut_transform(k, g, beta, C: tl.constexpr, NC: tl.constexpr, PREC: tl.constexpr):
+    """A chunk's log-decays from its start, gamma [C], and its UT transform Tm = (I + A)^-1 [C, C], both fp32,
+    from its keys k [C, BK] (fp32, or 16-bit: the product accumulates in fp32 either way), g and beta [C]
+    (zeros past the prompt's end: the padding adds nothing)."""
+    # BEGIN EXERCISE: gamma = cumsum(g); A = strictly_lower(beta_i k_i.k_j exp(gamma_i - gamma_j));
+    #   Tm = unit_lower_inverse(A, C, NC, PREC)
+    raise NotImplementedError("exercise delta_rule.py, chunk_ut_transform: not implemented yet")
+    # END EXERCISE
+    return gamma, Tm
+
+
+@triton.jit
+def wy_product(Tm, x, gamma, beta, KEYS: tl.constexpr, PREC: tl.constexpr):
+    """The WY representation's rows for one chunk, fp32: w = Tm (beta exp(gamma) k) when KEYS (x = k [C, BK]),
+    else u = Tm (beta v) (x = v [C, BV]). The scaled tile is rounded to Tm's dtype for the product."""
+    # BEGIN EXERCISE: the scale per token (beta exp(gamma) for the keys, beta for the values)
+    raise NotImplementedError("exercise delta_rule.py, wy_product: not implemented yet")
+    # END EXERCISE
+    return tl.dot(Tm, (x.to(tl.float32) * scale[:, None]).to(Tm.dtype), input_precision=PREC)
+
+
+@triton.jit
+def chunk_gates(g_ptr, beta_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, sa, sb, rc, mt, hv, HV: tl.constexpr,
+                GATES: tl.constexpr, STORE_G: tl.constexpr):
+    """g and beta [C] (fp32, zero past T) of the chunk's tokens rc for value head hv. GATES: chapter
+    14_gates_l2norm's gates from the projection's a and b (token-strided), where they are used; g goes to
+    the fp32 workspace `g` for the later kernels when STORE_G (one program per (chunk, head) writes it), and
+    is read back from it otherwise. Without GATES, g and beta are read."""
+    if GATES:
+        beta = tl.where(mt, sigmoid(tl.load(b_ptr + rc * sb + hv, mask=mt, other=0.0).to(tl.float32)), 0.0)
+        if STORE_G:
+            a = tl.load(a_ptr + rc * sa + hv, mask=mt, other=0.0).to(tl.float32)
+            decay_rate = -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32))
+            g = tl.where(mt, decay_rate * softplus(a + tl.load(dt_bias_ptr + hv).to(tl.float32)), 0.0)
+            tl.store(g_ptr + rc * HV + hv, g, mask=mt)
+        else:
+            g = tl.load(g_ptr + rc * HV + hv, mask=mt, other=0.0)
+    else:
+        g = tl.load(g_ptr + rc * HV + hv, mask=mt, other=0.0)    # padding: g = 0, beta = 0, k = 0
+        beta = tl.load(beta_ptr + rc * HV + hv, mask=mt, other=0.0).to(tl.float32)
+    return g, beta
+
+
 @triton.jit(do_not_specialize=["T"])
 def chunk_prepare_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, T, sk, sv,
                          a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, sa, sb,
@@ -114,29 +161,78 @@ def chunk_prepare_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, T, sk, sv,
     rc = n * C + tl.arange(0, C)                                 # the chunk's tokens
     rk, rv = tl.arange(0, BK), tl.arange(0, BV)
     mt, mk, mv = rc < T, rk < DK, rv < DV
-    if GATES:   # chapter 14_gates_l2norm's gates from the projection's a and b (token-strided), where they are used;
-        # g also stored (fp32) for the scan and the output kernels: one program per (chunk, head) writes it
-        a = tl.load(a_ptr + rc * sa + hv, mask=mt, other=0.0).to(tl.float32)
-        b = tl.load(b_ptr + rc * sb + hv, mask=mt, other=0.0).to(tl.float32)
-        decay_rate = -tl.exp(tl.load(A_log_ptr + hv).to(tl.float32))
-        g = tl.where(mt, decay_rate * softplus(a + tl.load(dt_bias_ptr + hv).to(tl.float32)), 0.0)
-        beta = tl.where(mt, sigmoid(b), 0.0)
-        tl.store(g_ptr + rc * HV + hv, g, mask=mt)
-    else:
-        g = tl.load(g_ptr + rc * HV + hv, mask=mt, other=0.0)    # padding: g = 0, beta = 0, k = 0
-        beta = tl.load(beta_ptr + rc * HV + hv, mask=mt, other=0.0).to(tl.float32)
+    g, beta = chunk_gates(g_ptr, beta_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, sa, sb, rc, mt, hv, HV,
+                          GATES, True)
     k = tl.load(k_ptr + rc[:, None] * sk + h * DK + rk[None, :], mask=mt[:, None] & mk[None, :],
                 other=0.0).to(tl.float32)                        # [C, BK]
     v = tl.load(v_ptr + rc[:, None] * sv + hv * DV + rv[None, :], mask=mt[:, None] & mv[None, :],
                 other=0.0).to(tl.float32)                        # [C, BV]
-    # BEGIN EXERCISE: gamma = cumsum(g); A = strictly_lower(beta_i k_i.k_j exp(gamma_i - gamma_j));
-    #   Tm = unit_lower_inverse(A, C, NC, PREC); w = Tm (beta exp(gamma) k), u = Tm (beta v)
-    raise NotImplementedError("exercise delta_rule.py, chunk_prepare_kernel: not implemented yet")
-    # END EXERCISE
+    gamma, Tm = chunk_ut_transform(k, g, beta, C, NC, PREC)     # Tm: the UT transform (I + A)^-1
+    w = wy_product(Tm, k, gamma, beta, True, PREC)               # [C, BK]
+    u = wy_product(Tm, v, gamma, beta, False, PREC)              # [C, BV]
     tl.store(w_ptr + (rc[:, None] * HV + hv) * DK + rk[None, :], w.to(w_ptr.dtype.element_ty),
              mask=mt[:, None] & mk[None, :])
     tl.store(u_ptr + (rc[:, None] * HV + hv) * DV + rv[None, :], u.to(u_ptr.dtype.element_ty),
              mask=mt[:, None] & mv[None, :])
+
+
+# --- prefill, kernel 1 split in two (chunks of 64): the UT transform, then w and u ----------------------
+# At chunks of 64 one program holding k, v, A, Tm, w and u in fp32 is the slowest part of the rule. Split as
+# flash-linear-attention splits it, the products on the storage dtype's operands (fp32 accumulation), the
+# rule took 191.7 us against 259.3 us at 4,096 tokens on an H100, and led at every length from 512
+# (lab/delta_rule_operands_probe.py). The same helpers as `chunk_prepare_kernel`, so one check covers both.
+@triton.jit(do_not_specialize=["T"])
+def chunk_inverse_kernel(k_ptr, g_ptr, beta_ptr, ai_ptr, T, sk, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, sa, sb,
+                         H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, BK: tl.constexpr,
+                         C: tl.constexpr, NC: tl.constexpr, PREC: tl.constexpr, GATES: tl.constexpr = False,
+                         PDL: tl.constexpr = False):
+    """Program (chunk n, value head hv): Tm into ai [T, HV, C] in its dtype (row i of the chunk's Tm at token
+    i); with GATES also g into its workspace."""
+    pdl_enter(PDL)
+    n, hv = tl.program_id(0), tl.program_id(1)
+    h = hv // (HV // H)
+    rc = n * C + tl.arange(0, C)
+    rk = tl.arange(0, BK)
+    mt = rc < T
+    g, beta = chunk_gates(g_ptr, beta_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, sa, sb, rc, mt, hv, HV,
+                          GATES, True)
+    k = tl.load(k_ptr + rc[:, None] * sk + h * DK + rk[None, :], mask=mt[:, None] & (rk < DK)[None, :],
+                other=0.0)                                       # [C, BK] as stored
+    Tm = chunk_ut_transform(k, g, beta, C, NC, PREC)[1]
+    rj = tl.arange(0, C)
+    tl.store(ai_ptr + (rc[:, None] * HV + hv) * C + rj[None, :], Tm.to(ai_ptr.dtype.element_ty), mask=mt[:, None])
+
+
+@triton.jit(do_not_specialize=["T"])
+def chunk_wu_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, T, sk, sv, b_ptr, sb,
+                    H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr,
+                    BV: tl.constexpr, C: tl.constexpr, PREC: tl.constexpr, GATES: tl.constexpr = False,
+                    PDL: tl.constexpr = False):
+    """Program (chunk n, value head hv, which): which = 0 writes the chunk's w, which = 1 its u, from the Tm
+    `chunk_inverse_kernel` stored (g read back from its workspace with GATES)."""
+    pdl_enter(PDL)
+    n, hv, which = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    h = hv // (HV // H)
+    rc = n * C + tl.arange(0, C)
+    mt = rc < T
+    g, beta = chunk_gates(g_ptr, beta_ptr, b_ptr, b_ptr, b_ptr, b_ptr, sb, sb, rc, mt, hv, HV, GATES, False)
+    gamma = tl.cumsum(g, axis=0)
+    rj = tl.arange(0, C)
+    Tm = tl.load(ai_ptr + (rc[:, None] * HV + hv) * C + rj[None, :], mask=mt[:, None], other=0.0)   # [C, C]
+    if which == 0:
+        rk = tl.arange(0, BK)
+        mk = rk < DK
+        k = tl.load(k_ptr + rc[:, None] * sk + h * DK + rk[None, :], mask=mt[:, None] & mk[None, :], other=0.0)
+        w = wy_product(Tm, k, gamma, beta, True, PREC)
+        tl.store(w_ptr + (rc[:, None] * HV + hv) * DK + rk[None, :], w.to(w_ptr.dtype.element_ty),
+                 mask=mt[:, None] & mk[None, :])
+    else:
+        rv = tl.arange(0, BV)
+        mv = rv < DV
+        v = tl.load(v_ptr + rc[:, None] * sv + hv * DV + rv[None, :], mask=mt[:, None] & mv[None, :], other=0.0)
+        u = wy_product(Tm, v, gamma, beta, False, PREC)
+        tl.store(u_ptr + (rc[:, None] * HV + hv) * DV + rv[None, :], u.to(u_ptr.dtype.element_ty),
+                 mask=mt[:, None] & mv[None, :])
 
 
 # --- prefill, kernel 2: the state scan over chunks, in order ------------------------------------------
@@ -287,6 +383,26 @@ def chunk_prepare(k, v, g, beta, chunk_size, gates=None):
     return w, u
 
 
+def chunk_prepare_split(k, v, g, beta, chunk_size, gates=None):
+    """`chunk_prepare` in two launches with the products on v's dtype (fp32 accumulation): the UT transform
+    into a [T, HV, chunk_size] workspace in v's dtype (`chunk_inverse_kernel`), then w and u, one program per
+    chunk, value head and output (`chunk_wu_kernel`). What chunks of `SPLIT_CHUNK` run."""
+    T, H, DK = k.shape
+    HV, DV = v.shape[1:]
+    a, b, A_log, dt_bias = gates if gates is not None else (g, g, g, g)   # unused pointers: any tensor
+    grid, BK, prec = (triton.cdiv(T, chunk_size), HV), max(32, _pow2(DK)), _precision(v.dtype)
+    ai = torch.empty(T, HV, chunk_size, dtype=v.dtype, device=v.device)
+    chunk_inverse_kernel[grid](k, g, beta, ai, T, k.stride(0), a, b, A_log, dt_bias, a.stride(0), b.stride(0),
+                               H=H, HV=HV, DK=DK, BK=BK, C=chunk_size, NC=chunk_size // SUB.value, PREC=prec,
+                               GATES=gates is not None, num_warps=4, **pdl_args())
+    w = torch.empty(T, HV, DK, dtype=v.dtype, device=v.device)
+    u = torch.empty(T, HV, DV, dtype=v.dtype, device=v.device)
+    chunk_wu_kernel[(*grid, 2)](k, v, g, beta, ai, w, u, T, k.stride(0), v.stride(0), b, b.stride(0), H=H, HV=HV,
+                                DK=DK, DV=DV, BK=BK, BV=_pow2(DV), C=chunk_size, PREC=prec,
+                                GATES=gates is not None, num_warps=4, **pdl_args())
+    return w, u
+
+
 # The scan's launch parameters: one program per (value head, value block) walks every chunk in turn, so its
 # time is that walk's latency (lab/delta_rule_kernels_probe.py times other warps and software-pipeline stages).
 SCAN_LAUNCH = {"num_warps": 4}
@@ -321,11 +437,22 @@ def chunk_output(q, k, g, starts, v_new, out, chunk_size, norm=None):
     return out
 
 
+SPLIT_CHUNK = 64      # chunks of this size run the first kernel split in two (`chunk_prepare_split`)
+SPLIT_FROM = 512      # tokens: chunks of 64 from here (lab/delta_rule_operands_probe.py)
+
+
+def chunk_prepare_for(chunk_size: int):
+    """Kernel 1's form at this chunk size: `chunk_prepare_split` at `SPLIT_CHUNK`, else `chunk_prepare`."""
+    return chunk_prepare_split if chunk_size == SPLIT_CHUNK else chunk_prepare
+
+
 def chunk_size_for(T: int) -> int:
-    """The chunk size for a T-token prompt: 16 up to 128 tokens, 32 beyond. Small chunks make more programs
-    for the parallel kernels and a cheaper UT transform; the scan, the one sequential loop, takes T / C
-    steps, which is what makes 16 lose on long prompts. Measured: `lab/prefill_probe.py`."""
-    return 16 if T <= 128 else 32
+    """The chunk size for a T-token prompt: 16 up to 128 tokens, 32 below `SPLIT_FROM`, 64 from it. Small
+    chunks make more programs for the parallel kernels and a cheaper UT transform; the scan, the one
+    sequential loop, takes T / C steps, which is what makes 16 lose on long prompts (`lab/prefill_probe.py`).
+    Chunks of 64 with the split first kernel beat 32 at every length measured from 512 tokens on an H100
+    (`lab/delta_rule_operands_probe.py`: 512 to 4,096); below 512 they were not measured, so 32 stays."""
+    return 16 if T <= 128 else 32 if T < SPLIT_FROM else SPLIT_CHUNK
 
 
 def gated_delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Tensor,
@@ -333,16 +460,16 @@ def gated_delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                              out: torch.Tensor | None = None, final_state: torch.Tensor | None = None,
                              chunk_size: int | None = None, block_v: int = 16):
     """The delta rule in chunks of `chunk_size` tokens (prefill); same arguments and results as
-    `gated_delta_rule_recurrent`. Three launches: the UT transform per chunk (`chunk_prepare`), the
-    state scan per (value head, `block_v` value columns) (`chunk_scan`), the output per (chunk, value
-    head, 64 value columns) (`chunk_output`). Workspaces are in v's dtype, the state in fp32.
-    chunk_size: 16, 32 or 64; None picks by T (`chunk_size_for`)."""
+    `gated_delta_rule_recurrent`. Three launches: the UT transform per chunk (`chunk_prepare`; two
+    launches at chunks of 64, `chunk_prepare_split`), the state scan per (value head, `block_v` value
+    columns) (`chunk_scan`), the output per (chunk, value head, 64 value columns) (`chunk_output`).
+    Workspaces are in v's dtype, the state in fp32. chunk_size: 16, 32 or 64; None picks by T (`chunk_size_for`)."""
     out, final_state = _check(q, k, v, g, beta, initial_state, out, final_state)[-2:]
     return _chunked(q, k, v, g, beta, None, initial_state, out, final_state, chunk_size, block_v)
 
 
 def _chunked(q, k, v, g, beta, gates, initial_state, out, final_state, chunk_size, block_v, norm=None):
-    """The three kernels on validated inputs (chunk_size None: by T)."""
+    """The three (at chunks of 64, four) kernels on validated inputs (chunk_size None: by T)."""
     chunk_size = chunk_size_for(q.shape[0]) if chunk_size is None else chunk_size
     if chunk_size not in CHUNK_SIZES:
         raise ValueError(f"chunk_size must be one of {CHUNK_SIZES}, got {chunk_size}")
@@ -350,7 +477,7 @@ def _chunked(q, k, v, g, beta, gates, initial_state, out, final_state, chunk_siz
         raise ValueError(f"block_v must be 16, 32 or 64, got {block_v}")
     if q.dtype != v.dtype:        # the products pair q and k with v-dtype tiles: one dtype throughout
         q, k = q.to(v.dtype), k.to(v.dtype)
-    w, u = chunk_prepare(k, v, g, beta, chunk_size, gates)
+    w, u = chunk_prepare_for(chunk_size)(k, v, g, beta, chunk_size, gates)
     starts, v_new = chunk_scan(k, w, u, g, initial_state, final_state, chunk_size, block_v)
     chunk_output(q, k, g, starts, v_new, out, chunk_size, norm)
     return out, final_state

@@ -9,20 +9,26 @@ at chunks of 32 and 130.8 us at 64, fla's two kernels 40.8 + 24.0 us at 64. The 
 to fp32 and runs every product in tf32; fla feeds its tensor cores 16-bit operands with fp32 accumulation (half
 the registers a tile, twice the rate), and does A and its inverse in one kernel, w and u in another. Which of
 the two makes the difference, and does either put the course's rule ahead of fla's from 512 tokens on?
-Method: two kernels below, in the arithmetic of solutions/delta_rule.py's `chunk_prepare_kernel` (gamma,
-A = strictly_lower(beta_i k_i.k_j exp(gamma_i - gamma_j)), Tm = `unit_lower_inverse(A)` in fp32, w = Tm
-(beta exp(gamma) k), u = Tm (beta v)) but with the products' operands in the inputs' 16-bit dtype:
-`prepare16_kernel`, one program per (chunk, value head) as the course's, and the split form,
-`inverse_kernel` (A and Tm, stored in v's dtype, [T, HV, C]) then `wu_kernel` (w or u, one program per chunk,
-value head and output). Qwen3.5-0.8B's DeltaNet shapes (16 heads, 128 x 128 state), bf16, inputs as the
-chapter's check makes them, T in TS: the engine's rule (chunks of 32), each form at chunks of 32 and 64 with the
-course's scan and output after it, and fla's `chunk_gated_delta_rule`, each timed by `benchmark.time_calls` (a
-CUDA graph over four copies of the inputs) and traced kernel by kernel (torch.profiler). Writes
-OUTDIR/delta_rule_operands_probe_<gpu>_<date>.json, saved after every length. `check` compares each form's w
-and u with `chunk_prepare` and the whole rule with each against the recurrent kernel (relative errors: in
-fp32 under the interpreter the casts are exact, on the GPU in bf16 they are what the 16-bit operands cost).
-Result: not measured yet: python -m lab.delta_rule_operands_probe on an H100 or H200 (about 3 minutes).
-Verdict: to be decided; not adopted until measured: solutions/delta_rule.py keeps its fp32 operands.
+Method: the course's arithmetic (`chunk_ut_transform`: gamma, A = strictly_lower(beta_i k_i.k_j
+exp(gamma_i - gamma_j)), Tm = `unit_lower_inverse(A)` in fp32; `wy_product`: w = Tm (beta exp(gamma) k),
+u = Tm (beta v)) with the products' operands in the inputs' 16-bit dtype, in two forms: `prepare16_kernel`
+below, one program per (chunk, value head) as the course's, and the split form (A and Tm stored in v's dtype,
+[T, HV, C], then w or u, one program per chunk, value head and output), which ran as this probe's own two
+kernels and, adopted, is now solutions/delta_rule.py's `chunk_prepare_split`. Qwen3.5-0.8B's DeltaNet shapes
+(16 heads, 128 x 128 state), bf16, inputs as the chapter's check makes them, T in TS: the engine's rule
+(`chunk_size_for`; chunks of 32 when this ran, named "course, chunks of 32 (the engine)" in the record), the
+course's one-launch kernel 1 and each form at chunks of 32 and 64 with the course's scan and output after it,
+and fla's `chunk_gated_delta_rule`, each timed by `benchmark.time_calls` (a CUDA graph over four copies of the
+inputs) and traced kernel by kernel (torch.profiler). Writes OUTDIR/delta_rule_operands_probe_<gpu>_<date>.json,
+saved after every length. `check` compares each form's w and u with `chunk_prepare` and the whole rule with
+each against the recurrent kernel (relative errors: in fp32 under the interpreter the casts are exact, on the
+GPU in bf16 they are what the 16-bit operands cost).
+Result: on an NVIDIA H100 80GB HBM3 (2026-12-06, fla 0.6.0): split in two at chunks of 64 is the fastest of the
+course's forms at every length, 33.5 us at 512 tokens (the engine 36.0, fla 50.8) and 191.7 us at 4,096 (the
+engine 259.3, fla 177.7); its kernels 30.0 + 24.8 us where one 16-bit launch took 87.7 and the fp32 one 132.4
+(lab/results/delta_rule_operands_probe_nvidia-h100-80gb-hbm3_2026-12-06.json).
+Verdict: adopted: chunks of 64 from 512 tokens, kernel 1 split in two (solutions/delta_rule.py,
+`chunk_prepare_split`); fla keeps a lead at 4,096 tokens, in its scan and output kernels.
 """
 import os
 import time
@@ -40,125 +46,48 @@ SHAPE = {"H": 16, "HV": 16, "DK": 128, "DV": 128}
 CHUNKS = (32, 64)
 
 _dr = kernels.load("delta_rule", "solutions").module
-unit_lower_inverse = _dr.unit_lower_inverse
-
-
-@triton.jit
-def _chunk_gates(g_ptr, beta_ptr, rc, mt, hv, HV: tl.constexpr):
-    """gamma (the log-decay from the chunk's start) and beta of the chunk's tokens rc (0 past T), fp32."""
-    g = tl.load(g_ptr + rc * HV + hv, mask=mt, other=0.0)
-    beta = tl.load(beta_ptr + rc * HV + hv, mask=mt, other=0.0).to(tl.float32)
-    return tl.cumsum(g, axis=0), beta
-
-
-@triton.jit
-def _inverse16(k16, gamma, beta, C: tl.constexpr, NC: tl.constexpr, PREC: tl.constexpr):
-    """(I + A)^-1 in fp32 for the chunk, A's product k k^T on the 16-bit keys k16 [C, BK]."""
-    i, j = tl.arange(0, C)[:, None], tl.arange(0, C)[None, :]
-    decay = tl.exp(tl.minimum(gamma[:, None] - gamma[None, :], 0.0))
-    A = tl.where(i > j, tl.dot(k16, tl.trans(k16)) * beta[:, None] * decay, 0.0)
-    return unit_lower_inverse(A, C, NC, PREC)
-
-
-@triton.jit
-def _apply_store(Tm, x, scale, out_ptr, rc, mt, hv, HV: tl.constexpr, D: tl.constexpr, cols, mcols):
-    """out[rc, hv, cols] = Tm (scale * x), the scaled tile rounded to Tm's dtype for the product: w from the
-    keys (scale beta exp(gamma)), u from the values (scale beta)."""
-    xs = (x.to(tl.float32) * scale[:, None]).to(Tm.dtype)
-    tl.store(out_ptr + (rc[:, None] * HV + hv) * D + cols[None, :], tl.dot(Tm, xs).to(out_ptr.dtype.element_ty),
-             mask=mt[:, None] & mcols[None, :])
 
 
 @triton.jit(do_not_specialize=["T"])
 def prepare16_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, T, sk, sv,
                      H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr,
                      BV: tl.constexpr, C: tl.constexpr, NC: tl.constexpr, PREC: tl.constexpr):
-    """Program (chunk n, value head hv): w and u as `chunk_prepare_kernel`, the products on 16-bit operands."""
+    """Program (chunk n, value head hv): w and u as `chunk_prepare_kernel`, the products on 16-bit operands
+    (the course's helpers on k and v as stored; the UT transform rounded to v's dtype, as fla rounds it)."""
     n, hv = tl.program_id(0), tl.program_id(1)
     h = hv // (HV // H)
     rc = n * C + tl.arange(0, C)
     rk, rv = tl.arange(0, BK), tl.arange(0, BV)
     mt, mk, mv = rc < T, rk < DK, rv < DV
-    gamma, beta = _chunk_gates(g_ptr, beta_ptr, rc, mt, hv, HV)
+    g = tl.load(g_ptr + rc * HV + hv, mask=mt, other=0.0)
+    beta = tl.load(beta_ptr + rc * HV + hv, mask=mt, other=0.0).to(tl.float32)
     k16 = tl.load(k_ptr + rc[:, None] * sk + h * DK + rk[None, :], mask=mt[:, None] & mk[None, :], other=0.0)
     v = tl.load(v_ptr + rc[:, None] * sv + hv * DV + rv[None, :], mask=mt[:, None] & mv[None, :], other=0.0)
-    Tm = _inverse16(k16, gamma, beta, C, NC, PREC).to(v.dtype)   # [C, C], rounded as fla rounds its inverse
-    _apply_store(Tm, k16, beta * tl.exp(gamma), w_ptr, rc, mt, hv, HV, DK, rk, mk)
-    _apply_store(Tm, v, beta, u_ptr, rc, mt, hv, HV, DV, rv, mv)
-
-
-@triton.jit(do_not_specialize=["T"])
-def inverse_kernel(k_ptr, g_ptr, beta_ptr, ai_ptr, T, sk, H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr,
-                   BK: tl.constexpr, C: tl.constexpr, NC: tl.constexpr, PREC: tl.constexpr):
-    """Program (chunk n, value head hv): Tm = (I + A)^-1 into ai [T, HV, C] (row i of the chunk's Tm at token i)."""
-    n, hv = tl.program_id(0), tl.program_id(1)
-    h = hv // (HV // H)
-    rc = n * C + tl.arange(0, C)
-    rk = tl.arange(0, BK)
-    mt = rc < T
-    gamma, beta = _chunk_gates(g_ptr, beta_ptr, rc, mt, hv, HV)
-    k16 = tl.load(k_ptr + rc[:, None] * sk + h * DK + rk[None, :], mask=mt[:, None] & (rk < DK)[None, :],
-                  other=0.0)
-    Tm = _inverse16(k16, gamma, beta, C, NC, PREC)
-    rj = tl.arange(0, C)
-    tl.store(ai_ptr + (rc[:, None] * HV + hv) * C + rj[None, :], Tm.to(ai_ptr.dtype.element_ty), mask=mt[:, None])
-
-
-@triton.jit(do_not_specialize=["T"])
-def wu_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, T, sk, sv, H: tl.constexpr, HV: tl.constexpr,
-              DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, C: tl.constexpr):
-    """Program (chunk n, value head hv, which): which = 0 writes w = Tm (beta exp(gamma) k), which = 1 writes
-    u = Tm (beta v)."""
-    n, hv, which = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    h = hv // (HV // H)
-    rc = n * C + tl.arange(0, C)
-    mt = rc < T
-    gamma, beta = _chunk_gates(g_ptr, beta_ptr, rc, mt, hv, HV)
-    rj = tl.arange(0, C)
-    Tm = tl.load(ai_ptr + (rc[:, None] * HV + hv) * C + rj[None, :], mask=mt[:, None], other=0.0)   # [C, C]
-    if which == 0:
-        rk = tl.arange(0, BK)
-        mk = rk < DK
-        k = tl.load(k_ptr + rc[:, None] * sk + h * DK + rk[None, :], mask=mt[:, None] & mk[None, :], other=0.0)
-        _apply_store(Tm, k, beta * tl.exp(gamma), w_ptr, rc, mt, hv, HV, DK, rk, mk)
-    else:
-        rv = tl.arange(0, BV)
-        mv = rv < DV
-        v = tl.load(v_ptr + rc[:, None] * sv + hv * DV + rv[None, :], mask=mt[:, None] & mv[None, :], other=0.0)
-        _apply_store(Tm, v, beta, u_ptr, rc, mt, hv, HV, DV, rv, mv)
-
-
-def _dims(k, v, C):
-    T, H, DK = k.shape
-    HV, DV = v.shape[1:]
-    # key tiles of 32 columns at least, as `chunk_prepare` takes them (Triton 3.6's fault at 16 columns)
-    return T, (triton.cdiv(T, C), HV), dict(H=H, HV=HV, DK=DK, BK=max(32, _dr._pow2(DK)), C=C), DV
+    gamma, Tm = _dr.chunk_ut_transform(k16, g, beta, C, NC, PREC)
+    Tm = Tm.to(v.dtype)                                          # [C, C]
+    w = _dr.wy_product(Tm, k16, gamma, beta, True, PREC)
+    u = _dr.wy_product(Tm, v, gamma, beta, False, PREC)
+    tl.store(w_ptr + (rc[:, None] * HV + hv) * DK + rk[None, :], w.to(w_ptr.dtype.element_ty),
+             mask=mt[:, None] & mk[None, :])
+    tl.store(u_ptr + (rc[:, None] * HV + hv) * DV + rv[None, :], u.to(u_ptr.dtype.element_ty),
+             mask=mt[:, None] & mv[None, :])
 
 
 def prepare16(k, v, g, beta, C):
     """(w, u) as `chunk_prepare(k, v, g, beta, C)`, by `prepare16_kernel`."""
-    T, grid, kw, DV = _dims(k, v, C)
-    w = torch.empty(T, kw["HV"], kw["DK"], dtype=v.dtype, device=v.device)
-    u = torch.empty(T, kw["HV"], DV, dtype=v.dtype, device=v.device)
-    prepare16_kernel[grid](k, v, g, beta, w, u, T, k.stride(0), v.stride(0), **kw, DV=DV, BV=_dr._pow2(DV),
-                           NC=C // 16, PREC=_dr._precision(v.dtype), num_warps=8)
+    T, H, DK = k.shape
+    HV, DV = v.shape[1:]
+    w = torch.empty(T, HV, DK, dtype=v.dtype, device=v.device)
+    u = torch.empty(T, HV, DV, dtype=v.dtype, device=v.device)
+    # key tiles of 32 columns at least, as `chunk_prepare` takes them (Triton 3.6's fault at 16 columns)
+    prepare16_kernel[(triton.cdiv(T, C), HV)](k, v, g, beta, w, u, T, k.stride(0), v.stride(0), H=H, HV=HV, DK=DK,
+                                              DV=DV, BK=max(32, _dr._pow2(DK)), BV=_dr._pow2(DV), C=C,
+                                              NC=C // 16, PREC=_dr._precision(v.dtype), num_warps=8)
     return w, u
 
 
-def split_prepare(k, v, g, beta, C):
-    """(w, u) as `chunk_prepare(k, v, g, beta, C)`, by `inverse_kernel` then `wu_kernel`."""
-    T, grid, kw, DV = _dims(k, v, C)
-    ai = torch.empty(T, kw["HV"], C, dtype=v.dtype, device=v.device)
-    inverse_kernel[grid](k, g, beta, ai, T, k.stride(0), **kw, NC=C // 16, PREC=_dr._precision(v.dtype),
-                         num_warps=4)
-    w = torch.empty(T, kw["HV"], kw["DK"], dtype=v.dtype, device=v.device)
-    u = torch.empty(T, kw["HV"], DV, dtype=v.dtype, device=v.device)
-    wu_kernel[(*grid, 2)](k, v, g, beta, ai, w, u, T, k.stride(0), v.stride(0), **kw, DV=DV, BV=_dr._pow2(DV),
-                          num_warps=4)
-    return w, u
-
-
-PREPARES = {"16-bit operands": prepare16, "split in two": split_prepare}
+# "split in two" was this probe's own pair of kernels when it ran (2026-12-06); adopted, it is now the course's
+PREPARES = {"16-bit operands": prepare16, "split in two": _dr.chunk_prepare_split}
 
 
 def check(device="cpu", dtype=torch.float32) -> float:
@@ -187,8 +116,9 @@ def main(out):
     budget, t0 = float(os.environ.get("PROBE_S", "200")), time.time()
     path = common.result_path(out, "delta_rule_operands_probe")
     res = common.header(check_rel_err=check("cuda", torch.bfloat16), fla=fla_version, shape=SHAPE, rows=[])
-    variants = {"course, chunks of 32 (the engine)": lambda **s: _dr.gated_delta_rule_chunked(**s)}
-    variants["course, chunks of 64"] = lambda **s: _dr.gated_delta_rule_chunked(**s, chunk_size=64)
+    variants = {"the engine (chunk_size_for)": lambda **s: _dr.gated_delta_rule_chunked(**s)}
+    for C in CHUNKS:     # the course's one-launch kernel 1, fp32 operands (the engine's form below 512 tokens)
+        variants[f"course, chunks of {C}"] = lambda C=C, **s: rule_with(_dr.chunk_prepare, C, **s)
     for C in CHUNKS:
         for name, prepare in PREPARES.items():
             variants[f"{name}, chunks of {C}"] = lambda prepare=prepare, C=C, **s: rule_with(prepare, C, **s)

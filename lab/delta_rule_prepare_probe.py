@@ -21,9 +21,10 @@ block inverted by forward substitution (`unit_lower_inverse` at one block), the 
 from T_ij = -T_ii sum_k A_ik T_kj, and w and u block row by block row. The scan and the output are the
 course's (`chunk_scan`, `chunk_output` at chunks of 64). Qwen3.5-0.8B's DeltaNet shapes (16 heads, 128 x
 128 state), bf16, inputs as the chapter's check makes them, T in TS, each timed by `benchmark.time_calls`
-(a CUDA graph over four copies of the inputs) and traced kernel by kernel (torch.profiler): the engine's
-rule (chunks of 32), the course's rule at chunks of 64, the blocked first kernel with value blocks of 16
-and 32, and fla's `chunk_gated_delta_rule`. Writes OUTDIR/delta_rule_prepare_probe_<gpu>_<date>.json,
+(a CUDA graph over four copies of the inputs) and traced kernel by kernel (torch.profiler): the course's rule
+with its one-launch first kernel at chunks of 32 (the engine's when this ran) and 64, the engine's rule as it
+is now (`chunk_size_for`), the blocked first kernel with value blocks of 16 and 32, and fla's
+`chunk_gated_delta_rule`. Writes OUTDIR/delta_rule_prepare_probe_<gpu>_<date>.json,
 saved after every length. `check` compares the blocked kernel's w, u and g with `chunk_prepare` at chunks
 of 64 (with and without the gates, a last chunk cut short) and the whole rule with it against the
 recurrent kernel.
@@ -236,8 +237,11 @@ def main(out):
     # on the GPU in bf16, the dtype it is timed in (fp32 at 16-column blocks is where Triton 3.6 faulted)
     res = common.header(check_rel_err=check("cuda", torch.bfloat16), fla=fla_version, shape=SHAPE, rows=[])
     variants = {
-        "course, chunks of 32 (the engine)": lambda **s: _dr.gated_delta_rule_chunked(**s),   # chunk_size_for
-        "course, chunks of 64": lambda **s: _dr.gated_delta_rule_chunked(**s, chunk_size=64),
+        # the course's one-launch kernel 1 (the engine's form at every length when this ran, 2026-12-06; its
+        # record names the first "course, chunks of 32 (the engine)")
+        "course, chunks of 32": lambda **s: rule_with(_dr.chunk_prepare, 32, **s),
+        "course, chunks of 64": lambda **s: rule_with(_dr.chunk_prepare, 64, **s),
+        "the engine (chunk_size_for)": lambda **s: _dr.gated_delta_rule_chunked(**s),
         "blocked first kernel, chunks of 64, block_v 16": lambda **s: blocked_rule(**s, block_v=16),
         "blocked first kernel, chunks of 64, block_v 32": lambda **s: blocked_rule(**s, block_v=32),
     }

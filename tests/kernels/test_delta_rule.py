@@ -40,7 +40,7 @@ def _err(a, b):
     return compare(a, b, "x")[0]
 
 
-@pytest.mark.parametrize("T,chunk,state", [(37, 16, True), (70, 32, False)])
+@pytest.mark.parametrize("T,chunk,state", [(37, 16, True), (70, 32, False), (70, 64, True)])
 def test_matches_transformers(T, chunk, state):
     """Value heads = 2 x key heads, T not a multiple of the chunk; transformers normalises q and k itself."""
     hf_chunk, hf_rec = _hf()
@@ -187,9 +187,10 @@ def test_small_key_heads_in_fp32():
 
 @pytest.mark.parametrize("T", [19, 131])
 def test_the_default_chunk_size_follows_the_prompt_length(T):
-    """chunk_size=None takes chunk_size_for(T) (16 up to 128 tokens, 32 beyond: the H200's measurements)
-    and gives what that chunk size gives, bit for bit; other sizes differ only by rounding."""
-    assert [mod.chunk_size_for(n) for n in (1, 128, 129, 4096)] == [16, 16, 32, 32]
+    """chunk_size=None takes chunk_size_for(T) (16 up to 128 tokens, 32 below 512, 64 from 512: the
+    measurements of lab/prefill_probe.py and lab/delta_rule_operands_probe.py) and gives what that chunk size
+    gives, bit for bit; other sizes differ only by rounding."""
+    assert [mod.chunk_size_for(n) for n in (1, 128, 129, 511, 512, 4096)] == [16, 16, 32, 32, 64, 64]
     q, k, v, g, beta, s0 = _raw(T, 2, 4, 32, seed=T)
     q, k = R.l2norm_qk(q, k)
     picked = mod.chunk_size_for(T)

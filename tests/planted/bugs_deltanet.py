@@ -108,7 +108,9 @@ DELTA_RULE = [
         (("input_precision=PREC) * beta[:, None] * decay, 0.0)",
           "input_precision=PREC) * beta[None, :] * decay, 0.0)"),)),
     Bug(_CH, "delta_rule", "w without the decay from the chunk start",
-        (("w = tl.dot(Tm, k * (beta * tl.exp(gamma))[:, None]", "w = tl.dot(Tm, k * beta[:, None]"),)),
+        (("        scale = beta * tl.exp(gamma)\n", "        scale = beta\n"),)),
+    Bug(_CH, "delta_rule", "u with the keys' decay (beta exp(gamma) for both)",
+        (("    else:\n        scale = beta\n", "    else:\n        scale = beta * tl.exp(gamma)\n"),)),
     # chunked, kernel 2: the scan over chunks (two chunks, the last partial, in the first shape)
     Bug(_CH, "delta_rule", "the chunk-start state stored after the update",
         (("        tl.store(hs_ptr + (n * HV + hv) * DK * DV + tile, S.to(hs_ptr.dtype.element_ty), mask=smask)\n", ""),

@@ -119,10 +119,10 @@ def gated_delta_rule_chunked_gates(q: torch.Tensor, k: torch.Tensor, v: torch.Te
                                    b: torch.Tensor, A_log: torch.Tensor, dt_bias: torch.Tensor,
                                    initial_state: torch.Tensor | None = None, g: torch.Tensor | None = None,
                                    z: torch.Tensor | None = None, norm_weight: torch.Tensor | None = None,
-                                   eps: float = 1e-6):
+                                   eps: float = 1e-6, chunk_size: int | None = None):
     """The DeltaNet gates inside the chunked delta rule: the same math as `gated_delta_rule_recurrent_gates`
     (the chunked form is exact); with z and norm_weight, its output through `gated_rms_norm`. g is the
-    Triton kernel's workspace for the log-decays: not used here."""
+    Triton kernel's workspace for the log-decays and chunk_size its chunking: neither is used here."""
     out, state = gated_delta_rule_recurrent_gates(q, k, v, a, b, A_log, dt_bias, initial_state)
     return (out if z is None else gated_rms_norm(out, z, norm_weight, eps)), state
 

@@ -106,11 +106,13 @@ implement(
                      {"T": 37, "H": 1, "HV": 2, "DK": 32, "DV": 24, "chunk": 16},
                      {"T": 70, "H": 1, "HV": 2, "DK": 24, "DV": 40, "chunk": 32, "state": False}],
             "real": [{"T": 128, **_REAL, "chunk": 64}, {"T": 1024, **_REAL, "chunk": 64}]},
-    # on the GPU, the chunk sizes the model runs (`chunk_size_for`: 16 up to 128 tokens, 32 beyond), with a
-    # partial last chunk (the real shapes above, the benchmark's, are whole chunks of 64)
+    # on the GPU, the chunk sizes the model runs (`chunk_size_for`: 16 up to 128 tokens, 32 below 512, 64 with
+    # kernel 1 split in two from 512), with a partial last chunk (the real shapes above, the benchmark's, are
+    # whole chunks of 64)
     edges=[Edge("chunks of 16, the last partial", _same, shape={"T": 100, "chunk": 16}, presets=("real",)),
            Edge("chunks of 32, the last partial", _same, shape={"T": 300, "chunk": 32, "state": False},
-                presets=("real",))],
+                presets=("real",)),
+           Edge("chunks of 64, the last partial", _same, shape={"T": 600, "chunk": 64}, presets=("real",))],
     bytes=moved, flops=chunked_flops, dims=DIMS,
     # max-autotune tunes each product of the torch reference's loop over chunks: at T = 1,024 (16 chunks) the
     # row ran past 500 s on an H100 (2026-12-06, the kernel table) without finishing
