@@ -59,11 +59,12 @@
 # prompt      the prompt's kernels against the strongest libraries (16_delta_rule_chunked, 22_layer_fusion): the prompt
 #             GEMMs' tiles, a TMA form and a split-K form against cuBLAS at M = 128 to 4,096
 #             (lab/prompt_gemm_sweep.py), then the chunked delta rule against flash-linear-attention, kernel by
-#             kernel (lab/delta_rule_kernels_probe.py; fla installed for that run only, as for delta_rule), after
-#             its first kernel on 16-bit operands and split in two (lab/delta_rule_operands_probe.py); the rule
-#             in one launch (lab/delta_rule_fused_probe.py) and the blocked UT transform
+#             kernel (lab/delta_rule_kernels_probe.py; fla installed for that run only, as for delta_rule); the
+#             first kernel on 16-bit operands and split in two (lab/delta_rule_operands_probe.py, adopted), the
+#             rule in one launch (lab/delta_rule_fused_probe.py) and the blocked UT transform
 #             (lab/delta_rule_prepare_probe.py) were measured and run on their own
-# quant       8-bit weights (31_weight_quant): the engine's decode by weight format beside bf16 and transformers,
+# quant       8-bit weights (31_weight_quant): the per-group int8 GEMV's tiles (lab/quant_group_probe.py), then
+#             the engine's decode by weight format beside bf16 and transformers,
 #             with the accuracy figures (tritonllm_course/measure/weights_bench.py), then the 8-bit prompt GEMMs
 #             with the widened weight as the tensor cores' first operand, and the TTFT with them
 #             (lab/quant_gemm_probe.py); lab/quant_tile_probe.py (the 8-bit decode GEMVs' tiles) runs on its own
@@ -197,14 +198,13 @@ prefill() {
   PROBE_S=${PROBE_S:-120} exec timeout 400 $PY -m lab.prefill_probe "$OUT"
 }
 
-prompt() {   # each under its own time limit, one that fails does not stop the others: the delta rule's probes
-  # first (about 6 minutes), then the GEMM sweep (a call cut short keeps what each saved; the sweep's other
+prompt() {   # each under its own time limit, one that fails does not stop the others: the delta rule's probe
+  # first, then the GEMM sweep (a call cut short keeps what each saved; the sweep's other
   # prompt lengths: MS="128 512 2048" python -m lab.prompt_gemm_sweep, on its own)
   export TRITONLLM_KERNELS=solutions
   local status=0
   with_fla
-  PROBE_S=${PROBE_S:-150} timeout 220 $PY -m lab.delta_rule_operands_probe "$OUT" || status=1
-  PROBE_S=${PROBE_S:-90} timeout 140 $PY -m lab.delta_rule_kernels_probe "$OUT" || status=1
+  PROBE_S=${PROBE_S:-150} timeout 220 $PY -m lab.delta_rule_kernels_probe "$OUT" || status=1
   SWEEP_S=${SWEEP_S:-230} timeout 300 $PY -m lab.prompt_gemm_sweep "$OUT" || status=1
   exit $status
 }
@@ -213,8 +213,9 @@ quant() {   # within one 10-minute call: weights_bench writes its files at the e
   # the GEMM probe saves after every case (a run cut short: python -m lab.quant_gemm_probe, on its own)
   export TRITONLLM_KERNELS=solutions
   local status=0
+  PROBE_S=90 timeout 150 $PY -m lab.quant_group_probe "$OUT" || status=1
   timeout 200 $PY -m tritonllm_course.measure.weights_bench --out "$OUT" || status=1
-  PROBE_S=${PROBE_S:-150} timeout 330 $PY -m lab.quant_gemm_probe "$OUT" || status=1
+  PROBE_S=${PROBE_S:-150} timeout 230 $PY -m lab.quant_gemm_probe "$OUT" || status=1
   exit $status
 }
 
