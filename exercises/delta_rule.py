@@ -26,9 +26,9 @@ scan and the output kernels the tiles that only feed tl.dot (q, k, w, v_new, the
 to the tensor cores in the storage dtype, the fp32 operand rounded to it: bf16/fp16 products for bf16/fp16
 inputs, three tf32 passes (about fp32) for fp32 inputs, which the CPU interpreter computes exactly. u is
 read as fp32 (v_new = u - w S is elementwise). The first kernel multiplies fp32 tiles (its k and v are also
-scaled elementwise): tf32 products for bf16/fp16 inputs, three tf32 passes for fp32 ones; split in two (chunks
-of 64) it multiplies storage-dtype tiles, the UT transform rounded to that dtype as flash-linear-attention
-rounds it.
+scaled elementwise): tf32 products for bf16/fp16 inputs, three tf32 passes for fp32 ones. Split in two (chunks
+of 64) its k k^T, w and u products take storage-dtype tiles (the inverse's block products stay fp32) and the UT
+transform is stored in that dtype, as flash-linear-attention stores it.
 """
 import torch
 import triton
@@ -203,6 +203,18 @@ def chunk_inverse_kernel(k_ptr, g_ptr, beta_ptr, ai_ptr, T, sk, a_ptr, b_ptr, A_
     tl.store(ai_ptr + (rc[:, None] * HV + hv) * C + rj[None, :], Tm.to(ai_ptr.dtype.element_ty), mask=mt[:, None])
 
 
+@triton.jit
+def _wy_store(Tm, x_ptr, sx, head, out_ptr, gamma, beta, rc, mt, hv, HV: tl.constexpr, D: tl.constexpr,
+              BD: tl.constexpr, KEYS: tl.constexpr, PREC: tl.constexpr):
+    """out[rc, hv] = `wy_product` of the chunk's rows of x[:, head] ([T, heads, D] at token stride sx), as
+    stored: w from the keys (KEYS), u from the values."""
+    cols = tl.arange(0, BD)
+    m = mt[:, None] & (cols < D)[None, :]
+    x = tl.load(x_ptr + rc[:, None] * sx + head * D + cols[None, :], mask=m, other=0.0)      # [C, BD]
+    y = wy_product(Tm, x, gamma, beta, KEYS, PREC)
+    tl.store(out_ptr + (rc[:, None] * HV + hv) * D + cols[None, :], y.to(out_ptr.dtype.element_ty), mask=m)
+
+
 @triton.jit(do_not_specialize=["T"])
 def chunk_wu_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, T, sk, sv, b_ptr, sb,
                     H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, DV: tl.constexpr, BK: tl.constexpr,
@@ -220,19 +232,9 @@ def chunk_wu_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, ai_ptr, w_ptr, u_ptr, T, sk, 
     rj = tl.arange(0, C)
     Tm = tl.load(ai_ptr + (rc[:, None] * HV + hv) * C + rj[None, :], mask=mt[:, None], other=0.0)   # [C, C]
     if which == 0:
-        rk = tl.arange(0, BK)
-        mk = rk < DK
-        k = tl.load(k_ptr + rc[:, None] * sk + h * DK + rk[None, :], mask=mt[:, None] & mk[None, :], other=0.0)
-        w = wy_product(Tm, k, gamma, beta, True, PREC)
-        tl.store(w_ptr + (rc[:, None] * HV + hv) * DK + rk[None, :], w.to(w_ptr.dtype.element_ty),
-                 mask=mt[:, None] & mk[None, :])
+        _wy_store(Tm, k_ptr, sk, h, w_ptr, gamma, beta, rc, mt, hv, HV, DK, BK, True, PREC)
     else:
-        rv = tl.arange(0, BV)
-        mv = rv < DV
-        v = tl.load(v_ptr + rc[:, None] * sv + hv * DV + rv[None, :], mask=mt[:, None] & mv[None, :], other=0.0)
-        u = wy_product(Tm, v, gamma, beta, False, PREC)
-        tl.store(u_ptr + (rc[:, None] * HV + hv) * DV + rv[None, :], u.to(u_ptr.dtype.element_ty),
-                 mask=mt[:, None] & mv[None, :])
+        _wy_store(Tm, v_ptr, sv, hv, u_ptr, gamma, beta, rc, mt, hv, HV, DV, BV, False, PREC)
 
 
 # --- prefill, kernel 2: the state scan over chunks, in order ------------------------------------------
