@@ -21,7 +21,7 @@ Method: `fused_chunked_kernel` below, one program per (value head, block of BV v
 the tensor cores for bf16 inputs) where the three kernels round w, u, v_new and the chunk-start states to
 bf16. (1) The rule alone at Qwen3.5-0.8B's shapes (16 heads, 128 x 128 state, bf16), T = 16 to 4,096 (TS),
 timed by `benchmark.time_calls` (a CUDA graph over four copies of the state; q, k, v and the gates shared):
-the three kernels as the engine launches them
+the engine's kernels as it launches them (three when this ran; four from 512 tokens now, kernel 1 split in two)
 (`gated_delta_rule_chunked_gates` with the gated norm) against the fused kernel at chunks of 16, 32, 64 and,
 without the norm, value blocks of 16-64, and against the two-launch form (`prepared=True`) at the same
 chunks and blocks; the relative error of each form without the norm against the fp64 rule. (2) The
@@ -37,7 +37,8 @@ without the norm (7.4 against 11.2 us); with the norm it is level there (12.8 ag
 In the engine the first token of a 128-token prompt took 2.61 ms against 1.84 ms, the same token. (Its first run
 had stopped in `check`: 16-column key tiles at DK = 16, which Triton 3.6 miscompiles in fp32 at chunks of 64; it
 takes 32 columns at least now, as chapter 16_delta_rule_chunked's first kernel does.)
-Verdict: not adopted: solutions/delta_rule.py keeps its three kernels.
+Verdict: not adopted: solutions/delta_rule.py keeps its separate kernels (three; four from 512 tokens, where
+chunks of 64 split the first in two).
 """
 import os
 import time

@@ -22,7 +22,7 @@ every variant of (1), and fla. (The 2026-12-05 run had no launch variants and tr
 fastest variant only.) Writes
 OUTDIR/delta_rule_kernels_probe_<gpu>_<date>.json, saved after every length.
 Result: NVIDIA H200, 2026-12-05, fla 0.6.0 (lab/results/delta_rule_kernels_probe_nvidia-h200_2026-12-05.json;
-the figures in lab/README.md). The engine's own choice (chunks of 32, value blocks of 16) was the course's
+the figures in lab/README.md). The engine's choice of that day (chunks of 32, value blocks of 16) was the course's
 fastest at every length; every wider value block and chunks of 64 were slower. Against fla it is ahead at 512
 and 1,024 tokens, level at 2,048 and a few percent behind at 4,096. Kernel by kernel at 4,096 the gap is the
 state scan (the course's one kernel against fla's `chunk_gated_delta_rule_fwd_kernel_h`); the course's prepare

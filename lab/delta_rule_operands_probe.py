@@ -12,7 +12,7 @@ the two makes the difference, and does either put the course's rule ahead of fla
 Method: the course's arithmetic (`chunk_ut_transform`: gamma, A = strictly_lower(beta_i k_i.k_j
 exp(gamma_i - gamma_j)), Tm = `unit_lower_inverse(A)` in fp32; `wy_product`: w = Tm (beta exp(gamma) k),
 u = Tm (beta v)) with the products' operands in the inputs' 16-bit dtype, in two forms: `prepare16_kernel`
-below, one program per (chunk, value head) as the course's, and the split form (A and Tm stored in v's dtype,
+below, one program per (chunk, value head) as the course's, and the split form (Tm alone stored, in v's dtype,
 [T, HV, C], then w or u, one program per chunk, value head and output), which ran as this probe's own two
 kernels and, adopted, is now solutions/delta_rule.py's `chunk_prepare_split`. Qwen3.5-0.8B's DeltaNet shapes
 (16 heads, 128 x 128 state), bf16, inputs as the chapter's check makes them, T in TS: the engine's rule
@@ -24,8 +24,9 @@ saved after every length. `check` compares each form's w and u with `chunk_prepa
 each against the recurrent kernel (relative errors: in fp32 under the interpreter the casts are exact, on the
 GPU in bf16 they are what the 16-bit operands cost).
 Result: on an NVIDIA H100 80GB HBM3 (2026-12-06, fla 0.6.0): split in two at chunks of 64 is the fastest of the
-course's forms at every length, 33.5 us at 512 tokens (the engine 36.0, fla 50.8) and 191.7 us at 4,096 (the
-engine 259.3, fla 177.7); its kernels 30.0 + 24.8 us where one 16-bit launch took 87.7 and the fp32 one 132.4
+course's forms from 1,024 tokens on and faster than the engine's chunks of 32 at every length: 33.5 us at 512
+tokens (one 16-bit launch at 64 32.6, the engine 36.0, fla 50.8) and 191.7 us at 4,096 (the engine 259.3, fla
+177.7); its kernels 30.0 + 24.8 us where one 16-bit launch took 87.7 and the fp32 one 132.4
 (lab/results/delta_rule_operands_probe_nvidia-h100-80gb-hbm3_2026-12-06.json).
 Verdict: adopted: chunks of 64 from 512 tokens, kernel 1 split in two (solutions/delta_rule.py,
 `chunk_prepare_split`); fla keeps a lead at 4,096 tokens, in its scan and output kernels.

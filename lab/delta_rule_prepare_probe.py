@@ -33,7 +33,8 @@ lab/results/delta_rule_prepare_probe_nvidia-h100-80gb-hbm3_2026-12-06.json, fla 
 is the slowest form at every length: 233.5 us at 4,096 tokens against 130.8 us for the dense inverse at chunks
 of 64 and 90.6 us at the engine's 32; the rule 370.2 us against the engine's 259.1 (fla 197.6). fla spends 40.8 us
 on A and its inverse and 24.0 us on w and u, in two kernels whose products take 16-bit operands.
-Verdict: not adopted: solutions/delta_rule.py keeps chunks of 32 and its `unit_lower_inverse`.
+Verdict: not adopted: solutions/delta_rule.py keeps its dense `unit_lower_inverse`. Its chunks of 64 from 512
+tokens came later, with kernel 1 split in two on 16-bit operands (lab/delta_rule_operands_probe.py).
 """
 import os
 import time

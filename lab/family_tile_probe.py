@@ -2,9 +2,9 @@
 
     python -m lab.family_tile_probe [OUTDIR]   (on an sm_90 GPU; writes OUTDIR/family_tile_probe_<gpu>_<date>.json)
 
-Question: on an H200 the fused and fast levels decode Qwen3.5-27B 25% slower than the one-kernel-per-operator
+Question: on an H200 the fused and fast levels decode Qwen3.5-27B 24% slower than the one-kernel-per-operator
 level (17.6 against 14.2 ms a token at 128 cached tokens, results/family_nvidia-h200_2026-12-03/); at 4B and 9B
-the fused level is 8% and 5% slower and the fast level 4-7% faster with PDL, at 0.8B the fast level 30% faster. On
+the fused level is 8% and 5% slower and the fast level 4-7% faster with PDL, at 0.8B the fast level 32% less time. On
 sm_90 every level launches the kernels made for PDL, and the fused GEMVs (ln1 + the in-projections, ln2 + gate/up
 + SwiGLU; at the fast level also o_proj and out_proj) hold their whole `[rows, K]` tile
 (`triton_helpers.pdl_gemv_config`, measured at 0.8B's K <= 3,584, grids of about one wave). Compiled for sm_90 at

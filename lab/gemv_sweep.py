@@ -11,7 +11,7 @@ each config timed as the course times (`benchmark.time_calls`: a CUDA graph over
 L2), bf16. Writes OUTDIR/gemv_sweep_<gpu>_<date>.json (every config; the hand-picked one and the best)
 and a PNG beside it.
 Result: NVIDIA H200, 2026-11-30 (lab/results/gemv_sweep_nvidia-h200_2026-11-30.{json,png}), 46-60
-configs a shape. The plain GEMV's config is within 4% of the best everywhere (5120 x 1024: 4.57 against
+configs a shape. The plain GEMV's config is within 4.3% of the best everywhere (5120 x 1024: 4.57 against
 4.38 us; 8224 x 1024: 6.06 against 5.86; the down projection, the LM head and the GEMV + residual: it is
 the best). The norm-folded ones were not: four rows per program share the norm's extra loads, in steps of
 256 on 2 warps 5.88 -> 4.91 us (5120 x 1024; best 4.68 on 8 rows) and 8.38 -> 6.18 us (8224 x 1024, the

@@ -28,7 +28,7 @@ ceiling); a whole tile of 4 or more rows is slower without PDL (617-775 us). Wit
 4 rows on 2 warps 428 us (79%), 4 on 4 warps 432 us (79%), 8 on 4 456 us, 16 on 8 480 us, 2 on 4 501 us.
 At 4 rows on 4 warps: the wait first (mode 2) 596 us, the weights before the wait without the early
 trigger (mode 3) 472 us. Every mode's output is bit-identical to mode 0's. SASS: the trigger is `PREEXIT`,
-the wait `ACQBULK`; at K = 1024 all 4 of a thread's weight loads (`LDG.E.128`) sit before `ACQBULK` and
+the wait `ACQBULK`; at K = 1024 all 4 of a thread's weight loads (`LDG.E.EF.128`) sit before `ACQBULK` and
 the x load after it, at K = 3584 all 16 before and the 4 x loads after (the PTX's order is the same): the
 compiler keeps them where the source puts them. Read before the wait, 19,456 of 20,480 outputs were
 stale; after it, none. The engine's decode step at 128 cached tokens: 690 us a token without PDL, 663 us

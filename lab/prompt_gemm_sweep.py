@@ -56,13 +56,13 @@ lab/results/prompt_gemm_sweep_nvidia-h200_2026-12-05_tma.json, FORMS=tma, SWEEP_
 at its best: M = 128: 4.4 / 6.9, 6.2 / 8.0, 6.7 / 7.7, 7.5 / 8.1, 10.1 / 11.8 (the five shapes in the order above);
 M = 512: 10.3 / 12.0, 14.2 / 14.9, 12.3 / 14.8, 8.2 / 8.5, 10.7 / 12.6; M = 2,048: 31.7 / 38.9, 50.1 / 55.1,
 41.5 / 52.3, 16.3 / 15.4, 23.9 / 24.6. So the form is still 0.64-0.96x of cuBLAS's speed below 2,048 tokens, and
-wins only the GEMM + residual at 2,048 and 4,096. Its best tiles there follow a rule `tma_gemm.config` now
-takes: 64-row tiles in 128-deep steps with 64 columns where even those fill at most half the SMs (the
-GEMM + residual at 128 and 512 tokens: 8.1 against 9.0 us for 64 x 128 at M = 128), 64-deep steps above 1,024
-rows, and, ungated, 64-row tiles wherever their waves leave clearly fewer SMs idle (the attention in-projection
-at 512 and 1,024 tokens: 12.0 and 21.9 us against 13.7 and 23.7 for 128 x 128). Over both runs' 24 cases its
-pick is within 2% of the fastest TMA tiles measured (`tests/kernels/test_tma_gemm.py` holds it to 3%); the rule
-was drawn from these runs, and the engine's time with it is not measured yet. The persistent form (3b) was
+wins only a GEMM + residual: o_proj / out_proj from 1,024 tokens, down at 4,096. Its best tiles there follow a rule
+`tma_gemm.config` now takes: 64-row tiles in 128-deep steps with 64 columns where even those fill at most half the
+SMs (the GEMM + residual at 128 and 512 tokens: 8.1 against 9.0 us for 64 x 128 at M = 128), 64-deep steps above
+1,024 rows, and, ungated, 64-row tiles wherever their waves leave clearly fewer SMs idle (the attention
+in-projection at 512 and 1,024 tokens: 12.0 and 21.9 us against 13.7 and 23.7 for 128 x 128). Over both runs' 24
+cases its pick is within 2% of the fastest TMA tiles measured (`tests/kernels/test_tma_gemm.py` holds it to 3%);
+the rule was drawn from these runs, and the engine's time with it is not measured yet. The persistent form (3b) was
 run once, on an H100 (triton 3.6, FORMS="tma persistent", with warp specialization): no case finished in 260 s
 and no line was printed, so where it stopped is not known; each config now prints a line before it runs, and
 warp specialization is tried only with PERSIST_WS=1.
