@@ -80,9 +80,8 @@ def prepare16(k, v, g, beta, C):
     HV, DV = v.shape[1:]
     w = torch.empty(T, HV, DK, dtype=v.dtype, device=v.device)
     u = torch.empty(T, HV, DV, dtype=v.dtype, device=v.device)
-    # key tiles of 32 columns at least, as `chunk_prepare` takes them (Triton 3.6's fault at 16 columns)
     prepare16_kernel[(triton.cdiv(T, C), HV)](k, v, g, beta, w, u, T, k.stride(0), v.stride(0), H=H, HV=HV, DK=DK,
-                                              DV=DV, BK=max(32, _dr._pow2(DK)), BV=_dr._pow2(DV), C=C,
+                                              DV=DV, BK=_dr.prepare_block_k(DK), BV=_dr._pow2(DV), C=C,
                                               NC=C // 16, PREC=_dr._precision(v.dtype), num_warps=8)
     return w, u
 

@@ -186,10 +186,9 @@ def blocked_prepare(k, v, g, beta, gates=None):
     w = torch.empty(T, HV, DK, dtype=v.dtype, device=v.device)
     u = torch.empty(T, HV, DV, dtype=v.dtype, device=v.device)
     a, b, A_log, dt_bias = gates if gates is not None else (g, g, g, g)   # unused pointers: any tensor
-    # key tiles of 32 columns at least, as `chunk_prepare` takes them (Triton 3.6's fault at 16 columns)
     blocked_prepare_kernel[(triton.cdiv(T, C), HV)](
         k, v, g, beta, w, u, T, k.stride(0), v.stride(0), a, b, A_log, dt_bias, a.stride(0), b.stride(0),
-        H=H, HV=HV, DK=DK, DV=DV, BK=max(32, _dr._pow2(DK)), BV=_dr._pow2(DV),
+        H=H, HV=HV, DK=DK, DV=DV, BK=_dr.prepare_block_k(DK), BV=_dr._pow2(DV),
         PREC=_dr._precision(v.dtype), GATES=gates is not None, num_warps=NUM_WARPS)
     return w, u
 

@@ -404,6 +404,13 @@ def _precision(dtype) -> str:
     return "tf32x3" if dtype == torch.float32 else "tf32"
 
 
+def prepare_block_k(DK: int) -> int:
+    """Key tiles of kernel 1 (either form): 32 columns at least, masked past DK. With 16-column ones, fp32 and
+    chunks of 64, Triton 3.6 built a kernel whose UT-transform product read past its shared memory on an H100
+    (compute-sanitizer, 2026-12-05: tests/kernels/test_delta_rule.py::test_small_key_heads_in_fp32)."""
+    return max(32, _pow2(DK))
+
+
 def chunk_prepare(k, v, g, beta, chunk_size, gates=None):
     """Kernel 1 on validated inputs: the WY keys w [T, HV, DK] and values u [T, HV, DV] (v's dtype).
     gates = (a, b, A_log, dt_bias): beta and g computed from them in the kernel, g written into `g`
@@ -413,12 +420,9 @@ def chunk_prepare(k, v, g, beta, chunk_size, gates=None):
     w = torch.empty(T, HV, DK, dtype=v.dtype, device=v.device)
     u = torch.empty(T, HV, DV, dtype=v.dtype, device=v.device)
     a, b, A_log, dt_bias = gates if gates is not None else (g, g, g, g)   # unused pointers: any tensor
-    # key tiles of 32 columns at least (masked past DK): with 16-column ones, fp32 and chunks of 64, Triton 3.6
-    # built a kernel whose UT-transform product read past its shared memory on an H100 (compute-sanitizer,
-    # 2026-12-05: tests/kernels/test_delta_rule.py::test_small_key_heads_in_fp32)
     chunk_prepare_kernel[(triton.cdiv(T, chunk_size), HV)](
         k, v, g, beta, w, u, T, k.stride(0), v.stride(0), a, b, A_log, dt_bias, a.stride(0), b.stride(0),
-        H=H, HV=HV, DK=DK, DV=DV, BK=max(32, _pow2(DK)), BV=_pow2(DV), C=chunk_size, NC=chunk_size // SUB.value,
+        H=H, HV=HV, DK=DK, DV=DV, BK=prepare_block_k(DK), BV=_pow2(DV), C=chunk_size, NC=chunk_size // SUB.value,
         PREC=_precision(v.dtype), GATES=gates is not None, num_warps=8, **pdl_args())
     return w, u
 
@@ -430,7 +434,7 @@ def chunk_prepare_split(k, v, g, beta, chunk_size, gates=None):
     T, H, DK = k.shape
     HV, DV = v.shape[1:]
     a, b, A_log, dt_bias = gates if gates is not None else (g, g, g, g)   # unused pointers: any tensor
-    grid, BK, prec = (triton.cdiv(T, chunk_size), HV), max(32, _pow2(DK)), _precision(v.dtype)
+    grid, BK, prec = (triton.cdiv(T, chunk_size), HV), prepare_block_k(DK), _precision(v.dtype)
     ai = torch.empty(T, HV, chunk_size, dtype=v.dtype, device=v.device)
     chunk_inverse_kernel[grid](k, g, beta, ai, T, k.stride(0), a, b, A_log, dt_bias, a.stride(0), b.stride(0),
                                H=H, HV=HV, DK=DK, BK=BK, C=chunk_size, NC=chunk_size // SUB.value, PREC=prec,
