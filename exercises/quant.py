@@ -43,7 +43,8 @@ def quant_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, N, K, GROUPS, GROUP: tl.conste
                       BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
     """y[n] = sum_k (q[n, k] * scale) x[k] for this program's BLOCK_N rows; x [K], q [N, K], y [N].
 
-    GROUP = 0: one scale per row, s [N]; else s [N, GROUPS], one per GROUP columns (BLOCK_K divides GROUP).
+    GROUP = 0: one scale per row, s [N]; else s [N, GROUPS], one per GROUP columns (both powers of two: a step
+    lies inside one group, or spans BLOCK_K // GROUP whole groups).
     """
     pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN EXERCISE: rows of this program; per K step load q (8-bit) and x, both to fp32; scale (per group), sum
@@ -76,10 +77,15 @@ def gemv_config(N: int, K: int, group_size: int | None, interpreted: bool = Fals
     The LM head (enough programs to fill every SM many times over): 16 rows in steps of 256 on 4 warps, about
     two thirds of the first pick's time and 80% (int8) to 88% (fp8) of its own floor. K up to 1024: 4 rows in
     steps of 512 on 2 warps; wider K: 2 rows in steps of 2048 on 4 warps; each about a tenth faster than the
-    first pick, and still at 18-46% of their floors: at 2-8 MB a call, launch and ramp-up dominate. Per group,
-    a step lies inside one group (at most group_size) and takes more rows, so that a program moves at least
-    4096 bytes a step. Under the CPU interpreter programs run one after another at a few ms each, whatever
-    their size: 64 rows there.
+    first pick, and still at 18-46% of their floors: at 2-8 MB a call, launch and ramp-up dominate.
+
+    Per group (lab/quant_group_probe.py, H100, 2026-12-06, int8 in groups of 128): where K is wide and the rows
+    few (K > 1024 outside the LM head) the per-channel step stays and spans several groups, each column's scale
+    loaded beside its weight: 5.8 against 21.5 us at the down projection for steps of one group on 32 rows,
+    3.6 against 12.4 at o_proj (few programs: each step must move many bytes). Elsewhere a step lies inside one
+    group, on the per-channel rows: the LM head 90.7 against 95.3 us, 7.2-7.4 against 7.9-8.0 at K = 1024
+    (gathering the scales there was slower, 216.7 us at the LM head). Under the CPU interpreter programs run
+    one after another at a few ms each, whatever their size: 64 rows there, the same rule for groups.
     """
     warps = None   # None: 32 weights a thread
     if interpreted:
@@ -91,10 +97,9 @@ def gemv_config(N: int, K: int, group_size: int | None, interpreted: bool = Fals
     else:
         block_n, block_k, warps = 2, 2048, 4
     block_k = min(block_k, max(16, triton.next_power_of_2(K)))
-    if group_size is not None and block_k > group_size:
-        block_k = group_size
-        if not interpreted:   # a short step: more rows, so that a program moves at least 4096 bytes a step
-            block_n, warps = max(block_n, 4096 // block_k), None
+    spans_groups = K > 1024 and triton.cdiv(N, 4) < 64 * SMS    # wide K, few rows: long steps over several groups
+    if group_size is not None and block_k > group_size and not spans_groups:
+        block_k, warps = group_size, None
     if warps is None:
         warps = max(1, min(8, block_n * block_k // (32 * 32)))
     return {"BLOCK_N": block_n, "BLOCK_K": block_k, "num_warps": warps}

@@ -31,8 +31,16 @@ and the output kernels are level.
 Verdict: nothing to adopt from the variants: solutions/delta_rule.py keeps `chunk_size_for` and block_v = 16.
 What is left is the scan's sequential walk over the chunks. Its launch variants ran on an H100, 2026-12-06
 (lab/results/delta_rule_kernels_probe_nvidia-h100-80gb-hbm3_2026-12-06.json): none was faster than the engine's
-4 warps at triton's default stages (one or two stages, or two warps, are much slower), so `SCAN_LAUNCH` stays.
+4 warps at triton's default stages (one or two stages, or two warps, are much slower), so `SCAN_LAUNCH` stayed.
 There the output kernel trails fla's too (level on the H200; the figures in lab/README.md).
+After the split first kernel was adopted (lab/delta_rule_operands_probe.py), a second H100 run the same day
+(lab/results/delta_rule_kernels_probe_nvidia-h100-80gb-hbm3_2026-12-06_split.json): the engine's rule (chunks of
+64 from 512 tokens) took 33.7, 54.2, 98.7 and 188.9 us at 512, 1,024, 2,048 and 4,096 tokens against fla's 49.7,
+69.0, 112.7 and 209.4 us in the same process. Kernel by kernel at 4,096: the scan 79.6 against fla's 79.2 us, the
+output 53.5 against 54.9, the first kernel's two launches 29.0 + 24.6 against fla's 40.4 + 23.1 (and its 2.6 us
+cumulative sum). The scan at 4 warps and 4 stages was the course's fastest variant at every length (182.7 us at
+4,096): adopted in `SCAN_LAUNCH`. One stage is no longer tried: at chunks of 64 Triton 3.6 built a scan that
+faulted (8 warps) or returned values 0.09 off (4 warps).
 """
 import os
 import time
@@ -51,7 +59,9 @@ SHAPE = {"H": 16, "HV": 16, "DK": 128, "DV": 128}
 TRACE_CALLS = 10
 # the scan's launch at the engine's chunk and value block (`SCAN_LAUNCH` in solutions/delta_rule.py): warps and
 # software-pipeline stages (the fast level's is {"num_warps": 4} with triton's default stages)
-SCAN_LAUNCHES = [{"num_warps": w, "num_stages": s} for w in (2, 4, 8) for s in (1, 2, 3, 4)]
+# One stage is left out: at chunks of 64 Triton 3.6 built scans that faulted (8 warps) or returned wrong values
+# (4 warps, 0.09 off) with it on an H100 (2026-12-06), and at chunks of 32 it was the slowest of each warp count.
+SCAN_LAUNCHES = [{"num_warps": w, "num_stages": s} for w in (2, 4, 8) for s in (2, 3, 4)]
 
 
 def make_inputs(*args):

@@ -18,16 +18,25 @@ of 4B, 9B and 27B at the fast level with `pdl_gemv_config` capped at K = 16,384 
 loaded before the wait), the fused level as it is and at 0, and the operators level beside them; us per token by CUDA
 events over 32 replays, the greedy tokens against the fast level as it is. The cap patches the helper in this
 process only.
-Result: not measured yet: python -m lab.family_tile_probe on an H200 (about 5 minutes).
-Verdict: to be decided; not adopted until measured: tritonllm_course/triton_helpers.py keeps whole tiles up
-to K = 16,384.
+Result: NVIDIA H100 80GB HBM3, 2026-12-06, 4B and 9B
+(lab/results/family_tile_probe_nvidia-h100-80gb-hbm3_2026-12-06.json).
+27B did not fit: its random weights (50.1 GiB) and the engine's merged projections (31.0 GiB) need more than the
+H100's 80 GB; it needs an H200. At 4B the fast level took 3,317-3,328 us a token at every cap (as it is 3,328;
+walking K 3,317), the operators level 3,614 and the fused level 3,689 (3,802 walking K). At 9B: the fast level
+5,657 us as it is, 5,667-5,674 at the caps of 8,192 and 4,096, 5,780 walking K (2.2% slower); operators 5,929;
+fused 6,166 (6,347 walking K). So on the H100 the fused level loses 2-4% to the operators level at 4B and 9B
+whatever the cap, the fast level wins by 5-8%, and no cap is faster than the whole tile by more than 0.3%.
+Verdict: nothing to adopt: the whole tile up to K = 16,384 stays (tritonllm_course/triton_helpers.py); walking
+K is slower at 9B and level at 4B. The 27B question stays open until the probe runs on an H200
+(SIZES=qwen3.5-27b).
 """
 import functools
+import os
 
 from lab import common
 from tritonllm_course import triton_helpers
 
-SIZES = ("qwen3.5-4b", "qwen3.5-9b", "qwen3.5-27b")
+SIZES = tuple(os.environ.get("SIZES", "qwen3.5-4b qwen3.5-9b qwen3.5-27b").split())   # SIZES="...": some
 CAPS = (16384, 8192, 4096, 0)          # the widest K that takes the whole tile; 16,384: as it is
 CONTEXT, TOKENS = 128, 32
 

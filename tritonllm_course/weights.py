@@ -14,6 +14,7 @@ loads the model in bf16.
 """
 from __future__ import annotations
 
+import gc
 import json
 import math
 import os
@@ -162,6 +163,12 @@ def check_memory(need: int, device, what: str) -> None:
     """Raise WeightsTooLarge, one line, when `need` bytes exceed what `device` can allocate now: an
     allocation past it fails after minutes of work, or gets the process killed once its pages are touched."""
     have = available_memory(device)
+    if have is not None and need > have and torch.device(device).type == "cuda":
+        # an engine that failed or was dropped a moment ago may still hold its tensors in reference cycles
+        # (a traceback's frames, graphs and their closures): collect them and return the allocator's cache
+        gc.collect()
+        torch.cuda.empty_cache()
+        have = available_memory(device)
     if have is not None and need > have:
         raise WeightsTooLarge(f"{what} need {need / 2**30:.1f} GiB, more than the {have / 2**30:.1f} GiB "
                               f"{'free on' if torch.device(device).type == 'cuda' else 'available on'} {device}: "

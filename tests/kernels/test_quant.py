@@ -134,18 +134,28 @@ def test_fp16_output_of_large_sums():
 
 
 def test_gpu_configs_run_under_the_interpreter():
-    """The GPU's GEMV configs (4 rows, 32 elements a thread) at small sizes, whatever the mode."""
+    """The GPU's GEMV configs at small sizes, whatever the mode: per channel, per group with steps over several
+    groups (K > 1024, few rows) and with steps inside one group (K <= 1024)."""
     import triton
-    for group in (None, 32):
-        q, scale, _ = Q.quantize(_weight(9, 3000), "int8" if group is None else "int8_group", group or 128)
-        x = _x(1, 3000)
-        cfg = QL.gemv_config(1024, 3000, group)
-        assert cfg["BLOCK_N"] * cfg["BLOCK_K"] >= 4096
+    for group, (N, K) in ((None, (1024, 3000)), (32, (1024, 3000)), (32, (5120, 1000))):
+        q, scale, _ = Q.quantize(_weight(9, K), "int8" if group is None else "int8_group", group or 128)
+        x = _x(1, K)
+        cfg = QL.gemv_config(N, K, group)
+        assert cfg["BLOCK_N"] * cfg["BLOCK_K"] >= (4096 if K > 1024 else 128)
         y = _nan((1, 9))
-        QL.quant_gemv_kernel[(triton.cdiv(9, cfg["BLOCK_N"]),)](x, q, scale, y, 9, 3000, scale.shape[-1] if group
+        QL.quant_gemv_kernel[(triton.cdiv(9, cfg["BLOCK_N"]),)](x, q, scale, y, 9, K, scale.shape[-1] if group
                                                                else 1, GROUP=group or 0, BLOCK_N=cfg["BLOCK_N"],
                                                                BLOCK_K=cfg["BLOCK_K"])
         assert _rel(y, _ref(x, q, scale, group)) < 1e-5
+
+
+def test_group_configs_follow_the_probe():
+    """Per group (lab/quant_group_probe.py): wide K with few rows keeps the per-channel step over several
+    groups; the LM head and K = 1024 step one group at a time on the per-channel rows."""
+    assert QL.gemv_config(1024, 3584, 128) == QL.gemv_config(1024, 3584, None) == \
+        {"BLOCK_N": 2, "BLOCK_K": 2048, "num_warps": 4}
+    assert QL.gemv_config(248320, 1024, 128) == {"BLOCK_N": 16, "BLOCK_K": 128, "num_warps": 2}
+    assert QL.gemv_config(8224, 1024, 128) == {"BLOCK_N": 4, "BLOCK_K": 128, "num_warps": 1}
 
 
 # --- bad input --------------------------------------------------------------------------------------------------

@@ -4,6 +4,7 @@ from planted import Bug
 _W_LOAD = 'eviction_policy="evict_first").to(tl.float32)'
 _ACC = "        acc += q * x[None, :]\n"
 _GEMV_SCALE = "s = tl.load(s_ptr + rows.to(tl.int64) * GROUPS + k_step // GROUP, mask=row_ok, other=0.0)"
+_GEMV_SPAN_SCALE = "s_ptr + rows.to(tl.int64)[:, None] * GROUPS + (k // GROUP)[None, :],"
 _GEMM_SCALE = "s = tl.load(s_ptr + rn.to(tl.int64) * GROUPS + k0 // GROUP, mask=n_ok, other=0.0)"
 
 BUGS = [
@@ -27,6 +28,11 @@ BUGS = [
     # K = 509 and 131 in groups of 32 end in a partial group (29 and 3 columns)
     Bug("quant_gemv.group", "quant", "the last partial K group dropped",
         (("for k_step in range(0, K, BLOCK_K):", "for k_step in range(0, K // GROUP * GROUP, BLOCK_K):"),)),
+    # K = 2085 takes steps over several groups: each column's scale, gathered
+    Bug("quant_gemv.group", "quant", "steps over several groups: the scales read as [groups, N]",
+        ((_GEMV_SPAN_SCALE, "s_ptr + (k // GROUP)[None, :] * N + rows.to(tl.int64)[:, None],"),)),
+    Bug("quant_gemv.group", "quant", "steps over several groups: one scale for the whole step",
+        ((_GEMV_SPAN_SCALE, "s_ptr + rows.to(tl.int64)[:, None] * GROUPS + (k_step // GROUP + 0 * k)[None, :],"),)),
     Bug("quant_gemv.group", "quant", "the group scale applied per channel too",
         (("    if GROUP == 0:\n        y = y * tl.load", "    if GROUP >= 0:\n        y = y * tl.load"),)),
     # the GEMM

@@ -470,6 +470,19 @@ def test_weights_are_checked_against_memory_before_allocation(good, monkeypatch,
     assert status == 2 and "more than the 0.0 GiB available on cpu" in error
 
 
+def test_a_short_gpu_collects_what_a_dropped_engine_left_before_it_refuses(monkeypatch):
+    """An engine that failed a moment ago may hold its tensors in reference cycles: on a GPU the check collects
+    them and asks again before it refuses, and refuses when that frees too little."""
+    from tritonllm_course import weights as W
+    free = iter([2**20, 2**40])                                          # 1 MiB, then 1 TiB once collected
+    monkeypatch.setattr(W, "available_memory", lambda device: next(free))
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    W.check_memory(2**30, "cuda:0", "weights")
+    monkeypatch.setattr(W, "available_memory", lambda device: 2**20)
+    with pytest.raises(W.WeightsTooLarge, match="weights need 1.0 GiB, more than the 0.0 GiB free on cuda:0"):
+        W.check_memory(2**30, "cuda:0", "weights")
+
+
 @pytest.mark.parametrize("bad, error, message", [
     (torch.tensor([PROMPT, PROMPT]), ValueError, "prompt_ids must be one sequence (a 1-D tensor), got shape [2, 4]"),
     ([PROMPT[:2], PROMPT[2:]], TypeError, "prompt_ids[0] must be an int token id, got [5, 17] (list) (a nested"),
