@@ -143,6 +143,9 @@ def test_prefill_calls_and_kernels(tiny_engine):
     assert tiny_engine.length == 0                                      # reset afterwards
     kernels = T.slot_kernels(tiny_engine, "prefill")
     assert "gemm_kernel" in kernels["in_proj.prefill"] and "gemv_kernel" in kernels["lm_head"]
+    # long prompts on sm_90 run the GEMMs' TMA form, through another module (`tma_gemm.launch`)
+    for slot in ("in_proj.prefill", "out_proj.prefill", "gate_up.prefill", "down.prefill"):
+        assert "tma_gemm_kernel" in kernels[slot], (slot, kernels[slot])
     assert "gated_delta_recurrent" not in kernels
     with pytest.raises(ValueError, match="path"):
         T.slot_kernels(tiny_engine, "decoding")

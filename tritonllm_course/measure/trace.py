@@ -202,15 +202,23 @@ def _kernel_name(obj) -> str:
     return obj.__name__
 
 
-def kernels_of(fn) -> set[str]:
+_OWN_MODULES = ("tritonllm_course", "solutions", "exercises")   # whose functions `kernels_of` follows
+
+
+def kernels_of(fn, _seen: set | None = None) -> set[str]:
     """Names of the Triton kernels a host wrapper can launch: the @triton.jit functions its module-level
-    call closure refers to (imported ones included)."""
+    call closure refers to (imported ones included), and those of the course's functions it calls through
+    an imported module (`tma_gemm.launch(...)`: the prompt GEMMs' TMA form)."""
     from triton.runtime.jit import KernelInterface
     while isinstance(fn, functools.partial):
         fn = fn.func
     module = sys.modules.get(getattr(fn, "__module__", ""))
     if module is None or not inspect.isfunction(fn):
         return set()
+    seen = set() if _seen is None else _seen
+    if (module.__name__, fn.__name__) in seen:
+        return set()
+    seen.add((module.__name__, fn.__name__))
     try:
         text = inspect.getsource(module)
     except (OSError, TypeError):
@@ -220,7 +228,16 @@ def kernels_of(fn) -> set[str]:
     for node in ast.parse(text).body:
         if isinstance(node, ast.FunctionDef) and node.name in closure:
             for ref in ast.walk(node):
-                obj = module.__dict__.get(ref.id) if isinstance(ref, ast.Name) else None
+                if isinstance(ref, ast.Name):
+                    obj = module.__dict__.get(ref.id)
+                elif isinstance(ref, ast.Attribute) and isinstance(ref.value, ast.Name) \
+                        and inspect.ismodule(owner := module.__dict__.get(ref.value.id)) \
+                        and owner.__name__.startswith(_OWN_MODULES):
+                    obj = getattr(owner, ref.attr, None)
+                    if inspect.isfunction(obj):
+                        names |= kernels_of(obj, seen)
+                else:
+                    obj = None
                 if isinstance(obj, KernelInterface):
                     names.add(_kernel_name(obj))
     return names
