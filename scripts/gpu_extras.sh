@@ -75,11 +75,16 @@
 #             profile_<config>_<gpu>_<date>.*, without the eager profile)
 # splitk      the split-K GEMV (24_split_k): time against the number of pieces, against chapter 05_projections's GEMV
 #             and cuBLAS at the narrow decode shapes and the LM head, the atomic reduction's run-to-run spread
+# targets     the prompt and decode targets in one process (19_engine, 27_finale): a random checkpoint of the real
+#             shapes written by transformers, then the fast level with and without PDL (CUDA graphs) beside
+#             transformers eager with flash-linear-attention installed (its DeltaNet kernels), the time to the first
+#             token after prompts of 128, 1,024, 4,000 and 4,096 tokens and decode at each, tokens compared;
+#             RESULTS_DIR/engine_<gpu>_<date>/ (tritonllm-course bench --model DIR)
 # ttft        the time to the first token (05_projections, 18_cuda_graphs, lab/tma_ttft_probe.py): the TMA prompt
 #             GEMMs against the pointer ones and PDL against pdl=False, engines alternated, 128 to 4,000 tokens
 set -uo pipefail
 NAMES="autotune claims compilers delta_rule engine family flash gemv graphs ladder layers pdl prefill prompt quant"
-NAMES="$NAMES profile splitk ttft"
+NAMES="$NAMES profile splitk targets ttft"
 if [ "${1:-}" = "--list" ]; then
   echo $NAMES
   exit 0
@@ -159,6 +164,19 @@ gemv() {   # each probe under its own time limit; one that fails does not stop t
 graphs() {
   export TRITONLLM_KERNELS=solutions
   exec timeout 240 $PY -m lab.multistep_graph_probe "$OUT"
+}
+
+targets() {
+  export TRITONLLM_KERNELS=solutions
+  with_fla
+  local ckpt
+  ckpt=$(mktemp -d)
+  timeout 180 $PY -c "import sys, torch; from tritonllm_course.config import QWEN35_0_8B
+from tritonllm_course.hf_compat import hf_model
+hf_model(QWEN35_0_8B, dtype=torch.bfloat16, device='cuda').save_pretrained(sys.argv[1])" "$ckpt" || exit 1
+  exec timeout 460 $PY -m tritonllm_course.cli bench --model "$ckpt" --out "$OUT" --contexts 128 1024 4000 4096 \
+    --budget-s 380 --systems "transformers eager" "Triton, fewest kernels + CUDA Graph" \
+    "Triton, fewest kernels + CUDA Graph + PDL"
 }
 
 ttft() {

@@ -252,7 +252,7 @@ def _result(rows):
 
 def test_bench_table_plot_and_partial_results(tmp_path):
     good = engine_bench.Row("triton engine + CUDA graph", prefill_ms=20.0, decode_ms={128: 0.5, 4096: 0.8},
-                            setup_s=30.0)
+                            setup_s=30.0, ttft_ms={128: 20.0, 4096: 61.25})
     failed = engine_bench.Row("reference compiled", error="failed: RuntimeError: boom")
     result = _result([engine_bench.asdict(good), engine_bench.asdict(failed)])
     engine_bench.write(json.loads(json.dumps(result)), tmp_path)     # as read back from JSON: int keys become str
@@ -260,6 +260,8 @@ def test_bench_table_plot_and_partial_results(tmp_path):
     floor = 100 * engine_bench.recorded_bytes(result, 128) / 0.5e-3 / 1e9 / 4000.0
     assert f"{floor:.1f}%" in md and "2000" in md and "failed: RuntimeError: boom" in md
     assert "# Qwen3.5-0.8B on Test GPU" in md
+    # the time to the first token after each prompt length, one row a system ("-" where not measured)
+    assert "| triton engine + CUDA graph | 20.00 | 61.25 |" in md and "| reference compiled | - | - |" in md
     assert (tmp_path / "bench.png").stat().st_size > 1000 and json.loads((tmp_path / "bench.json").read_text())
     # a result without a byte model is Qwen3.5-0.8B's (docs/qwen35.md §6), one with it its own model's
     assert engine_bench.recorded_bytes(result, 0) == 1_544_820_416

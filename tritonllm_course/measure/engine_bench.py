@@ -297,6 +297,13 @@ def markdown(result: dict) -> str:
             cells.append("-" if ms is None else
                          f"{ms:.3f} ({100 * recorded_bytes(result, c) / (ms * 1e-3) / 1e9 / ceiling:.1f}%)")
         lines.append(f"| {r['system']} | " + " | ".join(cells) + " |")
+    lines += ["", "Time to the first token by prompt length L: ms", "",
+              "| system | " + " | ".join(f"L = {c}" for c in contexts) + " |",
+              "|---" * (len(contexts) + 1) + "|"]
+    for r in result["rows"]:
+        ttft = {int(k): v for k, v in (r.get("ttft_ms") or {}).items()}      # JSON keys come back as str
+        lines.append(f"| {r['system']} | " + " | ".join("-" if c not in ttft else f"{ttft[c]:.2f}"
+                                                        for c in contexts) + " |")
     setup = [f"{r['system']} {r['setup_s']:.0f} s" for r in result["rows"] if r["setup_s"] is not None]
     lines += ["", "Set-up (build, compile, capture): " + ", ".join(setup) + "."]
     if result.get("pdl_tokens"):
@@ -390,6 +397,16 @@ def build(model_source: str, seed: int = 0, config_name: str | None = None):
     return hf, weights_from_hf(hf), config
 
 
+def _fla_version() -> str:
+    """", flash-linear-attention X" where it imports: transformers then runs Qwen3.5's DeltaNet layers through
+    its kernels (the strongest baseline for them), else through its own PyTorch path."""
+    try:
+        import fla
+    except Exception:  # noqa: BLE001  (absent or broken: transformers takes its PyTorch path)
+        return ""
+    return f", flash-linear-attention {fla.__version__}"
+
+
 def run(args) -> dict:
     import transformers                 # optional and heavy (triton: after `setup`): only a run needs them
     import triton
@@ -407,7 +424,7 @@ def run(args) -> dict:
               "config": config_name or ("qwen3.5-0.8b" if args.model == "random" else str(args.model)),
               "weights": fmt, **byte_model(config, fmt),
               "versions": f"torch {torch.__version__}, triton {triton.__version__}, transformers "
-                          f"{transformers.__version__}",
+                          f"{transformers.__version__}" + _fla_version(),
               "prompt_len": args.prompt_len, "contexts": contexts, "steps": args.steps, "repeats": args.repeats,
               "ceiling_gbps": ceiling_gbps(), "rows": []}
     gen = torch.Generator().manual_seed(args.seed)
