@@ -16,8 +16,8 @@ Result: NVIDIA H200, 2026-11-30 (lab/results/gemv_persistent_nvidia-h200_2026-11
 a shape): slower than chapter 05_projections's GEMV at every decode shape, best config against it 4.75 vs 4.42 us
 (5120 x 1024), 6.34 vs 6.09 us (8224 x 1024), 5.82 vs 5.50 us (7168 x 1024), 3.16 vs 2.90 us
 (1024 x 2048), 4.02 vs 3.73 us (1024 x 3584), 118 vs 114 us (LM head). The best grids were the largest
-(8 programs an SM at most shapes, one row a block): the closer to chapter 05_projections's many small programs, the
-faster.
+(8 programs an SM at most shapes; one row a block at the three K = 1,024 layer shapes, two at the others): the
+closer to chapter 05_projections's many small programs, the faster.
 Verdict: not adopted: slower at every shape, so chapter 05_projections's `gemv` (solutions/linear.py) and its
 `gemv_config` stay as they are.
 """

@@ -18,15 +18,17 @@ Writes OUTDIR/tma_ttft_probe_<gpu>_<date>.json.
 Result: NVIDIA H200, 2026-12-05, triton 3.6, two rounds (lab/results/tma_ttft_probe_nvidia-h200_2026-12-05.json).
 At 4,000 tokens: the TMA form with PDL 15.76-15.99 ms, with pdl=False 15.09-15.76 ms, the pointer GEMMs
 16.34-16.70 ms; at 1,024: 4.69-4.74, 4.54-4.73 and 5.02-5.10 ms. At 128 tokens (the same kernels in all three)
-1.74-1.88 ms. The TMA form saves 7% at 1,024 tokens and 4% at 4,000; PDL costs 2-3% at those lengths in both
-rounds, about the spread of one engine between rounds. The first tokens agreed everywhere.
+1.74-1.88 ms. The TMA form saves 7% at 1,024 tokens and 4% at 4,000; PDL costs 2-3% at those lengths over the
+two rounds (3.3% and 4.4% in the first, 0.2% and 1.5% in the second), about the spread of one engine between
+rounds. The first tokens agreed everywhere.
 Again on an NVIDIA H100 80GB HBM3 after the delta rule took chunks of 64 with its split first kernel (2026-12-06,
 lab/results/tma_ttft_probe_nvidia-h100-80gb-hbm3_2026-12-06.json): at 4,000 tokens the TMA form with PDL
 14.62-16.35 ms, with pdl=False 14.72-16.31 ms, the pointer GEMMs 15.06 ms; at 1,024 4.23-4.71, 4.64-4.71 and
 5.00-5.10 ms; at 128 1.81-1.90 ms with PDL. PDL cost at most 0.2% (4,000 tokens, first round) and was faster in
 the second round everywhere; the TMA engines' two rounds differ by a tenth at 4,000 tokens.
 Verdict: adopt the TMA form from MIN_M tokens on sm_90, as `tritonllm_course/tma_gemm.py` does. PDL at long
-prompts costs a few percent, not the 9-18% of single bench rows: the engine keeps it (decode needs it), and the
+prompts costs a few percent at most (nothing measurable on the H100 after the split), not the 9-18% of single
+bench rows: the engine keeps it (decode needs it), and the
 prompt's own kernels are where the rest of the gap to the targets lies.
 """
 import torch
