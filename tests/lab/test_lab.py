@@ -81,6 +81,7 @@ PROBES_CHECKED = {
     "delta_rule_operands_probe.py": "the 16-bit-operand and split first kernels' w and u; the rule with each",
     "multistep_graph_probe.py": "the ring kernel that keeps each step's token and flag",
     "quant_group_probe.py": "the per-group GEMV over several groups a step against quant_gemv, odd shapes",
+    "recurrence_chain_probe.py": "the one-round recurrence against the fp64 rule; the tiny engine's tokens with it",
 }
 
 

@@ -543,7 +543,7 @@ def test_the_argmax_and_the_sampler_flag_a_row_holding_nan_or_inf(rt, bad, flag,
 
 @pytest.mark.gpu
 def test_a_capture_that_fails_leaves_random_numbers_usable():
-    """A sync inside a capture (torch.multinomial, `.item()`) makes it fail, and PyTorch then leaves its CUDA
+    """A sync inside a capture (`.item()`, a `bool()` of a GPU tensor) makes it fail, and PyTorch then leaves its CUDA
     generator in capture mode: a later torch.randn would raise. `capture` takes it out again (12_sampling's
     sampling table times a torch baseline that syncs, then draws random inputs)."""
     from tritonllm_course.engine.graph import capture

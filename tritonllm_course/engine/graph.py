@@ -47,7 +47,7 @@ def warm_up(fn: Callable[[], None], runs: int = 2) -> None:
 def capture(graph: torch.cuda.CUDAGraph, fn: Callable[[], None], pool=None) -> None:
     """Record `fn()` into `graph`; a capture that fails leaves PyTorch's random numbers usable.
 
-    When a capture fails (an op that syncs, such as `torch.multinomial`, or a kernel that raises), PyTorch's
+    When a capture fails (an op that syncs, such as `.item()`, or a kernel that raises), PyTorch's
     `capture_end` raises before it takes the default CUDA generator out of capture mode, and every later
     random op outside a capture then fails ("Offset increment outside graph capture encountered
     unexpectedly"). A capture that succeeds takes it out, so one of a single op follows the failed one

@@ -47,10 +47,11 @@ def _sampling_inputs(shape, dtype, device, gen):
 
 def _torch_sample(logits, temperature, top_k, top_p, seed, num_blocks=None):
     """PyTorch's sampler without a host sync, the way gpt-fast samples: the filter by `torch.topk` and a sort,
-    the draw as the argmax of probs / Exp(1) noise (Gumbel-max in another form). `torch.multinomial`, the
-    reference's draw, reads the probabilities on the host: it cannot be captured in a CUDA graph, so a
-    benchmark or an engine graph could not time it. The draws come from PyTorch's generator, not `seed`: a
-    timing baseline, whose tokens nothing compares."""
+    the draw as the argmax of probs / Exp(1) noise (Gumbel-max in another form). The reference's draw
+    (`reference.sampling.sample`) checks the logits with a `bool()` of a GPU tensor before `torch.multinomial`:
+    the host waits, so it cannot be captured in a CUDA graph, and a benchmark or an engine graph could not
+    time it. The draws come from PyTorch's generator, not `seed`: a timing baseline, whose tokens nothing
+    compares."""
     probs = torch.softmax(top_k_top_p_filter(logits.float() / temperature, top_k, top_p), dim=-1)
     return torch.argmax(probs / torch.empty_like(probs).exponential_(1), dim=-1)
 
