@@ -8,8 +8,9 @@ channel, `scale [N]`) or one per row and `group_size` columns (per group, `scale
 - Decode (M = 1) is a GEMV bound by the weight bytes: 8-bit weights halve them. The kernel loads q,
   converts it in registers (an int8 load sign-extends, an fp8 load widens; both exactly, to fp32) and
   multiplies with x in fp32. Per channel the scale factors out of the row's sum and is applied once, at
-  the end; per group it is applied once per K step, each step lying inside one group (BLOCK_K divides
-  group_size). An 8-bit row tile is half the bytes of a bf16 one: the LM head takes 16 rows a program in
+  the end; per group it scales each K step's tile: one scale a row where the step lies inside one group,
+  each column's own (s[row, k // group_size]) where it spans several, as the narrow wide-K projections'
+  steps do (`gemv_config`). An 8-bit row tile is half the bytes of a bf16 one: the LM head takes 16 rows a program in
   steps of 256 (`gemv_config`, measured).
 - Prefill (M >= 2 tokens, in tiles of at least 16 rows) is a GEMM on the tensor cores. The tile of q is
   converted to x's dtype (exact: int8 and e4m3 values are all representable in fp16 and bf16) and goes to
@@ -48,7 +49,8 @@ def quant_gemv_kernel(x_ptr, w_ptr, s_ptr, y_ptr, N, K, GROUPS, GROUP: tl.conste
     """
     pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
     # BEGIN EXERCISE: rows of this program; per K step load q (8-bit) and x, both to fp32; scale (per group), sum
-    #   per channel the scale multiplies each row's sum once, after the loop; per group, each step's tile
+    #   per channel the scale multiplies each row's sum once, after the loop; per group, each step's tile: one
+    #   scale a row when BLOCK_K <= GROUP, else each column's s[row, k // GROUP]
     raise NotImplementedError("exercise quant.py, quant_gemv_kernel: not implemented yet")
     # END EXERCISE
 
