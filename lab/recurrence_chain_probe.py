@@ -153,12 +153,12 @@ def check(device=None) -> float:
                                    qk_norm=qk_norm)
             worst = max(worst, common.rel_err(out.cpu(), want.cpu()), common.rel_err(state.cpu(), want_s.cpu()))
     runs = {}
-    prompt = [3, 1, 4, 1, 5, 9, 2, 6, 5]
+    prompt = [3, 1, 4, 1, 5]
     for variant in ("as is", "one round"):
         with swapped(variant):
             engine = Engine.random(TINY, dtype=torch.float32 if device == "cpu" else torch.bfloat16,
-                                   device=device, seed=0, max_seq_len=40, level="fast")
-            runs[variant] = engine.generate(prompt, 6)
+                                   device=device, seed=0, max_seq_len=16, level="fast")
+            runs[variant] = engine.generate(prompt, 3)
     differing = sum(a != b for a, b in zip(runs["as is"], runs["one round"])) / len(runs["as is"])
     return worst + differing
 

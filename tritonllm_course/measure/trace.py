@@ -205,6 +205,17 @@ def _kernel_name(obj) -> str:
 _OWN_MODULES = ("tritonllm_course", "solutions", "exercises")   # whose functions `kernels_of` follows
 
 
+@functools.lru_cache(maxsize=256)
+def _module_body(text: str) -> tuple:
+    """A module source's top-level statements, parsed once per source text (a reloaded module: a new text)."""
+    return tuple(ast.parse(text).body)
+
+
+@functools.lru_cache(maxsize=4096)
+def _closure(text: str, function: str) -> frozenset:
+    return frozenset(call_closure(text, function))
+
+
 def kernels_of(fn, _seen: set | None = None) -> set[str]:
     """Names of the Triton kernels a host wrapper can launch: the @triton.jit functions its module-level
     call closure refers to (imported ones included), and those of the course's functions it calls through
@@ -223,9 +234,9 @@ def kernels_of(fn, _seen: set | None = None) -> set[str]:
         text = inspect.getsource(module)
     except (OSError, TypeError):
         return set()
-    closure = call_closure(text, fn.__name__)
+    closure = _closure(text, fn.__name__)
     names = set()
-    for node in ast.parse(text).body:
+    for node in _module_body(text):
         if isinstance(node, ast.FunctionDef) and node.name in closure:
             for ref in ast.walk(node):
                 if isinstance(ref, ast.Name):
