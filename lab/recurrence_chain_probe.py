@@ -19,10 +19,10 @@ Method: `one_round_kernel` below, the engine's kernel with that one change (the 
 before the wait and trigger at entry), checked against the fp64 reference under the interpreter (`check`).
 On the GPU: (1) both kernels alone at one token of Qwen3.5-0.8B's shapes (16 heads, 128 x 128), each call
 timed as the course times (`benchmark.time_calls`, a CUDA graph over copies of the inputs); (2) the engine's
-fast level with the variant in place of `gated_delta_rule_recurrent_gates` (random weights of the real
-shapes, bf16, its CUDA graph, PDL) at 128 and 4,096 cached tokens, alternated with the engine as it is over
-REPEATS rounds, us per token by CUDA events, greedy tokens compared (the sums' order changes, so a token
-may differ where two logits are close).
+fast level with the variant kernel in place of `recurrent_gates_kernel` (the solutions' wrapper launching
+it; random weights of the real shapes, bf16, its CUDA graph, PDL) at 128 and 4,096 cached tokens, alternated
+with the engine as it is over REPEATS rounds, us per token by CUDA events, greedy tokens compared (the sums'
+order changes, so a token may differ where two logits are close).
 Result: not measured yet: python -m lab.recurrence_chain_probe on an H100 or H200 (about 2 minutes).
 Verdict: to be decided; not adopted until measured: solutions/layer_fusion.py keeps `recurrent_gates_kernel`.
 """
@@ -34,8 +34,6 @@ import triton
 import triton.language as tl
 
 from lab import common
-from tritonllm_course import validate
-from tritonllm_course.runtime import pdl_args
 from tritonllm_course.triton_helpers import pdl_launch_dependents, pdl_wait, sigmoid, softplus
 
 CONTEXTS = (128, 4096)
@@ -89,19 +87,6 @@ def one_round_kernel(q_ptr, k_ptr, v_ptr, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, 
     tl.store(st_ptr + state, S, mask=smask)
 
 
-def one_round(q, k, v, a, b, A_log, dt_bias, initial_state=None, out=None, final_state=None, block_v=16,
-              qk_norm=False, eps=1e-6, num_warps=1):
-    """`layer_fusion.gated_delta_rule_recurrent_gates`'s arguments and results, through `one_round_kernel`."""
-    T, H, HV, DK, DV, _, out, final_state = validate.delta_rule_gate_inputs(
-        q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, max_head_dim=256)
-    one_round_kernel[(HV, triton.cdiv(DV, block_v))](
-        q, k, v, a, b, A_log, dt_bias, initial_state, out, final_state, T, q.stride(0), k.stride(0),
-        v.stride(0), a.stride(0), b.stride(0), DK ** -0.5, eps, H=H, HV=HV, DK=DK, DV=DV,
-        BK=max(16, triton.next_power_of_2(DK)), BV=block_v, HAS_S0=initial_state is not None,
-        QK_NORM=bool(qk_norm), num_warps=num_warps, **pdl_args())
-    return out, final_state
-
-
 @functools.lru_cache(maxsize=None)
 def _layer_fusion():
     from tritonllm_course import kernels
@@ -110,15 +95,16 @@ def _layer_fusion():
 
 @contextmanager
 def swapped(variant: str):
-    """The solutions' recurrence replaced by `one_round` for "one round", as it was after."""
+    """For "one round", `one_round_kernel` in place of the solutions' `recurrent_gates_kernel`, which their
+    wrapper `gated_delta_rule_recurrent_gates` (validation, grid, launch) reads at each call; as it was after."""
     lf = _layer_fusion()
-    saved = lf.gated_delta_rule_recurrent_gates
+    saved = lf.recurrent_gates_kernel
     if variant == "one round":
-        lf.gated_delta_rule_recurrent_gates = one_round
+        lf.recurrent_gates_kernel = one_round_kernel
     try:
         yield
     finally:
-        lf.gated_delta_rule_recurrent_gates = saved
+        lf.recurrent_gates_kernel = saved
 
 
 def _inputs(T, H, HV, DK, DV, device, dtype, gen, raw=True):
@@ -134,10 +120,10 @@ def _inputs(T, H, HV, DK, DV, device, dtype, gen, raw=True):
 
 
 def check(device=None) -> float:
-    """`one_round` against the fp64 reference (odd head dims, GQA, three tokens, with and without the q/k
-    norm, at each value block), and the tiny fast engine's greedy tokens with it against as it is (in fp32
-    under the interpreter the two sum orders round alike there): the largest relative error plus the share of
-    differing tokens."""
+    """`one_round_kernel` (through the solutions' wrapper) against the fp64 reference (odd head dims, GQA,
+    three tokens, with and without the q/k norm, at each value block), and the tiny fast engine's greedy
+    tokens with it against as it is (in fp32 under the interpreter the two sum orders round alike there): the
+    largest relative error plus the share of differing tokens."""
     from tritonllm_course.config import TINY
     from tritonllm_course.engine import Engine
     from tritonllm_course.reference.fusion import gated_delta_rule_recurrent_gates as reference
@@ -149,8 +135,9 @@ def check(device=None) -> float:
         for T, H, HV, DK, DV, block_v in ((3, 2, 4, 24, 40, 8), (2, 1, 2, 32, 32, 16), (1, 2, 2, 16, 48, 32)):
             inp = _inputs(T, H, HV, DK, DV, device, torch.float32, gen, raw=qk_norm)
             want, want_s = reference(**{n: x.double() for n, x in inp.items()}, qk_norm=qk_norm)
-            out, state = one_round(**{**inp, "initial_state": inp["initial_state"].clone()}, block_v=block_v,
-                                   qk_norm=qk_norm)
+            with swapped("one round"):
+                out, state = _layer_fusion().gated_delta_rule_recurrent_gates(
+                    **{**inp, "initial_state": inp["initial_state"].clone()}, block_v=block_v, qk_norm=qk_norm)
             worst = max(worst, common.rel_err(out.cpu(), want.cpu()), common.rel_err(state.cpu(), want_s.cpu()))
     runs = {}
     prompt = [3, 1, 4, 1, 5]
@@ -174,8 +161,11 @@ def kernel_us() -> dict:
         inp = _inputs(1, **SHAPE, device="cuda", dtype=torch.bfloat16, gen=gen)
         sets.append({**inp, "out": torch.empty(1, SHAPE["HV"], SHAPE["DV"], device="cuda", dtype=torch.bfloat16),
                      "final_state": inp["initial_state"]})
-    fns = {"as is": lf.gated_delta_rule_recurrent_gates, "one round": one_round}
-    return {name: time_calls(lambda fn=fn, **s: fn(**s, qk_norm=True), sets) for name, fn in fns.items()}
+    us = {}
+    for variant in ("as is", "one round"):
+        with swapped(variant):
+            us[variant] = time_calls(lambda **s: lf.gated_delta_rule_recurrent_gates(**s, qk_norm=True), sets)
+    return us
 
 
 def engine_us(variant: str, context: int, tokens: int = 64) -> dict:
