@@ -23,8 +23,14 @@ fast level with the variant kernel in place of `recurrent_gates_kernel` (the sol
 it; random weights of the real shapes, bf16, its CUDA graph, PDL) at 128 and 4,096 cached tokens, alternated
 with the engine as it is over REPEATS rounds, us per token by CUDA events, greedy tokens compared (the sums'
 order changes, so a token may differ where two logits are close).
-Result: not measured yet: python -m lab.recurrence_chain_probe on an H100 or H200 (about 2 minutes).
-Verdict: to be decided; not adopted until measured: solutions/layer_fusion.py keeps `recurrent_gates_kernel`.
+Result: NVIDIA H100 80GB HBM3, 2026-12-06 (lab/results/recurrence_chain_probe_nvidia-h100-80gb-hbm3_2026-12-06.json;
+triton 3.6). Alone, a call: 3.47 us as is, 3.34 us in one round (4% less). In the engine, us a token over two
+rounds: at 128 cached tokens 750.4 / 751.0 as is against 770.7 / 770.7 in one round (20 us slower), at 4,096
+775.1 / 775.4 against 777.1 / 778.6. The one-round tokens part from the engine's after 12 (128) and 9 (4,096)
+tokens, the same in both rounds (the sums' order). So the shorter chain saves a tenth of a microsecond alone and
+costs 20 us a token where the kernel runs behind the in-projection under PDL: the stretch the recurrence adds
+in the step is not its chain of sums.
+Verdict: not adopted: solutions/layer_fusion.py keeps `recurrent_gates_kernel`.
 """
 import functools
 from contextlib import contextmanager
