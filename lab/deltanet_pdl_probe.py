@@ -29,11 +29,13 @@ the in-projection and then runs a chain of dependent loads, reductions and store
 solutions/layer_fusion.py and solutions/norm_fusion.py keep theirs.
 """
 import functools
+import os
 from contextlib import contextmanager
 
 import torch
 
 from lab import common
+from tritonllm_course.runtime import no_launch_overlap
 
 CONTEXTS = (128, 4096)
 REPEATS = 2
@@ -43,7 +45,10 @@ VARIANTS = {"as is": {}, "recurrence, blocks of 8": {"block_v": 8}, "recurrence,
             "in-projection at 8 rows on 4 warps": {"in_proj_rows": 8, "in_proj_warps": 4},
             "in-projection on 2 warps": {"in_proj_rows": 4, "in_proj_warps": 2},
             "in-projection at 8 rows on 4 warps, recurrence blocks of 8": {"in_proj_rows": 8, "in_proj_warps": 4,
-                                                                           "block_v": 8}}
+                                                                           "block_v": 8},
+            "recurrence without the overlap": {"overlap": False}}
+# PROBE_VARIANTS="as is;recurrence without the overlap": only those (names joined by ";")
+CHOSEN = [n for n in os.environ.get("PROBE_VARIANTS", "").split(";") if n]
 
 
 @functools.lru_cache(maxsize=None)
@@ -60,6 +65,12 @@ def patched(variant: dict):
     shape = {k: v for k, v in variant.items() if k in ("block_v", "num_warps")}
     if shape:
         lf.gated_delta_rule_recurrent_gates = functools.partial(saved[0], **shape)
+    if variant.get("overlap") is False:      # launched plainly: it starts when the in-projection has finished
+
+        def plain(*args, **kwargs):
+            with no_launch_overlap():
+                return saved[0](*args, **kwargs)
+        lf.gated_delta_rule_recurrent_gates = plain
     if "in_proj_rows" in variant:
         rows = variant["in_proj_rows"]
 
@@ -89,7 +100,8 @@ def _checked_variants(device: str) -> dict:
         return VARIANTS
     seen, kept = set(), {}
     for name, variant in VARIANTS.items():
-        tile = tuple(sorted((k, v) for k, v in variant.items() if not k.endswith("warps") and k != "in_proj_rows"))
+        tile = tuple(sorted((k, v) for k, v in variant.items()
+                            if not k.endswith("warps") and k not in ("in_proj_rows", "overlap")))
         if tile not in seen:
             seen.add(tile)
             kept[name] = variant
@@ -135,7 +147,8 @@ def main(out):
     common.setup()
     res = common.header(check=check(), engine={})
     path = common.result_path(out, "deltanet_pdl_probe")
-    res["tokens_equal_as_is"] = common.engine_variants(res, path, VARIANTS, engine_us, CONTEXTS, REPEATS, "as is")
+    variants = {n: v for n, v in VARIANTS.items() if not CHOSEN or n in CHOSEN}
+    res["tokens_equal_as_is"] = common.engine_variants(res, path, variants, engine_us, CONTEXTS, REPEATS, "as is")
     print("tokens equal:", res["tokens_equal_as_is"], flush=True)
     common.save(path, res)
 
