@@ -24,6 +24,9 @@ of 8 672-674 / 684-685, of 32 619.6, 630.8 / 648-650, on 2 warps 638 / 660-662, 
 by more than the run-to-run spread; 8 rows on 4 warps gains 22 us at 4,096 and loses 26 at 128 (the runs' means). The
 recurrence's variants change its tokens (another reduction tree on the GPU): its sums are not in the same
 order after all.
+The variant "recurrence without the overlap" (the recurrence launched plainly, so it starts when the in-projection
+has finished and holds no SM while it runs; the kernels after it keep PDL) was added later and is not measured yet:
+PROBE_VARIANTS="as is;recurrence without the overlap" python -m lab.deltanet_pdl_probe (under a minute of runs).
 Verdict: not adopted: the launch shapes are not what holds the recurrence at 4.5 us a layer (it waits for
 the in-projection and then runs a chain of dependent loads, reductions and stores, whatever its shape);
 solutions/layer_fusion.py and solutions/norm_fusion.py keep theirs.
