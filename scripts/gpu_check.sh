@@ -44,7 +44,13 @@ if ! $PY -c "import nbval" 2>/dev/null && ls .whl/*.whl >/dev/null 2>&1; then
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" TRITONLLM_KERNELS=solutions PYTHONUNBUFFERED=1
-export COMMIT=${COMMIT:-$(git rev-parse --short=12 HEAD 2>/dev/null || echo unknown)}
+# the commit only where this folder is a checkout's top: a copy inside another checkout (a device copy of the tree
+# under a folder of the repository) would otherwise name that checkout's HEAD, which is not what runs
+if [ -z "${COMMIT:-}" ]; then
+  COMMIT=unknown
+  [ "$(git rev-parse --show-toplevel 2>/dev/null)" = "$(pwd -P)" ] && COMMIT=$(git rev-parse --short=12 HEAD)
+fi
+export COMMIT
 PYTEST="$PY -m pytest -q -p no:cacheprovider -o addopts= -p tritonllm_course.pytest_faillog"
 SUMMARY="$OUT/summary.md"
 {
