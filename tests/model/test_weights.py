@@ -143,3 +143,17 @@ def test_hub_id_offline_gives_a_clear_error(tmp_path):
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
     assert run.returncode != 0
     assert "could not download 'Qwen/Qwen3.5-0.8B'" in run.stderr and "local directory" in run.stderr
+
+
+def test_the_bench_reads_a_checkpoint_with_both_loaders(hf_dir):
+    """`tritonllm-course bench --model DIR`: transformers reads the files through its own `from_pretrained`, the
+    engines through the course's loader in bf16 (what `Engine.from_pretrained` runs), not a copy of
+    transformers' tensors; the two hold the same weights."""
+    from tritonllm_course.measure.engine_bench import read_checkpoint
+    path, _ = hf_dir
+    hf, weights, config = read_checkpoint(str(path), "cpu")
+    assert config.hidden_size == TINY.hidden_size and config.num_hidden_layers == TINY.num_hidden_layers
+    theirs = weights_from_hf(hf)
+    assert weights.keys() == theirs.keys()
+    assert not any(weights[k].data_ptr() == theirs[k].data_ptr() for k in theirs)     # two reads of the files
+    assert all(torch.equal(weights[k].to(theirs[k].dtype), theirs[k]) for k in theirs)

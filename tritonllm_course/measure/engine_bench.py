@@ -65,7 +65,7 @@ from pathlib import Path
 import torch
 
 from .. import kernels
-from ..config import FAMILY, PRESETS, QWEN35_0_8B, Qwen35Config
+from ..config import FAMILY, PRESETS, QWEN35_0_8B
 from ..demo import meta_weights
 from ..engine import Engine
 from ..engine.plan import levels_markdown, runs_weights
@@ -75,7 +75,7 @@ from ..reference import precision
 from ..runtime import no_launch_overlap, setup
 from ..safe_files import atomic_write_text, results_folder, save_figure
 from ..validate import WEIGHT_FORMATS, check_weight_format
-from ..weights import resolve_checkpoint
+from ..weights import load_weights, resolve_checkpoint
 from .benchmark import ceiling_gbps, gpu_tag
 from .bytes_model import bytes_per_token
 
@@ -388,13 +388,21 @@ def build(model_source: str, seed: int = 0, config_name: str | None = None):
         raise ValueError(f"--config {config_name} gives the shapes of random weights; the checkpoint "
                          f"{model_source} brings its own config: leave --config out")
     else:
-        from transformers import Qwen3_5ForCausalLM
-        root = resolve_checkpoint(model_source)
-        hf = Qwen3_5ForCausalLM.from_pretrained(root, dtype=torch.bfloat16).to("cuda").eval()
-        config = Qwen35Config.from_json(root)
+        hf, weights, config = read_checkpoint(model_source, "cuda")
     hf.generation_config.eos_token_id = None          # always generate the tokens asked for
     hf.generation_config.pad_token_id = 0
-    return hf, weights_from_hf(hf), config
+    return hf, weights_from_hf(hf) if model_source == "random" else weights, config
+
+
+def read_checkpoint(source: str, device) -> tuple:
+    """(transformers model, weights dict, config), each side reading the files itself: transformers through its
+    `from_pretrained`, the engines and the reference model through the course's loader in bf16
+    (`weights.load_weights`, what `Engine.from_pretrained` runs), so the bench runs the path a user runs."""
+    from transformers import Qwen3_5ForCausalLM
+    root = resolve_checkpoint(source)
+    hf = Qwen3_5ForCausalLM.from_pretrained(root, dtype=torch.bfloat16).to(device).eval()
+    config, weights = load_weights(root, dtype=torch.bfloat16, device=device)
+    return hf, weights, config
 
 
 def _fla_version() -> str:
