@@ -19,8 +19,8 @@ replays; the greedy tokens of each against the three kernels'. `check` compares 
 three kernels at odd shapes, a counts buffer used twice.
 Result: NVIDIA H200, 2026-12-02 (lab/results/attention_launch_probe_nvidia-h200_2026-12-02.json), us per
 token at 128 / 4,096 cached tokens: the three kernels 628.6 / 657.1, the one launch 702.5 / 794.0, at 16-row
-steps 670.9 / 775.6. The same run wired into the engine's fast level as a slot of its own, earlier that day,
-gave 703.2 / 797.5 against 628.1 / 655.3. The one launch loses 12 us a layer at 128 cached tokens and 23 at
+steps 670.9 / 775.6. The same run wired into the engine's fast level as a slot of its own, earlier that day (not
+saved), gave 703.2 / 797.5 against 628.1 / 655.3. The one launch loses 12 us a layer at 128 cached tokens and 23 at
 4,096. Where it goes (read from the code, not timed apart): the last split merges its group's 4 heads x 4
 column blocks one after another, each a [splits, 64] tile summed across warps, where the merge kernel
 spreads them over 32 programs; at 4,096 that one program also reads 66 splits' partials (270 KB); the

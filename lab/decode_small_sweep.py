@@ -17,14 +17,15 @@ output compared with the hand-picked config's:
     sized as the engine's bench sizes it: cache rows per step, splits per KV head, warps, stages.
 Result: NVIDIA H200, 2026-11-30 (lab/results/decode_small_sweep_nvidia-h200_2026-11-30.json, every config
 of each space timed). The recurrence runs faster on one warp: 3.37 against 3.63 us on the hand-picked 4
-(value blocks of 16 either way). The gated-norm out-projection's config is within 4% of the best of 70
+(value blocks of 16 either way). The gated-norm out-projection's config is within 4.3% of the best of 70
 (3.70 against 3.55 us). FlashDecoding's is within 4-8% of one config for all three contexts (7.24 / 7.82
 / 9.31 us against 6.73 / 7.31 / 8.99 us for 32-row steps, 132 splits per KV head, 4 warps, 1 stage); the
 best of 108 at each context alone: 6.23 / 6.98 / 8.78 us (16-row steps at the shorter two).
 Verdict: adopted for the recurrence: `gated_delta_rule_recurrent_gates` (solutions/layer_fusion.py) launches on
 one warp (2.83 -> 2.68 us in the engine's profile; first run: lab/results/engine_runs/one_ahead/). Not
 changed: the gated-norm out-projection (`gated_norm_linear_residual`) and FlashDecoding (`decoding_config`,
-solutions/flash_decoding.py), ~3 us a token in all, within the run-to-run spread of the engine's table.
+solutions/flash_decoding.py), ~6 us a token in all (2.7 + 3.0 at 128 cached tokens), within the run-to-run
+spread of the engine's table.
 The hand-picked rows timed here are the configs of that day (the recurrence then on 4 warps).
 """
 import math

@@ -30,8 +30,9 @@ kernel is faster than fla's three kernels for the same work (cumulative sum, bet
 and the output kernels are level.
 Verdict: nothing to adopt from the variants: solutions/delta_rule.py keeps `chunk_size_for` and block_v = 16.
 What is left is the scan's sequential walk over the chunks. Its launch variants ran on an H100, 2026-12-06
-(lab/results/delta_rule_kernels_probe_nvidia-h100-80gb-hbm3_2026-12-06.json): none was faster than the engine's
-4 warps at triton's default stages (one or two stages, or two warps, are much slower), so `SCAN_LAUNCH` stayed.
+(lab/results/delta_rule_kernels_probe_nvidia-h100-80gb-hbm3_2026-12-06.json): none was faster at 4,096 tokens
+than the engine's 4 warps at triton's default stages (4 warps at 4 stages: 262.1 against 258.8 us, but 0.5-1.9%
+faster at 512-2,048; one or two stages, or two warps, are much slower), so `SCAN_LAUNCH` stayed.
 There the output kernel trails fla's too (level on the H200; the figures in lab/README.md).
 After the split first kernel was adopted (lab/delta_rule_operands_probe.py), a second H100 run the same day
 (lab/results/delta_rule_kernels_probe_nvidia-h100-80gb-hbm3_2026-12-06_split.json): the engine's rule (chunks of

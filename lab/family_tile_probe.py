@@ -25,7 +25,7 @@ H100's 80 GB; it needs an H200. At 4B the fast level took 3,317-3,328 us a token
 walking K 3,317), the operators level 3,614 and the fused level 3,689 (3,802 walking K). At 9B: the fast level
 5,657 us as it is, 5,667-5,674 at the caps of 8,192 and 4,096, 5,780 walking K (2.2% slower); operators 5,929;
 fused 6,166 (6,347 walking K). So on the H100 the fused level loses 2-4% to the operators level at 4B and 9B
-whatever the cap, the fast level wins by 5-8%, and no cap is faster than the whole tile by more than 0.3%.
+as it is (5-7% walking K), the fast level wins by 5-8%, and no cap is faster than the whole tile by more than 0.3%.
 Verdict: nothing to adopt: the whole tile up to K = 16,384 stays (tritonllm_course/triton_helpers.py); walking
 K is slower at 9B and level at 4B. The 27B question stays open until the probe runs on an H200
 (SIZES=qwen3.5-27b).

@@ -19,7 +19,7 @@ PDL, 709 with the PDL kernels launched without overlap (their whole-tile GEMVs a
 PDL at 128 cached tokens (752, 764, 657 at 4,096). Increments per token at 128, without PDL -> with it,
 beside the bytes at the ceiling: gate/up + SwiGLU 145 -> 105 (83), the DeltaNet in-projection + conv
 120 -> 103 (72), the out-projections + residual 113 -> 79 (47), the gated-norm out_proj 73 -> 47 (18),
-the attention in-projection 29 -> 18 (15), the LM head 116 -> 116 (119); and the small latency-bound
+the attention in-projection 29 -> 18 (15), the LM head 115 -> 115 (119); and the small latency-bound
 kernels, which wait at their top or right after a state load: the recurrence 54 -> 85 (9), FlashDecoding
 38 -> 45, q/k norm + RoPE + cache write 13 -> 17. Above the floor at 128: 261 us, 137 of them in those
 three small kernels. Since `Engine(pdl=False)` runs the PDL kernels one after another (the same bits),

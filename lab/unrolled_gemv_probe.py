@@ -19,9 +19,9 @@ copy of the kernel's walk in this probe, which the kernel now has), against the 
 was (a run-time walk): attention in_proj + ln1 4.90 -> 4.54 us, DeltaNet in_proj + ln1 5.93 -> 5.63 us
 (same tiles, unrolled), gate/up + ln2 + SwiGLU 5.76 -> 5.25 us (8 rows x 256 on 4 warps, unrolled; its
 old 4 x 512 tiles unrolled: 6.18); the plain GEMVs of 1024 outputs gain 2-3% (one or two steps). In the
-decode step, the DeltaNet in-projection whose epilogue is the conv's step went 6.48 -> 7.36 us unrolled
-(lab/results/profile_nvidia-h200_2026-11-30_conv_unrolled.{json,md}: its 2,056 programs no longer fit on
-the SMs at once).
+decode step, the DeltaNet in-projection whose epilogue is the conv's step went 6.48 (a profile not kept) ->
+7.36 us unrolled (lab/results/profile_nvidia-h200_2026-11-30_conv_unrolled.{json,md}: its 2,056 programs no
+longer fit on the SMs at once).
 Verdict: adopted in solutions/norm_fusion.py: `fused_gemv_kernel` unrolls its walk (K a constexpr, `UNROLL`)
 and `fused_gemv_config` sets it, with 8-row gate/up programs, except where the conv's step is the epilogue
 (`conv=True`), which keeps its loop (the engine run lab/results/engine_runs/residual_first/ -> the current
