@@ -179,8 +179,9 @@ def chunk_prepare_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, T, sk, sv,
 # --- prefill, kernel 1 split in two (chunks of 64): the UT transform, then w and u ----------------------
 # At chunks of 64 one program holding k, v, A, Tm, w and u in fp32 is the slowest part of the rule. Split as
 # flash-linear-attention splits it, the products on the storage dtype's operands (fp32 accumulation), the
-# rule took 191.7 us against 259.3 us at 4,096 tokens on an H100, and led at every length from 512
-# (lab/delta_rule_operands_probe.py). The same helpers as `chunk_prepare_kernel`, so one check covers both.
+# rule took 191.7 us against 259.3 us at 4,096 tokens on an H100, beat chunks of 32 at every length from 512
+# and was the fastest of the forms tried from 1,024 (at 512 one 16-bit launch at 64 took 32.6 against 33.5 us;
+# lab/delta_rule_operands_probe.py). The same helpers as `chunk_prepare_kernel`, so one check covers both.
 @triton.jit(do_not_specialize=["T"])
 def chunk_inverse_kernel(k_ptr, g_ptr, beta_ptr, ai_ptr, T, sk, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, sa, sb,
                          H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, BK: tl.constexpr,

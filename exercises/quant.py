@@ -85,7 +85,7 @@ def gemv_config(N: int, K: int, group_size: int | None, interpreted: bool = Fals
     few (K > 1024 outside the LM head) the per-channel step stays and spans several groups, each column's scale
     loaded beside its weight: 5.8 against 21.5 us at the down projection for steps of one group on 32 rows,
     3.6 against 12.4 at o_proj (few programs: each step must move many bytes). Elsewhere a step lies inside one
-    group, on the per-channel rows: the LM head 90.7 against 95.3 us, 7.2-7.4 against 7.9-8.0 at K = 1024
+    group, on the per-channel rows: the LM head 90.7 against 95.3 us, 6.7-7.4 against 7.6-8.0 at K = 1024
     (gathering the scales there was slower, 216.7 us at the LM head). Under the CPU interpreter programs run
     one after another at a few ms each, whatever their size: 64 rows there, the same rule for groups.
     """

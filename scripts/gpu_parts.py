@@ -86,8 +86,8 @@ PARTS: dict[str, Part] = {
     "kernels": Part("every kernel family's tests at the real shapes, every slot's full check in bf16 and fp16",
                     workers=12, limit_s=480, tests=_files(KERNEL_TESTS)),
     # 16 workers: a GPU machine's 16 cores compile the planted copies. With `checking.compare` on the host (its
-    # slowest tests compared 32,768-row caches there) the part took 468 s on an H200; comparing on the GPU, 31 s
-    # on an H100 (results/gpu_check/planted.json, 2026-12-05)
+    # slowest tests compared 32,768-row caches there) the part took 468 s on an H200 (2026-12-05, a record since
+    # replaced); comparing on the GPU, 30 s on an H100 (results/gpu_check/planted.json, 2026-12-06)
     "planted": Part("the planted bugs: the learner's check fails each one at the real shapes",
                     workers=16, limit_s=480, tests=("tests/planted/test_planted_bugs.py",)),
     "model": Part("the model, the engine at every level, PDL, the ladder, the family, the command line",

@@ -12,8 +12,9 @@ accumulators, the residual added in fp32 before the one rounding.
 
 Measured on an H200 in bf16 (lab/prompt_gemm_sweep.py, its record in lab/results/): at M = 1,024 and 4,096 this
 kernel is 1.2-1.4x faster than the pointer form at its best tiles, and level with or ahead of cuBLAS
-(`torch.addmm`) on the GEMM + residual at 2,048 tokens and more; below, 0.64-0.96x of cuBLAS's speed. Over the
-24 cases of the two H200 sweeps (M = 128 to 4,096), `config`'s pick is within 2% of the fastest TMA tiles measured
+(`torch.addmm`) on the GEMM + residual from 1,024 tokens on (0.97-1.12x); at 128 and 512 tokens 0.64-0.96x of
+cuBLAS's speed. Over the 24 cases of the two H200 sweeps (M = 128 to 4,096), `config`'s pick is within 2% of the
+fastest TMA tiles measured
 (`tests/kernels/test_tma_gemm.py` holds it to 3%).
 
 Not taken (`usable`): below sm_90 (no TMA: a T4, an A100, an L4), on a triton without host tensor descriptors,

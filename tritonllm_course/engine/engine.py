@@ -101,8 +101,9 @@ class Engine(Forward):
                      than it saves); a repeated one (a benchmark, a server's usual lengths) replays
     prefill_chunk:   prompt tokens per prefill pass; longer prompts run chunk after chunk
     level:           "operators" (one kernel per operator), "fused" or "fast": the plan `plan.LEVELS` holds
-    pdl:             launch the kernels of the decode step and of the prompt chunks with programmatic
-                     dependent launch (chapter 18_cuda_graphs): each may start while the one before it drains (at
+    pdl:             launch the kernels of the decode step and of prompt chunks of up to PDL_PROMPT_TOKENS (128)
+                     tokens with programmatic dependent launch (chapter 18_cuda_graphs; longer chunks launch
+                     without the overlap): each may start while the one before it drains (at
                      decode loading its weights before it waits for its input); all but the LM head's
                      GEMV, whose 124,160 programs lose more to the trigger and the wait than it gains
                      (`solutions/linear.py`, PDL_MAX_PROGRAMS). None: where the GPU has it (sm_90+).
