@@ -69,10 +69,11 @@ def patched(variant: dict):
     if shape:
         lf.gated_delta_rule_recurrent_gates = functools.partial(saved[0], **shape)
     if variant.get("overlap") is False:      # launched plainly: it starts when the in-projection has finished
+        inner = lf.gated_delta_rule_recurrent_gates          # with the variant's shape, where it has one
 
         def plain(*args, **kwargs):
             with no_launch_overlap():
-                return saved[0](*args, **kwargs)
+                return inner(*args, **kwargs)
         lf.gated_delta_rule_recurrent_gates = plain
     if "in_proj_rows" in variant:
         rows = variant["in_proj_rows"]

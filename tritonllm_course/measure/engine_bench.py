@@ -384,6 +384,7 @@ def build(model_source: str, seed: int = 0, config_name: str | None = None):
     if model_source == "random":
         config = PRESETS[config_name] if config_name else QWEN35_0_8B
         hf = hf_model(config, dtype=torch.bfloat16, device="cuda", seed=seed)
+        weights = weights_from_hf(hf)
     elif config_name:
         raise ValueError(f"--config {config_name} gives the shapes of random weights; the checkpoint "
                          f"{model_source} brings its own config: leave --config out")
@@ -391,7 +392,7 @@ def build(model_source: str, seed: int = 0, config_name: str | None = None):
         hf, weights, config = read_checkpoint(model_source, "cuda")
     hf.generation_config.eos_token_id = None          # always generate the tokens asked for
     hf.generation_config.pad_token_id = 0
-    return hf, weights_from_hf(hf) if model_source == "random" else weights, config
+    return hf, weights, config
 
 
 def read_checkpoint(source: str, device) -> tuple:
