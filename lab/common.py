@@ -1,6 +1,6 @@
 """What the lab's probes share: where a result goes and how it is written, the timing helpers, the
-relative error of a check, a variant swapped in for a block (`replaced`), and the grid barrier of the
-one-kernel experiments.
+relative error of a check, a variant swapped in for a block (`replaced`), a kernel rebuilt with a few lines
+of its source changed (`edited_kernel`), and the grid barrier of the one-kernel experiments.
 
 A probe runs from the repository root as a module, so that it finds this one as `lab.common`:
 
@@ -13,8 +13,11 @@ call's inputs (`copies_past_l2` of them), `per_launch_us` for LAUNCHES launches 
 `timed_layers` for a chain of layers updating one stream in place.
 """
 import gc
+import inspect
 import json
+import linecache
 import statistics
+import textwrap
 import sys
 import time
 from contextlib import contextmanager
@@ -69,6 +72,23 @@ def replaced(owner, name: str, value):
         yield original
     finally:
         setattr(owner, name, original)
+
+
+def edited_kernel(kernel, edits, **names):
+    """A copy of the `@triton.jit` kernel with each (old, new) of `edits` replaced in its source (each old text
+    exactly once), compiled in a copy of its module's namespace (plus `names`): a variant that differs from the
+    course's kernel in those lines alone, rather than a second copy of it to keep in step. The source is put
+    in `linecache` under a name of its own, where Triton (and the interpreter) read a kernel's source."""
+    src = textwrap.dedent(inspect.getsource(kernel.fn))
+    for old, new in edits:
+        if src.count(old) != 1:
+            raise ValueError(f"{kernel.fn.__name__}: {old!r} is in its source {src.count(old)} times, not once")
+        src = src.replace(old, new)
+    filename = f"<lab edit of {kernel.fn.__name__} {abs(hash(src)):x}>"
+    linecache.cache[filename] = (len(src), None, src.splitlines(True), filename)   # mtime None: kept
+    namespace = {**kernel.fn.__globals__, **names}
+    exec(compile(src, filename, "exec"), namespace)
+    return namespace[kernel.fn.__name__]
 
 
 def error_text(e: Exception, limit: int = 300) -> str:

@@ -49,7 +49,11 @@ VARIANTS = {"as is": {}, "recurrence, blocks of 8": {"block_v": 8}, "recurrence,
             "in-projection on 2 warps": {"in_proj_rows": 4, "in_proj_warps": 2},
             "in-projection at 8 rows on 4 warps, recurrence blocks of 8": {"in_proj_rows": 8, "in_proj_warps": 4,
                                                                            "block_v": 8},
-            "recurrence without the overlap": {"overlap": False}}
+            "recurrence without the overlap": {"overlap": False},
+            "recurrence lets the next kernel launch after its loads": {"trigger": "loads"},
+            "recurrence lets the next kernel launch at its end": {"trigger": "end"},
+            "merge lets the next kernel launch at its end": {"merge_trigger": "end"},
+            "both at their end": {"trigger": "end", "merge_trigger": "end"}}
 # PROBE_VARIANTS="as is;recurrence without the overlap": only those (names joined by ";")
 CHOSEN = [n for n in os.environ.get("PROBE_VARIANTS", "").split(";") if n]
 
@@ -60,11 +64,46 @@ def _modules():
     return kernels.load("layer_fusion", "solutions").module, kernels.load("norm_fusion", "solutions").module
 
 
+ENTRY_TRIGGER = "    if PDL:\n        pdl_launch_dependents()\n    hv = tl.program_id(0)"
+LAST_LOAD = "        g = decay_rate * softplus(tl.load(a_ptr + t * sa + hv).to(tl.float32) + dt_bias)\n"
+
+
+@functools.lru_cache(maxsize=None)
+def late_trigger_kernel(where: str):
+    """The recurrence with `griddepcontrol.launch_dependents` moved from its entry: after a token's loads of q,
+    k, v, a and b ("loads": the next kernel's weight stream then starts once those have arrived), or nowhere
+    ("end": the next kernel launches when this one has finished). Nothing else of the kernel changes."""
+    lf, _ = _modules()
+    edits = [(ENTRY_TRIGGER, "    hv = tl.program_id(0)")]
+    if where == "loads":
+        edits.append((LAST_LOAD, LAST_LOAD + "        if PDL:\n            pdl_launch_dependents()\n"))
+    return common.edited_kernel(lf.recurrent_gates_kernel, edits)
+
+
+@functools.lru_cache(maxsize=None)
+def late_merge_kernel():
+    """FlashDecoding's merge waiting for the split kernel without letting the next kernel (o_proj, whose whole
+    weight tile streams in before its own wait) launch before it has finished."""
+    from tritonllm_course import kernels
+    from tritonllm_course.triton_helpers import pdl_wait
+    fd = kernels.load("flash_decoding", "solutions").module
+    entry = "    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores\n"
+    return common.edited_kernel(fd.flash_decoding_merge_kernel, [(entry, "    if PDL:\n        pdl_wait()\n")],
+                                pdl_wait=pdl_wait)
+
+
 @contextmanager
 def patched(variant: dict):
     """The solution modules with the variant's launch shapes, as they were after."""
+    from tritonllm_course import kernels
     lf, nf = _modules()
-    saved = lf.gated_delta_rule_recurrent_gates, nf.fused_gemv_config
+    fd = kernels.load("flash_decoding", "solutions").module
+    saved = lf.gated_delta_rule_recurrent_gates, nf.fused_gemv_config, lf.recurrent_gates_kernel, \
+        fd.flash_decoding_merge_kernel
+    if "trigger" in variant:                 # the launch sites read the kernel from their module at each call
+        lf.recurrent_gates_kernel = late_trigger_kernel(variant["trigger"])
+    if variant.get("merge_trigger") == "end":
+        fd.flash_decoding_merge_kernel = late_merge_kernel()
     shape = {k: v for k, v in variant.items() if k in ("block_v", "num_warps")}
     if shape:
         lf.gated_delta_rule_recurrent_gates = functools.partial(saved[0], **shape)
@@ -88,7 +127,8 @@ def patched(variant: dict):
     try:
         yield
     finally:
-        lf.gated_delta_rule_recurrent_gates, nf.fused_gemv_config = saved
+        lf.gated_delta_rule_recurrent_gates, nf.fused_gemv_config, lf.recurrent_gates_kernel, \
+            fd.flash_decoding_merge_kernel = saved
 
 
 def engine_us(variant: dict, context: int, tokens: int = 64) -> dict:
@@ -105,7 +145,8 @@ def _checked_variants(device: str) -> dict:
     seen, kept = set(), {}
     for name, variant in VARIANTS.items():
         tile = tuple(sorted((k, v) for k, v in variant.items()
-                            if not k.endswith("warps") and k not in ("in_proj_rows", "overlap")))
+                            if not k.endswith("warps") and k not in ("in_proj_rows", "overlap", "trigger",
+                                                                         "merge_trigger")))
         if tile not in seen:
             seen.add(tile)
             kept[name] = variant
@@ -140,11 +181,29 @@ def check() -> float:
     want, want_s = reference(q.double(), k.double(), v.double(), a.double(), b.double(), A_log.double(),
                              dt_bias.double(), s0.double())
     worst = 0.0
-    for block_v, warps in ((8, 1), (16, 2), (32, 4)):
-        out, state = lf.gated_delta_rule_recurrent_gates(q, k, v, a, b, A_log, dt_bias, s0.clone(), block_v=block_v,
-                                                         num_warps=warps)
+    for block_v, warps, trigger in ((8, 1, None), (16, 2, None), (32, 4, None), (16, 1, "loads"), (16, 1, "end")):
+        with common.replaced(lf, "recurrent_gates_kernel",
+                             late_trigger_kernel(trigger) if trigger else lf.recurrent_gates_kernel):
+            out, state = lf.gated_delta_rule_recurrent_gates(q, k, v, a, b, A_log, dt_bias, s0.clone(),
+                                                             block_v=block_v, num_warps=warps)
         worst = max(worst, common.rel_err(out.cpu(), want.cpu()), common.rel_err(state.cpu(), want_s.cpu()))
-    return differing + worst
+    return differing + worst + _merge_differs(device)
+
+
+def _merge_differs(device: str) -> float:
+    """1.0 unless FlashDecoding with `late_merge_kernel` gives the solution's output bit for bit (4 splits over
+    a 37-row cache of 2 KV heads, 3 query heads each, gated), else 0.0."""
+    from tritonllm_course import kernels
+    fd = kernels.load("flash_decoding", "solutions").module
+    gen = torch.Generator().manual_seed(1)
+    q, gate = (torch.randn(6, 32, generator=gen).to(device) for _ in range(2))
+    k_cache, v_cache = (torch.randn(50, 2, 32, generator=gen).to(device) for _ in range(2))
+    length = torch.tensor([37], dtype=torch.int32, device=device)
+    outs = []
+    for merge in (fd.flash_decoding_merge_kernel, late_merge_kernel()):
+        with common.replaced(fd, "flash_decoding_merge_kernel", merge):
+            outs.append(fd.flash_decoding(q, k_cache, v_cache, length, 32 ** -0.5, num_splits=4, gate=gate))
+    return 0.0 if torch.equal(*outs) else 1.0
 
 
 def main(out):
