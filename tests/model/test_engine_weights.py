@@ -40,6 +40,17 @@ def weights(rt):
     return {n: t.to(rt.device) for n, t in weights_from_hf(hf).items()}
 
 
+def prompt_then_tokens(engine: Engine, prompt: list[int], n: int) -> tuple[torch.Tensor, list[int]]:
+    """The prompt's last logits and the n greedy tokens after it, from one prefill (`generate` would run the prompt
+    again): `prefill` leaves the first token in `counters.ids`, each `decode` the next."""
+    logits = engine.prefill(prompt).clone()
+    tokens = [int(engine.counters.ids)]
+    for _ in range(n - 1):
+        engine.decode()
+        tokens.append(int(engine.counters.ids))
+    return logits, tokens
+
+
 def _projection(name: str) -> bool:
     """Every matrix the engine quantizes: the attention's q/k/v/o, the DeltaNet's in_proj_* and out_proj, the
     MLP's gate/up/down (the conv taps, norms, A_log and dt_bias stay as they are)."""
@@ -77,11 +88,10 @@ def test_greedy_tokens_and_logits_equal_the_dequantized_reference(weights, rt, f
     ref = oracle(weights, fmt)
     engine = Engine(TINY, weights, max_seq_len=40, level=level, weight_format=fmt, prefill_chunk=8,
                     cuda_graph=False)
-    logits = engine.prefill(PROMPT).clone()
+    logits, tokens = prompt_then_tokens(engine, PROMPT, NEW_TOKENS)
     want = ref(PROMPT, ref.new_cache(40))[-1]
     err = (logits.double() - want.double()).abs().max() / want.double().abs().max()
     assert err <= 1e-4, f"{fmt} at {level}: logits {err:.2e} (relative to the largest) from the oracle's"
-    tokens = engine.generate(PROMPT, NEW_TOKENS, eos_token_id=None)
     assert tokens == generate(ref, PROMPT, NEW_TOKENS, eos_token_id=None)
     assert len(set(tokens)) > 3                                  # a varied path, not one token repeated
 
@@ -109,8 +119,8 @@ def test_fp16_mode_runs_8_bit_weights_at_every_level(weights, rt):
     for level in ("operators", "fused", "fast"):
         engine = Engine(TINY, half, max_seq_len=40, level=level, weight_format="int8", prefill_chunk=8)
         assert engine.wide_stream
-        logits = engine.prefill(PROMPT).double().clone()
-        runs[level] = engine.generate(PROMPT, NEW_TOKENS, eos_token_id=None), logits
+        logits, tokens = prompt_then_tokens(engine, PROMPT, NEW_TOKENS)
+        runs[level] = tokens, logits.double()
     (tokens, a), *others = runs.values()
     for level, (other_tokens, b) in zip(("fused", "fast"), others):
         assert other_tokens == tokens, level
