@@ -24,9 +24,13 @@ of 8 672-674 / 684-685, of 32 619.6, 630.8 / 648-650, on 2 warps 638 / 660-662, 
 by more than the run-to-run spread; 8 rows on 4 warps gains 22 us at 4,096 and loses 26 at 128 (the runs' means). The
 recurrence's variants change its tokens (another reduction tree on the GPU): its sums are not in the same
 order after all.
-The variant "recurrence without the overlap" (the recurrence launched plainly, so it starts when the in-projection
-has finished and holds no SM while it runs; the kernels after it keep PDL) was added later and is not measured yet:
-PROBE_VARIANTS="as is;recurrence without the overlap" python -m lab.deltanet_pdl_probe (under a minute of runs).
+Variants added later, on what PDL adds to the recurrence: "recurrence without the overlap" (the recurrence launched
+plainly, so it starts when the in-projection has finished and holds no SM while it runs; the kernels after it keep
+PDL), and the recurrence or FlashDecoding's merge letting the next kernel launch later than at its entry (after
+the token's loads of q, k, v, a and b, or at its end; `late_trigger_kernel`, `late_merge_kernel`). Each kernel
+after them, an output projection, streams its whole weight tile in before its own wait: launched at the small
+kernel's entry, that stream shares the memory system with the small kernel's dependent loads. Not measured yet:
+PROBE_VARIANTS="as is;recurrence without the overlap;..." python -m lab.deltanet_pdl_probe (names joined by ";").
 Verdict: not adopted: the launch shapes are not what holds the recurrence at 4.5 us a layer (it waits for
 the in-projection and then runs a chain of dependent loads, reductions and stores, whatever its shape);
 solutions/layer_fusion.py and solutions/norm_fusion.py keep theirs.
