@@ -386,8 +386,9 @@ class Engine(Forward):
             if not isinstance(flag, bool):
                 raise TypeError(f"{name} must be True or False, got {flag!r}")
         history = [self.pending] if self.pending is not None and not reset else []
-        prompt = self.check_tokens(history + self.check_tokens(prompt_ids, cached=0), max_new_tokens,
-                                   cached=0 if reset else self.length)
+        # the pending token is the engine's own: only the new ids need checking, and once
+        prompt = history + self.check_tokens(prompt_ids, max_new_tokens,
+                                             cached=(0 if reset else self.length) + len(history))
         if len(prompt) == len(history):
             raise ValueError("the prompt is empty: give at least one token")
         if not greedy:
