@@ -24,7 +24,7 @@ best of 108 at each context alone: 6.23 / 6.98 / 8.78 us (16-row steps at the sh
 Verdict: adopted for the recurrence: `gated_delta_rule_recurrent_gates` (solutions/layer_fusion.py) launches on
 one warp (2.83 -> 2.68 us in the engine's profile; first run: lab/results/engine_runs/one_ahead/). Not
 changed: the gated-norm out-projection (`gated_norm_linear_residual`) and FlashDecoding (`decoding_config`,
-solutions/flash_decoding.py), ~6 us a token in all (2.7 + 3.0 at 128 cached tokens), within the run-to-run
+solutions/flash_decoding.py), ~6 us a token in all (2.7 + 3.1 at 128 cached tokens), within the run-to-run
 spread of the engine's table.
 The hand-picked rows timed here are the configs of that day (the recurrence then on 4 warps).
 """

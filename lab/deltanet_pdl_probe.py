@@ -26,11 +26,12 @@ recurrence's variants change its tokens (another reduction tree on the GPU): its
 order after all.
 Variants added later, on what PDL adds to the recurrence: "recurrence without the overlap" (the recurrence launched
 plainly, so it starts when the in-projection has finished and holds no SM while it runs; the kernels after it keep
-PDL), and the recurrence or FlashDecoding's merge letting the next kernel launch later than at its entry (after
-the token's loads of q, k, v, a and b, or at its end; `late_trigger_kernel`, `late_merge_kernel`). Each kernel
-after them, an output projection, streams its whole weight tile in before its own wait: launched at the small
-kernel's entry, that stream shares the memory system with the small kernel's dependent loads. Not measured yet:
-PROBE_VARIANTS="as is;recurrence without the overlap;..." python -m lab.deltanet_pdl_probe (names joined by ";").
+PDL), the recurrence letting the next kernel launch after the token's loads of q, k, v, a and b rather than at its
+entry (`late_trigger_kernel`), and FlashDecoding's merge letting it launch only at its end (`late_merge_kernel`).
+The kernel after each, an output projection, streams its whole weight tile in before its own wait: launched at
+the small kernel's entry, that stream shares the memory system with the small kernel's dependent loads.
+(`pdl_variants_probe` measured the recurrence's trigger after its stores and at its exit: within the spread.)
+Not measured yet: PROBE_VARIANTS="as is;recurrence without the overlap;..." python -m lab.deltanet_pdl_probe.
 Verdict: not adopted: the launch shapes are not what holds the recurrence at 4.5 us a layer (it waits for
 the in-projection and then runs a chain of dependent loads, reductions and stores, whatever its shape);
 solutions/layer_fusion.py and solutions/norm_fusion.py keep theirs.
@@ -55,9 +56,7 @@ VARIANTS = {"as is": {}, "recurrence, blocks of 8": {"block_v": 8}, "recurrence,
                                                                            "block_v": 8},
             "recurrence without the overlap": {"overlap": False},
             "recurrence lets the next kernel launch after its loads": {"trigger": "loads"},
-            "recurrence lets the next kernel launch at its end": {"trigger": "end"},
-            "merge lets the next kernel launch at its end": {"merge_trigger": "end"},
-            "both at their end": {"trigger": "end", "merge_trigger": "end"}}
+            "merge lets the next kernel launch at its end": {"merge_trigger": "end"}}
 # PROBE_VARIANTS="as is;recurrence without the overlap": only those (names joined by ";")
 CHOSEN = [n for n in os.environ.get("PROBE_VARIANTS", "").split(";") if n]
 
@@ -73,14 +72,12 @@ LAST_LOAD = "        g = decay_rate * softplus(tl.load(a_ptr + t * sa + hv).to(t
 
 
 @functools.lru_cache(maxsize=None)
-def late_trigger_kernel(where: str):
-    """The recurrence with `griddepcontrol.launch_dependents` moved from its entry: after a token's loads of q,
-    k, v, a and b ("loads": the next kernel's weight stream then starts once those have arrived), or nowhere
-    ("end": the next kernel launches when this one has finished). Nothing else of the kernel changes."""
+def late_trigger_kernel():
+    """The recurrence with `griddepcontrol.launch_dependents` moved from its entry to after a token's loads of q,
+    k, v, a and b: the next kernel's weight stream starts once those have arrived. Nothing else changes."""
     lf, _ = _modules()
-    edits = [(ENTRY_TRIGGER, "    hv = tl.program_id(0)")]
-    if where == "loads":
-        edits.append((LAST_LOAD, LAST_LOAD + "        if PDL:\n            pdl_launch_dependents()\n"))
+    edits = [(ENTRY_TRIGGER, "    hv = tl.program_id(0)"),
+             (LAST_LOAD, LAST_LOAD + "        if PDL:\n            pdl_launch_dependents()\n")]
     return common.edited_kernel(lf.recurrent_gates_kernel, edits)
 
 
@@ -105,7 +102,7 @@ def patched(variant: dict):
     saved = lf.gated_delta_rule_recurrent_gates, nf.fused_gemv_config, lf.recurrent_gates_kernel, \
         fd.flash_decoding_merge_kernel
     if "trigger" in variant:                 # the launch sites read the kernel from their module at each call
-        lf.recurrent_gates_kernel = late_trigger_kernel(variant["trigger"])
+        lf.recurrent_gates_kernel = late_trigger_kernel()
     if variant.get("merge_trigger") == "end":
         fd.flash_decoding_merge_kernel = late_merge_kernel()
     shape = {k: v for k, v in variant.items() if k in ("block_v", "num_warps")}
@@ -185,9 +182,9 @@ def check() -> float:
     want, want_s = reference(q.double(), k.double(), v.double(), a.double(), b.double(), A_log.double(),
                              dt_bias.double(), s0.double())
     worst = 0.0
-    for block_v, warps, trigger in ((8, 1, None), (16, 2, None), (32, 4, None), (16, 1, "loads"), (16, 1, "end")):
-        with common.replaced(lf, "recurrent_gates_kernel",
-                             late_trigger_kernel(trigger) if trigger else lf.recurrent_gates_kernel):
+    for block_v, warps, late in ((8, 1, False), (16, 2, False), (32, 4, False), (16, 1, True)):
+        kernel = late_trigger_kernel() if late else lf.recurrent_gates_kernel
+        with common.replaced(lf, "recurrent_gates_kernel", kernel):
             out, state = lf.gated_delta_rule_recurrent_gates(q, k, v, a, b, A_log, dt_bias, s0.clone(),
                                                              block_v=block_v, num_warps=warps)
         worst = max(worst, common.rel_err(out.cpu(), want.cpu()), common.rel_err(state.cpu(), want_s.cpu()))

@@ -19,7 +19,7 @@ program storing one value: 0.76 us.
   shape (programs)     grid, y stored   + x loaded   + weight from L2   from HBM (% of ceiling)
   8224 x 1024 (4112)        3.21            5.12           4.87             5.78 (68%)
   7168 x 1024 (3584)        2.90            4.69           4.46             5.44 (63%)
-  5120 x 1024 (2560)        2.29            3.80           3.62             4.51 (54%)
+  5120 x 1024 (2560)        2.29            3.80           3.62             4.51 (55%)
   1024 x 3584 (512)         1.13            2.86           2.78             3.69 (47%)
   1024 x 2048 (512)         1.13            2.32           2.32             2.89 (34%)
 From HBM rather than L2 adds 0.6-1.0 us a GEMV (`evict_first` or `evict_last`: the same, L2 keeps the

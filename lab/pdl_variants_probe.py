@@ -22,8 +22,8 @@ with them, overlapping or not; every other tile is as fast with them as without,
 639.8 / 668.3; the out-projections at 2 rows 645.1 / 662.1 (greedy tokens changed: another reduction
 layout), at 8 rows 652.0 / 677.9; every other variant's tokens equal the engine's. The same run measured
 two placements in the recurrence through switches then in solutions/layer_fusion.py, removed since, as
-neither was adopted: its state loaded after the wait 635.5 / 667.4, its trigger after its stores 622.2 /
-644.7 (at its exit 625.3 / 651.3), within the runs' spread of the kernel as it is.
+neither was adopted: its state loaded after the wait 635.5 / 667.4 (10-14 us slower than as it is); its trigger
+after its stores 622.2 / 644.7 (at its exit 625.3 / 651.3), within the runs' spread of the kernel as it is.
 Verdict: adopted: the LM head launches without PDL (solutions/linear.py, `PDL_MAX_PROGRAMS`: a GEMV of
 more programs than that launches plainly), 37 us a token (35 at 4,096); the recurrence keeps its state before the wait
 and its trigger at entry; the out-projections keep 4 rows.

@@ -29,9 +29,9 @@ under the interpreter at odd shapes against the fp64 product of the dequantized 
 Result: NVIDIA H200, 2026-12-05 (lab/results/quant_gemm_probe_nvidia-h200_2026-12-05.json; the figures in
 lab/README.md). (1) Every 8-bit form stayed slower than the bf16 TMA GEMM and cuBLAS at every shape and
 length: widening the weight costs more than its halved bytes save at these compute-bound sizes. fp8 gained from
-W x^T at most shapes (most at 1,024 tokens and more), int8 at few. (2) fp8's time to the first token was
-shorter with W x^T at 1,024 and 4,096 tokens, most at the sweep's tiles; int8's was not. First tokens identical
-across the variants of a format.
+W x^T in 13 of its 15 cases (every shape at 1,024 and 4,096 tokens), int8 in 5 (four of the five shapes at 1,024
+tokens, one at 512, none at 4,096). (2) fp8's time to the first token was shorter with W x^T at 1,024 and 4,096
+tokens, most at the sweep's tiles; int8's was not. First tokens identical across the variants of a format.
 Verdict: adopted for fp8: `fp8_config` in tritonllm_course/tma_gemm.py (W x^T, tiles by a rule that gives the
 sweep's fastest at 1,024 tokens and within 5% at 4,096); int8 keeps x W^T. The engine with `fp8_config` is not
 timed yet (the rule's tiles are those of variant (2)'s "the sweep's tiles" at 1,024 tokens). Since then variant "as

@@ -20,16 +20,16 @@ Writes OUTDIR/quant_group_probe_<gpu>_<date>.json, saved after every shape. `che
 with `quant_gemv` at odd shapes (a partial last group, a row block past N) under the interpreter or on the GPU.
 Result: NVIDIA H100 80GB HBM3, 2026-12-06, PROBE_S=90
 (lab/results/quant_group_probe_nvidia-h100-80gb-hbm3_2026-12-06.json;
-the sweep got through a few tiles a shape). Us a call, as is / channel rows, one group a step / several groups a
-step / per-channel int8: the LM head 95.3 / 90.7 / 216.7 / 84.7 (floor 86.8); DeltaNet in_proj 8.0 / 7.4 / 9.1 /
-5.3; gate|up 7.9 / 7.2 / 8.5 / 5.0; attention 7.6 / 6.7 / 6.7 / 4.1; down 21.5 / 15.4 / 5.8 / 3.9; o_proj 12.4 /
-9.4 / 3.6 / 3.0. So the 32 programs are the cause at the narrow shapes: steps over several groups win there 3.4-3.7x,
-and lose at the LM head and at the two wider K = 1,024 shapes (DeltaNet in_proj, gate|up), level at the attention
-projection (the gathered scales cost more than the long step saves).
+the sweep timed its whole grid: 46 tiles a shape at K = 1,024, 55 at the wider K). Us a call, as is / channel rows,
+one group a step / several groups a step / per-channel int8: the LM head 95.3 / 90.7 / 216.7 / 84.7 (floor 86.8);
+DeltaNet in_proj 8.0 / 7.4 / 9.1 / 5.3; gate|up 7.9 / 7.2 / 8.5 / 5.0; attention 7.6 / 6.7 / 6.7 / 4.1; down 21.5 /
+15.4 / 5.8 / 3.9; o_proj 12.4 / 9.4 / 3.6 / 3.0. So the 32 programs are the cause at the narrow shapes: steps over
+several groups win there 3.4-3.7x, and lose at the LM head and at the two wider K = 1,024 shapes (DeltaNet in_proj,
+gate|up), level at the attention projection (the gathered scales cost more than the long step saves).
 Verdict: adopted in solutions/quant.py: `quant_gemv_kernel` gathers each column's scale when a step spans several
 groups, and `gemv_config` keeps the per-channel step where K > 1024 outside the LM head, and steps of one group on
 the per-channel rows elsewhere. The sweep's best tiles at K = 1024 (e.g. 2 rows in steps of 256 on one warp for the
-attention projection, 5.5 us) are not taken: a fuller sweep would be needed to pick them. Run again after the
+attention projection, 5.5 us) are not taken: `gemv_config` keeps steps of one group there. Run again after the
 change (lab/results/quant_group_probe_nvidia-h100-80gb-hbm3_2026-12-06_adopted.json), "as is" took 6.0 us at the
 down projection, 4.1 at o_proj and 90.8 at the LM head.
 """
