@@ -1,4 +1,5 @@
-"""Under PDL, which launch shapes shorten the DeltaNet layer's recurrence and its in-projection?
+"""Under PDL, which launch shapes shorten the DeltaNet layer's recurrence and its in-projection, and where should
+the small decode kernels let the next one launch?
 
     python -m lab.deltanet_pdl_probe [OUTDIR]   (on an sm_90 GPU; writes OUTDIR/deltanet_pdl_probe_<gpu>_<date>.json)
 
@@ -27,14 +28,23 @@ order after all.
 Variants added later, on what PDL adds to the recurrence: "recurrence without the overlap" (the recurrence launched
 plainly, so it starts when the in-projection has finished and holds no SM while it runs; the kernels after it keep
 PDL), the recurrence letting the next kernel launch after the token's loads of q, k, v, a and b rather than at its
-entry (`late_trigger_kernel`), and FlashDecoding's merge letting it launch only at its end (`late_merge_kernel`).
-The kernel after each, an output projection, streams its whole weight tile in before its own wait: launched at
-the small kernel's entry, that stream shares the memory system with the small kernel's dependent loads.
-(`pdl_variants_probe` measured the recurrence's trigger after its stores and at its exit: within the spread.)
-Not measured yet: PROBE_VARIANTS="as is;recurrence without the overlap;..." python -m lab.deltanet_pdl_probe.
-Verdict: not adopted: the launch shapes are not what holds the recurrence at 4.5 us a layer (it waits for
-the in-projection and then runs a chain of dependent loads, reductions and stores, whatever its shape);
-solutions/layer_fusion.py and solutions/norm_fusion.py keep theirs.
+entry (`late_trigger_kernel`), and FlashDecoding's merge letting it launch only at its end. The kernel after each,
+an output projection, streams its whole weight tile in before its own wait: launched at the small kernel's entry,
+that stream shares the memory system with the small kernel's dependent loads. (`pdl_variants_probe` had measured
+the recurrence's trigger after its stores and at its exit: within the spread.) Result: NVIDIA H100 80GB HBM3,
+2026-12-06 (lab/results/deltanet_pdl_probe_nvidia-h100-80gb-hbm3_2026-12-06.json), us per token at 128 / 4,096
+cached tokens, two runs each: as it was 752.8, 752.7 / 768.1, 773.2; the recurrence without the overlap 758.8,
+752.9 / 763.7, 764.4; its trigger after its loads 756.5, 741.1 / 767.7, 766.8; the merge's trigger at its end
+724.9, 724.5 / 755.1, 756.8: 28 us a token faster at 128 and 15 at 4,096 (the runs' means), the tokens the same.
+Since then the solution's merge waits without the trigger; `entry_merge_kernel` (the variant "merge lets the next
+kernel launch at its entry") is the merge as it was, for a rerun. Why the early launch of o_proj costs more after
+the merge than after the recurrence was not profiled; the split kernel and the q/k prologue, whose next kernels
+load nothing before their wait, keep their trigger at entry (not measured otherwise).
+Verdict: adopted: FlashDecoding's merge lets the next kernel launch at its end (solutions/flash_decoding.py), on
+the H100's measurement; not yet measured on the H200. Not adopted: the launch shapes are not what holds the
+recurrence at 4.5 us a layer (it waits for the in-projection and then runs a chain of dependent loads,
+reductions and stores, whatever its shape), and neither is where it lets the next kernel launch, nor PDL's
+overlap itself: solutions/layer_fusion.py and solutions/norm_fusion.py keep theirs.
 """
 import functools
 import os
@@ -56,7 +66,7 @@ VARIANTS = {"as is": {}, "recurrence, blocks of 8": {"block_v": 8}, "recurrence,
                                                                            "block_v": 8},
             "recurrence without the overlap": {"overlap": False},
             "recurrence lets the next kernel launch after its loads": {"trigger": "loads"},
-            "merge lets the next kernel launch at its end": {"merge_trigger": "end"}}
+            "merge lets the next kernel launch at its entry": {"merge_trigger": "entry"}}
 # PROBE_VARIANTS="as is;recurrence without the overlap": only those (names joined by ";")
 CHOSEN = [n for n in os.environ.get("PROBE_VARIANTS", "").split(";") if n]
 
@@ -82,15 +92,13 @@ def late_trigger_kernel():
 
 
 @functools.lru_cache(maxsize=None)
-def late_merge_kernel():
-    """FlashDecoding's merge waiting for the split kernel without letting the next kernel (o_proj, whose whole
-    weight tile streams in before its own wait) launch before it has finished."""
+def entry_merge_kernel():
+    """FlashDecoding's merge as it was before this probe: letting the next kernel (o_proj, whose whole weight
+    tile streams in before its own wait) launch at its entry, where the solution's lets it launch at its end."""
     from tritonllm_course import kernels
-    from tritonllm_course.triton_helpers import pdl_wait
     fd = kernels.load("flash_decoding", "solutions").module
-    entry = "    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores\n"
-    return common.edited_kernel(fd.flash_decoding_merge_kernel, [(entry, "    if PDL:\n        pdl_wait()\n")],
-                                pdl_wait=pdl_wait)
+    return common.edited_kernel(fd.flash_decoding_merge_kernel,
+                                [("    if PDL:\n        pdl_wait()\n", "    pdl_enter(PDL)\n")])
 
 
 @contextmanager
@@ -103,8 +111,8 @@ def patched(variant: dict):
         fd.flash_decoding_merge_kernel
     if "trigger" in variant:                 # the launch sites read the kernel from their module at each call
         lf.recurrent_gates_kernel = late_trigger_kernel()
-    if variant.get("merge_trigger") == "end":
-        fd.flash_decoding_merge_kernel = late_merge_kernel()
+    if variant.get("merge_trigger") == "entry":
+        fd.flash_decoding_merge_kernel = entry_merge_kernel()
     shape = {k: v for k, v in variant.items() if k in ("block_v", "num_warps")}
     if shape:
         lf.gated_delta_rule_recurrent_gates = functools.partial(saved[0], **shape)
@@ -192,7 +200,7 @@ def check() -> float:
 
 
 def _merge_differs(device: str) -> float:
-    """1.0 unless FlashDecoding with `late_merge_kernel` gives the solution's output bit for bit (4 splits over
+    """1.0 unless FlashDecoding with `entry_merge_kernel` gives the solution's output bit for bit (4 splits over
     a 37-row cache of 2 KV heads, 3 query heads each, gated), else 0.0."""
     from tritonllm_course import kernels
     fd = kernels.load("flash_decoding", "solutions").module
@@ -201,7 +209,7 @@ def _merge_differs(device: str) -> float:
     k_cache, v_cache = (torch.randn(50, 2, 32, generator=gen).to(device) for _ in range(2))
     length = torch.tensor([37], dtype=torch.int32, device=device)
     outs = []
-    for merge in (fd.flash_decoding_merge_kernel, late_merge_kernel()):
+    for merge in (fd.flash_decoding_merge_kernel, entry_merge_kernel()):
         with common.replaced(fd, "flash_decoding_merge_kernel", merge):
             outs.append(fd.flash_decoding(q, k_cache, v_cache, length, 32 ** -0.5, num_splits=4, gate=gate))
     return 0.0 if torch.equal(*outs) else 1.0

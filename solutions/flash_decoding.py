@@ -28,7 +28,7 @@ import triton.language as tl
 
 from tritonllm_course import kernels, triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args, runtime
-from tritonllm_course.triton_helpers import pdl_enter, sigmoid
+from tritonllm_course.triton_helpers import pdl_enter, pdl_wait, sigmoid
 
 # chapter 08_attention's online softmax, from the learner's attention.py once written (`kernels.jit_function`)
 online_softmax_update = kernels.jit_function("attention", "online_softmax_update", __file__)
@@ -100,8 +100,12 @@ def flash_decoding_merge_kernel(acc_ptr, m_ptr, l_ptr, length_ptr, out_ptr, gate
                                 BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_D: tl.constexpr,
                                 HAS_GATE: tl.constexpr, PDL: tl.constexpr = False):
     """Program (head, d block): out[head, d] from the partials of the splits in use (BLOCK_S >= splits).
-    HAS_GATE: times sigmoid(gate[head, d]) (Qwen's output gate, fused)."""
-    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores
+    HAS_GATE: times sigmoid(gate[head, d]) (Qwen's output gate, fused).
+    PDL: wait for the split kernel's stores, but let the next kernel (o_proj, which streams its whole weight
+    tile in before its own wait) launch only when this one has finished: 28 us a token faster at 128 cached
+    tokens than a trigger at entry (lab/deltanet_pdl_probe.py, H100)."""
+    if PDL:
+        pdl_wait()
     # BEGIN SOLUTION: the splits in use = cdiv(length, chunk) (same length and _chunk_rows as the split kernel);
     #   load their m and l (others: -inf and 0, never read); M = max m; w = exp2(m - M), 0 for unused splits;
     #   out = sum w * acc / sum w * l (the gate and the store follow)
