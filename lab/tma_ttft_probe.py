@@ -28,8 +28,8 @@ lab/results/tma_ttft_probe_nvidia-h100-80gb-hbm3_2026-12-06.json): at 4,000 toke
 the second round everywhere; the TMA engines' two rounds differ by a tenth at 4,000 tokens.
 Verdict: adopt the TMA form from MIN_M tokens on sm_90, as `tritonllm_course/tma_gemm.py` does. PDL at long
 prompts costs a few percent at most (nothing measurable on the H100 after the split), not the 17-18% of one bench
-run at 1,024 and 4,000 tokens (lab/results/ttft_tma_nvidia-h100-80gb-hbm3_2026-12-05.json): the engine keeps it (decode needs it), and the
-prompt's own kernels are where the rest of the gap to the targets lies.
+run at 1,024 and 4,000 tokens (lab/results/ttft_tma_nvidia-h100-80gb-hbm3_2026-12-05.json): the engine keeps it
+(decode needs it), and the prompt's own kernels are where the rest of the gap to the targets lies.
 """
 import torch
 
