@@ -51,7 +51,8 @@
 #             time kernel by kernel under PDL (lab/pdl_step_profile.py), its variants (lab/pdl_variants_probe.py),
 #             FlashDecoding's past rows before the wait (lab/flash_decoding_prefetch_probe.py) and the layers'
 #             launches under PDL: the attention layer's in one (lab/attention_launch_probe.py), the DeltaNet
-#             layer's launch shapes and its recurrence inside the in-projection (lab/deltanet_pdl_probe.py,
+#             layer's launch shapes, where its recurrence and FlashDecoding's merge let the next kernel launch,
+#             and its recurrence inside the in-projection (lab/deltanet_pdl_probe.py,
 #             lab/deltanet_head_fusion_probe.py), the wide-K projections split along K (lab/splitk_pdl_probe.py)
 # prefill     the lab's prompt experiment (16_delta_rule_chunked, 22_layer_fusion, 21_norm_fusion,
 #             lab/prefill_probe.py): the chunked delta rule's chunk size and value block, the GEMM + residual's
