@@ -75,8 +75,9 @@ def softmax_kernel(x_ptr, mask_ptr, out_ptr, S, T, scale_log2e,
 
     Row `row` of the [rows, S] scores uses mask row `row % T` (the mask is [T, S], shared by heads).
     """
-    # BEGIN EXERCISE: pass 1 over the row in BLOCK pieces: per-lane running max m and sum l of exp2(x*scale_log2e - m)
-    #   (masked keys = -inf); combine the lanes; pass 2: store exp2(x - M) / L
+    # BEGIN EXERCISE: pass 1 over the row in BLOCK pieces: per-lane running max m (from -1e30, not -inf) and sum l
+    #   of exp2(x*scale_log2e - m) (masked keys = -inf); combine the lanes into the row's M and L;
+    #   pass 2: store exp2(x*scale_log2e - M) / L (0 for masked keys)
     raise NotImplementedError("exercise attention.py, softmax_kernel: not implemented yet")
     # END EXERCISE
 
@@ -123,8 +124,8 @@ def decode_attention_kernel(q_ptr, k_cache_ptr, v_cache_ptr, length_ptr, out_ptr
     Online softmax: running max m and sum l per head; acc is rescaled when m grows.
     """
     # BEGIN EXERCISE: load the G query rows (padded to BLOCK_H); length from device memory (at most max_len);
-    #   loop over the cache in BLOCK_N rows: scores = q . K^T (masked past length) and the V tile folded into
-    #   (m, l, acc) by online_softmax_update; store acc / l
+    #   loop over the cache in BLOCK_N rows: scores = q . K^T * scale_log2e (-inf past length) and the V tile
+    #   folded into (m, l, acc) by online_softmax_update; store acc / l
     raise NotImplementedError("exercise attention.py, decode_attention_kernel: not implemented yet")
     # END EXERCISE
 

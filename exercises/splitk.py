@@ -74,7 +74,8 @@ def splitk_reduce_kernel(part_ptr, y_ptr, N, SPLIT, SPLIT_P2: tl.constexpr, BLOC
     columns. The order of the additions is tl.sum's, fixed at compile time, never the order in which
     stage 1's programs finished. CLEAR: also write zeros into the part values read (the atomic
     accumulator, ready for its next call)."""
-    # BEGIN EXERCISE: a [SPLIT_P2, BLOCK] tile of part (masked to SPLIT rows, N columns), tl.sum over axis 0
+    # BEGIN EXERCISE: a [SPLIT_P2, BLOCK] tile of part (masked to SPLIT rows, N columns), tl.sum over axis 0,
+    #   stored in y's dtype; with CLEAR, zeros stored back over the tile read
     raise NotImplementedError("exercise splitk.py, splitk_reduce_kernel: not implemented yet")
     # END EXERCISE
 

@@ -99,8 +99,9 @@ def softmax_kernel(x_ptr, mask_ptr, out_ptr, S, T, scale_log2e,
 
     Row `row` of the [rows, S] scores uses mask row `row % T` (the mask is [T, S], shared by heads).
     """
-    # BEGIN SOLUTION: pass 1 over the row in BLOCK pieces: per-lane running max m and sum l of exp2(x*scale_log2e - m)
-    #   (masked keys = -inf); combine the lanes; pass 2: store exp2(x - M) / L
+    # BEGIN SOLUTION: pass 1 over the row in BLOCK pieces: per-lane running max m (from -1e30, not -inf) and sum l
+    #   of exp2(x*scale_log2e - m) (masked keys = -inf); combine the lanes into the row's M and L;
+    #   pass 2: store exp2(x*scale_log2e - M) / L (0 for masked keys)
     row = tl.program_id(0).to(tl.int64)
     x_row = x_ptr + row * S
     mask_row = mask_ptr + (row % T) * S
@@ -197,8 +198,8 @@ def decode_attention_kernel(q_ptr, k_cache_ptr, v_cache_ptr, length_ptr, out_ptr
     Online softmax: running max m and sum l per head; acc is rescaled when m grows.
     """
     # BEGIN SOLUTION: load the G query rows (padded to BLOCK_H); length from device memory (at most max_len);
-    #   loop over the cache in BLOCK_N rows: scores = q . K^T (masked past length) and the V tile folded into
-    #   (m, l, acc) by online_softmax_update; store acc / l
+    #   loop over the cache in BLOCK_N rows: scores = q . K^T * scale_log2e (-inf past length) and the V tile
+    #   folded into (m, l, acc) by online_softmax_update; store acc / l
     g = tl.program_id(0)
     h = tl.arange(0, BLOCK_H)
     d = tl.arange(0, BLOCK_D)
