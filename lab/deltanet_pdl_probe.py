@@ -73,8 +73,10 @@ CHOSEN = [n for n in os.environ.get("PROBE_VARIANTS", "").split(";") if n]
 
 @functools.lru_cache(maxsize=None)
 def _modules():
+    """The solution modules the variants patch: layer_fusion, norm_fusion and flash_decoding."""
     from tritonllm_course import kernels
-    return kernels.load("layer_fusion", "solutions").module, kernels.load("norm_fusion", "solutions").module
+    return tuple(kernels.load(family, "solutions").module for family in ("layer_fusion", "norm_fusion",
+                                                                          "flash_decoding"))
 
 
 ENTRY_TRIGGER = "    if PDL:\n        pdl_launch_dependents()\n    hv = tl.program_id(0)"
@@ -85,7 +87,7 @@ LAST_LOAD = "        g = decay_rate * softplus(tl.load(a_ptr + t * sa + hv).to(t
 def late_trigger_kernel():
     """The recurrence with `griddepcontrol.launch_dependents` moved from its entry to after a token's loads of q,
     k, v, a and b: the next kernel's weight stream starts once those have arrived. Nothing else changes."""
-    lf, _ = _modules()
+    lf, _, _ = _modules()
     edits = [(ENTRY_TRIGGER, "    hv = tl.program_id(0)"),
              (LAST_LOAD, LAST_LOAD + "        if PDL:\n            pdl_launch_dependents()\n")]
     return common.edited_kernel(lf.recurrent_gates_kernel, edits)
@@ -95,8 +97,7 @@ def late_trigger_kernel():
 def entry_merge_kernel():
     """FlashDecoding's merge as it was before this probe: letting the next kernel (o_proj, whose whole weight
     tile streams in before its own wait) launch at its entry, where the solution's lets it launch at its end."""
-    from tritonllm_course import kernels
-    fd = kernels.load("flash_decoding", "solutions").module
+    fd = _modules()[2]
     return common.edited_kernel(fd.flash_decoding_merge_kernel,
                                 [("    if PDL:\n        pdl_wait()\n", "    pdl_enter(PDL)\n")])
 
@@ -104,9 +105,7 @@ def entry_merge_kernel():
 @contextmanager
 def patched(variant: dict):
     """The solution modules with the variant's launch shapes, as they were after."""
-    from tritonllm_course import kernels
-    lf, nf = _modules()
-    fd = kernels.load("flash_decoding", "solutions").module
+    lf, nf, fd = _modules()
     saved = lf.gated_delta_rule_recurrent_gates, nf.fused_gemv_config, lf.recurrent_gates_kernel, \
         fd.flash_decoding_merge_kernel
     if "trigger" in variant:                 # the launch sites read the kernel from their module at each call
@@ -179,7 +178,7 @@ def check() -> float:
             runs[name] = engine.generate(prompt, 6)
     base = runs["as is"]
     differing = sum(sum(a != b for a, b in zip(base, r)) for r in runs.values()) / (len(base) * len(runs))
-    lf, _ = _modules()
+    lf = _modules()[0]
     gen = torch.Generator().manual_seed(0)
     T, H, HV, DK, DV = 3, 2, 4, 16, 32
     q, k = (torch.nn.functional.normalize(torch.randn(T, H, DK, generator=gen), dim=-1).to(device) for _ in range(2))
@@ -202,8 +201,7 @@ def check() -> float:
 def _merge_differs(device: str) -> float:
     """1.0 unless FlashDecoding with `entry_merge_kernel` gives the solution's output bit for bit (4 splits over
     a 37-row cache of 2 KV heads, 3 query heads each, gated), else 0.0."""
-    from tritonllm_course import kernels
-    fd = kernels.load("flash_decoding", "solutions").module
+    fd = _modules()[2]
     gen = torch.Generator().manual_seed(1)
     q, gate = (torch.randn(6, 32, generator=gen).to(device) for _ in range(2))
     k_cache, v_cache = (torch.randn(50, 2, 32, generator=gen).to(device) for _ in range(2))
