@@ -69,7 +69,8 @@ PROBES_CHECKED = {
     "pdl_variants_probe.py": "the LM head's GEMV with and without the PDL calls",
     "flash_decoding_prefetch_probe.py": "FlashDecoding with the past rows loaded before the wait, odd lengths",
     "attention_launch_probe.py": "the one-launch attention against the prologue, split and merge kernels",
-    "deltanet_pdl_probe.py": "the recurrence at each value block and warp count; the tiny engine's tokens",
+    "deltanet_pdl_probe.py": "the recurrence at each value block and warp count and with its trigger moved; the merge "
+                             "as it was, bit for bit; the tiny engine's tokens",
     "family_tile_probe.py": "the whole-tile cap where the solutions read it, undone after",
     "splitk_pdl_probe.py": "the split-K GEMV + residual both ways, the counts reset; the tiny engine's tokens",
     "prompt_gemm_sweep.py": "the tensor-descriptor GEMM's three epilogues at odd shapes",
