@@ -38,8 +38,9 @@ cached tokens, two runs each: as it was 752.8, 752.7 / 768.1, 773.2; the recurre
 724.9, 724.5 / 755.1, 756.8: 28 us a token faster at 128 and 15 at 4,096 (the runs' means), the tokens the same.
 Since then the solution's merge waits without the trigger; `entry_merge_kernel` (the variant "merge lets the next
 kernel launch at its entry") is the merge as it was, for a rerun. Why the early launch of o_proj costs more after
-the merge than after the recurrence was not profiled; the split kernel and the q/k prologue, whose next kernels
-load nothing before their wait, keep their trigger at entry (not measured otherwise).
+the merge than after the recurrence was not profiled. The split kernel and the q/k prologue, whose next kernels
+load nothing before their wait, let them launch at entry; their variants letting them launch at their end
+(`exit_trigger_kernel`), alone and together, are not yet measured.
 Verdict: adopted: FlashDecoding's merge lets the next kernel launch at its end (solutions/flash_decoding.py), on
 the H100's measurement; not yet measured on the H200. Not adopted: the launch shapes are not what holds the
 recurrence at 4.5 us a layer (it waits for the in-projection and then runs a chain of dependent loads,
@@ -66,7 +67,10 @@ VARIANTS = {"as is": {}, "recurrence, blocks of 8": {"block_v": 8}, "recurrence,
                                                                            "block_v": 8},
             "recurrence without the overlap": {"overlap": False},
             "recurrence lets the next kernel launch after its loads": {"trigger": "loads"},
-            "merge lets the next kernel launch at its entry": {"merge_trigger": "entry"}}
+            "merge lets the next kernel launch at its entry": {"merge_trigger": "entry"},
+            "q/k prologue lets the next kernel launch at its end": {"exit_trigger": ("prologue",)},
+            "split lets the next kernel launch at its end": {"exit_trigger": ("split",)},
+            "q/k prologue and split let the next kernel launch at their end": {"exit_trigger": ("prologue", "split")}}
 # PROBE_VARIANTS="as is;recurrence without the overlap": only those (names joined by ";")
 CHOSEN = [n for n in os.environ.get("PROBE_VARIANTS", "").split(";") if n]
 
@@ -102,16 +106,31 @@ def entry_merge_kernel():
                                 [("    if PDL:\n        pdl_wait()\n", "    pdl_enter(PDL)\n")])
 
 
+ENTER = "    pdl_enter(PDL)   # with PDL: the next kernel may launch; wait for the previous one's stores\n"
+EXIT_TRIGGERED = {"prologue": (0, "qk_norm_rope_cache_kernel"), "split": (2, "flash_decoding_split_kernel")}
+
+
+@functools.lru_cache(maxsize=None)
+def exit_trigger_kernel(which: str):
+    """The q/k prologue ("prologue") or FlashDecoding's split kernel ("split") waiting for the kernel ahead without
+    letting the next one launch first: the next launches when this one has finished, as the merge's does."""
+    index, name = EXIT_TRIGGERED[which]
+    return common.edited_kernel(getattr(_modules()[index], name), [(ENTER, "    if PDL:\n        pdl_wait()\n")])
+
+
 @contextmanager
 def patched(variant: dict):
     """The solution modules with the variant's launch shapes, as they were after."""
     lf, nf, fd = _modules()
     saved = lf.gated_delta_rule_recurrent_gates, nf.fused_gemv_config, lf.recurrent_gates_kernel, \
-        fd.flash_decoding_merge_kernel
+        fd.flash_decoding_merge_kernel, lf.qk_norm_rope_cache_kernel, fd.flash_decoding_split_kernel
     if "trigger" in variant:                 # the launch sites read the kernel from their module at each call
         lf.recurrent_gates_kernel = late_trigger_kernel()
     if variant.get("merge_trigger") == "entry":
         fd.flash_decoding_merge_kernel = entry_merge_kernel()
+    for which in variant.get("exit_trigger", ()):
+        index, name = EXIT_TRIGGERED[which]
+        setattr(_modules()[index], name, exit_trigger_kernel(which))
     shape = {k: v for k, v in variant.items() if k in ("block_v", "num_warps")}
     if shape:
         lf.gated_delta_rule_recurrent_gates = functools.partial(saved[0], **shape)
@@ -136,7 +155,7 @@ def patched(variant: dict):
         yield
     finally:
         lf.gated_delta_rule_recurrent_gates, nf.fused_gemv_config, lf.recurrent_gates_kernel, \
-            fd.flash_decoding_merge_kernel = saved
+            fd.flash_decoding_merge_kernel, lf.qk_norm_rope_cache_kernel, fd.flash_decoding_split_kernel = saved
 
 
 def engine_us(variant: dict, context: int, tokens: int = 64) -> dict:
@@ -154,7 +173,7 @@ def _checked_variants(device: str) -> dict:
     for name, variant in VARIANTS.items():
         tile = tuple(sorted((k, v) for k, v in variant.items()
                             if not k.endswith("warps") and k not in ("in_proj_rows", "overlap", "trigger",
-                                                                         "merge_trigger")))
+                                                                         "merge_trigger", "exit_trigger")))
         if tile not in seen:
             seen.add(tile)
             kept[name] = variant
@@ -195,22 +214,42 @@ def check() -> float:
             out, state = lf.gated_delta_rule_recurrent_gates(q, k, v, a, b, A_log, dt_bias, s0.clone(),
                                                              block_v=block_v, num_warps=warps)
         worst = max(worst, common.rel_err(out.cpu(), want.cpu()), common.rel_err(state.cpu(), want_s.cpu()))
-    return differing + worst + _merge_differs(device)
+    return differing + worst + _edits_differ(device)
 
 
-def _merge_differs(device: str) -> float:
-    """1.0 unless FlashDecoding with `entry_merge_kernel` gives the solution's output bit for bit (4 splits over
-    a 37-row cache of 2 KV heads, 3 query heads each, gated), else 0.0."""
-    fd = _modules()[2]
+def _edits_differ(device: str) -> float:
+    """The fraction of the three edited kernels (`entry_merge_kernel`, the split and the q/k prologue of
+    `exit_trigger_kernel`) whose output is not the solution's bit for bit: FlashDecoding over a 37-row cache of 2
+    KV heads, 3 query heads each, 4 splits, gated; the prologue over 2 tokens of those heads, partial RoPE."""
+    lf, _, fd = _modules()
     gen = torch.Generator().manual_seed(1)
     q, gate = (torch.randn(6, 32, generator=gen).to(device) for _ in range(2))
     k_cache, v_cache = (torch.randn(50, 2, 32, generator=gen).to(device) for _ in range(2))
     length = torch.tensor([37], dtype=torch.int32, device=device)
-    outs = []
-    for merge in (fd.flash_decoding_merge_kernel, entry_merge_kernel()):
-        with common.replaced(fd, "flash_decoding_merge_kernel", merge):
-            outs.append(fd.flash_decoding(q, k_cache, v_cache, length, 32 ** -0.5, num_splits=4, gate=gate))
-    return 0.0 if torch.equal(*outs) else 1.0
+
+    def decoding():
+        return fd.flash_decoding(q, k_cache, v_cache, length, 32 ** -0.5, num_splits=4, gate=gate)
+
+    def prologue():
+        qt, kt, vt = (torch.randn(2, h, 32, generator=torch.Generator().manual_seed(2)).to(device) for h in (6, 2, 2))
+        caches = [torch.zeros(50, 2, 32, device=device) for _ in range(2)]
+        angles = torch.arange(50.0)[:, None] * torch.rand(8, generator=torch.Generator().manual_seed(3))[None, :]
+        out = lf.qk_norm_rope_cache(qt, kt, vt, q_weight=torch.full((32,), 0.1, device=device),
+                                    k_weight=torch.full((32,), -0.2, device=device), cos=angles.cos().to(device),
+                                    sin=angles.sin().to(device),
+                                    pos=torch.tensor([40, 41], dtype=torch.int32, device=device),
+                                    k_cache=caches[0], v_cache=caches[1])
+        return torch.cat([out.flatten(), *(c.flatten() for c in caches)])
+
+    runs = ((fd, "flash_decoding_merge_kernel", entry_merge_kernel(), decoding),
+            (fd, "flash_decoding_split_kernel", exit_trigger_kernel("split"), decoding),
+            (lf, "qk_norm_rope_cache_kernel", exit_trigger_kernel("prologue"), prologue))
+    differing = 0
+    for module, name, kernel, run in runs:
+        want = run()
+        with common.replaced(module, name, kernel):
+            differing += not torch.equal(run(), want)
+    return differing / len(runs)
 
 
 def main(out):

@@ -70,7 +70,8 @@ PROBES_CHECKED = {
     "flash_decoding_prefetch_probe.py": "FlashDecoding with the past rows loaded before the wait, odd lengths",
     "attention_launch_probe.py": "the one-launch attention against the prologue, split and merge kernels",
     "deltanet_pdl_probe.py": "the recurrence at each value block and warp count and with its trigger moved; the merge "
-                             "as it was, bit for bit; the tiny engine's tokens",
+                             "as it was, the split and the q/k prologue triggering at their end, bit for bit; the "
+                             "tiny engine's tokens",
     "family_tile_probe.py": "the whole-tile cap where the solutions read it, undone after",
     "splitk_pdl_probe.py": "the split-K GEMV + residual both ways, the counts reset; the tiny engine's tokens",
     "prompt_gemm_sweep.py": "the tensor-descriptor GEMM's three epilogues at odd shapes",
