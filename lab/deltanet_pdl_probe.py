@@ -40,9 +40,14 @@ Since then the solution's merge waits without the trigger; `entry_merge_kernel` 
 kernel launch at its entry") is the merge as it was, for a rerun. Why the early launch of o_proj costs more after
 the merge than after the recurrence was not profiled. The split kernel and the q/k prologue, whose next kernels
 load nothing before their wait, let them launch at entry; their variants letting them launch at their end
-(`exit_trigger_kernel`), alone and together, are not yet measured.
+(`exit_trigger_kernel`), alone and together, ran on an H100 after the merge's change (2026-12-06, at 2b26c82;
+lab/results/deltanet_pdl_probe_nvidia-h100-80gb-hbm3_2026-12-06_exit_triggers.json), us per token at 128 / 4,096
+cached tokens, two runs each: as it is 718.7, 725.5 / 757.4, 756.6; the prologue at its end 729.7, 722.1 / 762.6,
+761.4; the split at its end 730.9, 728.2 / 759.8, 759.9; both 727.8, 724.8 / 763.8, 763.3; the tokens the same.
 Verdict: adopted: FlashDecoding's merge lets the next kernel launch at its end (solutions/flash_decoding.py), on
-the H100's measurement; not yet measured on the H200. Not adopted: the launch shapes are not what holds the
+the H100's measurement; not yet measured on the H200. Not adopted: the prologue's and the split's trigger at their
+end (no gain at 128, 3-7 us a token slower at 4,096: a late trigger pays only where the next kernel has loads to
+start before its wait); the launch shapes are not what holds the
 recurrence at 4.5 us a layer (it waits for the in-projection and then runs a chain of dependent loads,
 reductions and stores, whatever its shape), and neither is where it lets the next kernel launch, nor PDL's
 overlap itself: solutions/layer_fusion.py and solutions/norm_fusion.py keep theirs.
