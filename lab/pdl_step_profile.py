@@ -25,6 +25,14 @@ kernels, which wait at their top or right after a state load: the recurrence 54 
 three small kernels. Since `Engine(pdl=False)` runs the PDL kernels one after another (the same bits),
 its row is the no-overlap one: a re-run the same day gave 706 / 710 / 624 us at 128 and 766 / 765 / 662 at
 4,096 (lab/results/pdl_step_profile_nvidia-h200_2026-12-02_rerun.json).
+Run again on an NVIDIA H100 80GB HBM3 after FlashDecoding's merge let o_proj launch at its end (2026-12-06, 2b26c82;
+lab/results/pdl_step_profile_nvidia-h100-80gb-hbm3_2026-12-06.json; copy ceiling 3,025 GB/s, floor 511 us at
+128 cached tokens): device time no PDL / PDL, no overlap / PDL 862 / 860 / 729 us at 128 and 920 / 918 / 765
+at 4,096. Above the bytes a kernel, PDL against no PDL at 128: the recurrence 4.6 against 2.6 us, FlashDecoding
+2.5 against 3.1, the q/k prologue 1.6 against 2.1: of the small kinds only the recurrence is still slower
+under PDL. The step's end (final norm 1.2 us, the two argmax kernels 3.4, the position advance 0.9, each its
+increment under PDL) bounds what folding those kernels into the LM head and the merge can save: 5.5 us, under
+1% of the step.
 Verdict: nothing to adopt (a measurement, read in lab/pdl_variants_probe.py): what remains between the
 engine and the floor is the small kernels' latency (the recurrence's chain of loads, reductions and stores,
 FlashDecoding's two kernels) more than the GEMVs' bytes: the next step is fewer of them (the DeltaNet decode
