@@ -122,7 +122,9 @@ def test_requests_that_do_not_fit_are_refused_before_any_work(model):
     engine = reference_engine(ref, max_seq_len=20)
     first = engine.generate(PROMPT, 3, eos_token_id=None)
     state = {n: [t.clone() for t in getattr(engine.cache, n).values()] for n in ("k", "v", "conv", "state")}
-    with pytest.raises(ValueError, match=r"exceed the engine's cache of 20 tokens.*nothing was run"):
+    held = engine.length + 1                                         # cached + the pending token
+    with pytest.raises(ValueError, match=rf"after the {held} tokens the sequence already holds exceed the engine's "
+                                         r"cache of 20 tokens.*nothing was run"):
         engine.generate([1, 2, 3, 4], 8, reset=False)                 # 13 cached + 1 pending + 4 + 8 > 20
     with pytest.raises(ValueError, match="outside the vocabulary"):
         engine.generate([1, TINY.vocab_size], 2, reset=False)

@@ -250,7 +250,7 @@ class Engine(Forward):
             bad = [t for t in ids if not 0 <= t < vocab]
             raise ValueError(f"token ids {bad[:5]} are outside the vocabulary [0, {vocab})")
         if cached + len(ids) + new_tokens > self.max_seq_len:
-            before = f" after the {cached} tokens already cached" if cached else ""
+            before = f" after the {cached} tokens the sequence already holds" if cached else ""   # pending too
             raise ValueError(f"{len(ids)} prompt tokens + {new_tokens} new tokens{before} exceed the engine's "
                              f"cache of {self.max_seq_len} tokens (max_seq_len); nothing was run")
         return ids
