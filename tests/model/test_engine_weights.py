@@ -144,8 +144,9 @@ def test_the_weights_are_kept_in_8_bits_and_the_embedding_in_the_model_dtype(wei
 @pytest.mark.parametrize("fmt", ("native",) + FORMATS)
 def test_the_memory_check_counts_every_matrix_the_merge_allocates(weights, fmt):
     """`merge_bytes`, what the engine checks against the device's memory before merging, is at least what the
-    merge keeps (native: exactly the stacked copies, the DeltaNet's in_proj_qkv/z/b/a among them; a single
-    projection is kept as it is) and, for 8-bit weights, no more than that plus one transient copy in fp32."""
+    merge keeps (native: the stacked copies, the DeltaNet's in_proj_qkv/z/b/a among them, plus one q_proj's
+    query and gate rows copied apart; a single projection is kept as it is) and, for 8-bit weights, no more than
+    that plus one transient copy in fp32."""
     merged = merge_weights(TINY, weights, fmt)
     given = {t.untyped_storage().data_ptr() for t in weights.values()}
     kept = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
@@ -154,11 +155,36 @@ def test_the_memory_check_counts_every_matrix_the_merge_allocates(weights, fmt):
             for t in (part.tensors() if isinstance(part, Quantized) else (part,))}
     new = sum(n for ptr, n in kept.items() if ptr not in given)
     need = merge_bytes(TINY, weights, fmt)
+    apart = max(t.numel() * t.element_size() for n, t in weights.items() if n.endswith("q_proj.weight"))
     if fmt == "native":
-        assert need == new > 0
+        assert need == new + apart and new > 0
     else:
         largest = max(t.numel() for n, t in weights.items() if _projection(n) or n == "embed_tokens.weight")
         assert new <= need <= new + largest * (4 + weights["embed_tokens.weight"].element_size())
+
+@pytest.mark.parametrize("fmt", ("native", "int8"))
+def test_merging_can_drop_each_layers_projections_as_it_goes(weights, fmt):
+    """consume=True (`Engine(own_weights=True)`, as `from_pretrained` and `random` build): the same merged weights
+    bit for bit, the dict left without a projection (its norms, conv taps and embedding kept), and a memory bound,
+    the largest group's, below the whole merge's; `Engine` leaves a caller's dict whole by default."""
+    want = merge_weights(TINY, weights, fmt)
+    mine = dict(weights)
+    got = merge_weights(TINY, mine, fmt, consume=True)
+
+    def flat(merged):
+        parts = [merged.embed, merged.norm, merged.lm_head]
+        for layer in merged.layers:
+            parts += [layer.ln1, layer.ln2, layer.mixer_in.weight, layer.mixer_out, layer.gate_up.weight, layer.down,
+                      *layer.small.values()]
+        return [t for part in parts for t in (part.tensors() if isinstance(part, Quantized) else (part,))]
+    assert all(torch.equal(a, b) for a, b in zip(flat(got), flat(want), strict=True))
+    assert [layer.mixer_in.pieces for layer in got.layers] == [layer.mixer_in.pieces for layer in want.layers]
+    assert not [n for n in mine if _projection(n)] and set(mine) == {n for n in weights if not _projection(n)}
+    assert merge_bytes(TINY, weights, fmt, consume=True) < merge_bytes(TINY, weights, fmt)
+    given = dict(weights)
+    Engine(TINY, given, max_seq_len=8, weight_format=fmt, default_source="reference")
+    assert given.keys() == weights.keys()
+
 
 def test_reference_sources_run_the_8_bit_weights_too(weights):
     """The quant slots' PyTorch source (the whole weight dequantized, then `F.linear`) gives the same tokens."""

@@ -118,12 +118,18 @@ class Engine(Forward):
                      sm_89+): the projections and a copy of the LM head quantized once, at load (`merged.py`),
                      run by every level (`plan.quant_plan`), but "int8_group" not by "fast". Tokens
                      may differ from the native weights' (chapter 31_weight_quant's accuracy table)
+    own_weights:     the engine may drop each layer's projections from `weights` as it merges them (the dict is
+                     then no longer a checkpoint): its merged copies never sit beside the whole checkpoint, so a
+                     model's peak memory is its weights plus one layer's stacked matrix (27B: 50 GiB, not 81).
+                     `from_pretrained` and `random` build their own dicts and pass True; the default leaves a
+                     caller's weights (a reference model's, shared) whole
     """
 
     def __init__(self, config: Qwen35Config, weights: dict[str, torch.Tensor], *, max_seq_len: int = MAX_SEQ_LEN,
                  sources: dict | None = None, default_source: str | None = None, cuda_graph: bool = True,
                  prefill_chunk: int = PREFILL_CHUNK, level: str = LEVEL, prefill_graph: bool = True,
-                 pdl: bool | None = None, merged: EngineWeights | None = None, weight_format: str = WEIGHT_FORMAT):
+                 pdl: bool | None = None, merged: EngineWeights | None = None, weight_format: str = WEIGHT_FORMAT,
+                 own_weights: bool = False):
         max_seq_len, prefill_chunk = check_arguments(max_seq_len, prefill_chunk, level, weight_format)
         check_weights(config, weights)
         check_limits(config)            # shapes no level takes: refused before anything is allocated
@@ -132,14 +138,16 @@ class Engine(Forward):
         self.dtype, self.device = embed.dtype, embed.device
         check_fp8(weight_format, self.device)   # check_arguments' last check: the device is the weights'
         if merged is None:   # the merged projections are a second copy of every layer's projections
-            check_memory(merge_bytes(c, weights, weight_format), self.device, "the engine's merged projections")
+            check_memory(merge_bytes(c, weights, weight_format, consume=own_weights), self.device,
+                         "the engine's merged projections")
         self.cache = Qwen35Cache.allocate(c, max_seq_len, dtype=self.dtype, device=self.device)
         self.max_seq_len = max_seq_len
         if merged is not None and (len(merged.layers) != c.num_hidden_layers or merged.embed is not embed):
             raise ValueError("merged= must be the merged weights of an engine built from these same weights")
         if merged is not None and merged.format != weight_format:
             raise ValueError(f"merged= holds {merged.format} weights; this engine asks for {weight_format}")
-        self.weights = merged if merged is not None else merge_weights(c, weights, weight_format)
+        self.weights = merged if merged is not None else merge_weights(c, weights, weight_format,
+                                                                          consume=own_weights)
         self.weight_format = weight_format
         self.level = level
         # what each path runs and fuses at this level and weight format, fitted once (plan.py)
@@ -209,18 +217,20 @@ class Engine(Forward):
     # construction ------------------------------------------------------------------------------------
     @classmethod
     def from_pretrained(cls, source, dtype=None, device="cpu", **kwargs) -> "Engine":
-        """From a checkpoint directory or hub id (`weights.load_weights`); kwargs as `Engine`. With 8-bit
-        `weight_format` the loaded projections are dropped once the engine is built: it keeps their 8-bit copies
-        and the embedding table."""
+        """From a checkpoint directory or hub id (`weights.load_weights`); kwargs as `Engine`. Each layer's loaded
+        projections are dropped as they are merged (`own_weights`): with 8-bit `weight_format` the engine keeps
+        their 8-bit copies and the embedding table."""
         check_arguments(**kwargs, device=device)    # before the weights load
         config, weights = load_weights(source, dtype=dtype, device=device)
-        return cls(config, weights, **kwargs)
+        return cls(config, weights, **{"own_weights": True, **kwargs})
 
     @classmethod
     def random(cls, config: Qwen35Config, dtype=torch.float32, device="cpu", seed: int = 0, **kwargs) -> "Engine":
-        """Random weights of the config's shapes (transformers' initialisation)."""
+        """Random weights of the config's shapes (transformers' initialisation), merged as they are dropped
+        (`own_weights`)."""
         check_arguments(**kwargs, device=device)    # before any weight
-        return cls(config, random_weights(config, dtype=dtype, device=device, seed=seed), **kwargs)
+        return cls(config, random_weights(config, dtype=dtype, device=device, seed=seed),
+                   **{"own_weights": True, **kwargs})
 
     @classmethod
     def from_model(cls, model, **kwargs) -> "Engine":

@@ -156,30 +156,42 @@ def layer_projections(config: Qwen35Config, i: int) -> dict[str, tuple[str, ...]
     return {**names, "gate_up": (m + "gate_proj.weight", m + "up_proj.weight"), "down": (m + "down_proj.weight",)}
 
 
-def merge_bytes(config: Qwen35Config, weights: dict[str, torch.Tensor], fmt: str = "native") -> int:
+def merge_bytes(config: Qwen35Config, weights: dict[str, torch.Tensor], fmt: str = "native",
+                consume: bool = False) -> int:
     """The most memory `merge_weights` allocates beside the checkpoint's tensors, for the check before it runs.
     Native: the stacked matrices (a single projection is kept, not copied). 8-bit: every projection and the LM
     head's copy at one byte a weight plus fp32 scales (a row's, or a row's per group of GROUP_SIZE), and the
-    largest transient of the quantizer: a stacked copy in the model's dtype and an fp32 copy of one matrix."""
-    total, transient = 0, 0
+    largest transient of the quantizer: a stacked copy in the model's dtype and an fp32 copy of one matrix.
+    Either way an attention layer's query and gate rows are copied apart first (`deinterleave_query_gate`).
+    consume (`merge_weights(consume=True)`): a group's matrices leave the checkpoint once merged, freeing at least
+    what the group keeps, so the peak is the largest group's own: what it keeps plus its transient."""
+    total, transient, peak = 0, 0, 0
     head = weights.get("lm_head.weight", weights["embed_tokens.weight"])
-    groups = [names for i in range(config.num_hidden_layers) for names in layer_projections(config, i).values()]
-    for names in groups + ([("lm_head.weight",)] if fmt != "native" else []):
+    groups = [(i, kind, names) for i in range(config.num_hidden_layers)
+              for kind, names in layer_projections(config, i).items()]
+    for i, kind, names in groups + ([(None, "lm_head", ("lm_head.weight",))] if fmt != "native" else []):
         parts = [head if n == "lm_head.weight" else weights[n] for n in names]
-        rows, cols = sum(t.shape[0] for t in parts), parts[0].shape[1]
-        stacked = rows * cols * parts[0].element_size() if len(parts) > 1 else 0
-        if fmt == "native":
-            total += stacked
-            continue
-        scales = rows * (-(-cols // GROUP_SIZE) if fmt == "int8_group" else 1) * 4
-        total += rows * cols + scales
-        transient = max(transient, stacked + rows * cols * 4)
-    return total + transient
+        rows, cols, size = sum(t.shape[0] for t in parts), parts[0].shape[1], parts[0].element_size()
+        stacked = rows * cols * size if len(parts) > 1 else 0
+        apart = parts[0].numel() * size if kind == "mixer_in" and config.layer_types[i] == "full_attention" else 0
+        keep = stacked
+        if fmt != "native":
+            keep = rows * cols + rows * (-(-cols // GROUP_SIZE) if fmt == "int8_group" else 1) * 4
+            apart += stacked + rows * cols * 4
+        total += keep
+        transient = max(transient, apart)
+        peak = max(peak, keep + apart)
+    return peak if consume else total + transient
 
 
-def merge_weights(config: Qwen35Config, weights: dict[str, torch.Tensor], fmt: str = "native") -> EngineWeights:
+def merge_weights(config: Qwen35Config, weights: dict[str, torch.Tensor], fmt: str = "native",
+                  consume: bool = False) -> EngineWeights:
     """The engine's weights from the checkpoint's (names without prefix, as `weights.load_weights` gives);
-    the projections and the LM head quantized to `fmt` unless it is "native" (see the module doc)."""
+    the projections and the LM head quantized to `fmt` unless it is "native" (see the module doc).
+    consume: each layer's projections (and an untied 8-bit LM head) are dropped from `weights` once merged, so
+    the merged copies never sit beside the whole checkpoint: for a dict no one else holds
+    (`Engine(own_weights=True)`, as `from_pretrained` and `random` build). A 27B's peak is then its weights plus
+    one layer's stacked matrix, not plus every layer's (31 GB)."""
     c = config
     layers = []
     for i, kind in enumerate(c.layer_types):
@@ -188,8 +200,8 @@ def merge_weights(config: Qwen35Config, weights: dict[str, torch.Tensor], fmt: s
         if kind == "full_attention":
             a = p + "self_attn."
             q_name, k_name, v_name = names["mixer_in"]
-            q, gate = deinterleave_query_gate(weights[q_name], c.num_attention_heads, c.head_dim)
-            parts = {"q": q, "gate": gate, "k": weights[k_name], "v": weights[v_name]}
+            parts = dict(zip(("q", "gate"), deinterleave_query_gate(weights[q_name], c.num_attention_heads,
+                                                                     c.head_dim)), k=weights[k_name], v=weights[v_name])
             small = {"q_norm": weights[a + "q_norm.weight"], "k_norm": weights[a + "k_norm.weight"]}
         else:
             a = p + "linear_attn."
@@ -203,6 +215,12 @@ def merge_weights(config: Qwen35Config, weights: dict[str, torch.Tensor], fmt: s
             mixer_in=Merged.stack(parts, fmt), mixer_out=_converted(weights[names["mixer_out"][0]], fmt),
             gate_up=Merged.stack({"gate": weights[gate_name], "up": weights[up_name]}, fmt),
             down=_converted(weights[names["down"][0]], fmt), small=small))
+        del parts                      # the query and gate rows copied apart: freed before the next layer's
+        if consume:                    # kept tensors (native single projections) live on in `layers`
+            for name in (n for group in names.values() for n in group):
+                del weights[name]
     embed = weights["embed_tokens.weight"]
-    return EngineWeights(embed=embed, lm_head=_converted(weights.get("lm_head.weight", embed), fmt),
-                         norm=weights["norm.weight"], layers=layers, format=fmt)
+    lm_head = _converted(weights.get("lm_head.weight", embed), fmt)
+    if consume and fmt != "native":
+        weights.pop("lm_head.weight", None)
+    return EngineWeights(embed=embed, lm_head=lm_head, norm=weights["norm.weight"], layers=layers, format=fmt)
