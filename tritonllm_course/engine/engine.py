@@ -226,8 +226,7 @@ class Engine(Forward):
 
     @classmethod
     def random(cls, config: Qwen35Config, dtype=torch.float32, device="cpu", seed: int = 0, **kwargs) -> "Engine":
-        """Random weights of the config's shapes (transformers' initialisation), merged as they are dropped
-        (`own_weights`)."""
+        """Random weights of the config's shapes (transformers' initialisation), dropped as merged (`own_weights`)."""
         check_arguments(**kwargs, device=device)    # before any weight
         return cls(config, random_weights(config, dtype=dtype, device=device, seed=seed),
                    **{"own_weights": True, **kwargs})
