@@ -137,7 +137,7 @@ class Engine(Forward):
         c = self.config = config
         self.dtype, self.device = embed.dtype, embed.device
         check_fp8(weight_format, self.device)   # check_arguments' last check: the device is the weights'
-        if merged is None:   # the merged projections are a second copy of every layer's projections
+        if merged is None:   # a second copy of the projections (own_weights: one layer's at a time)
             check_memory(merge_bytes(c, weights, weight_format, consume=own_weights), self.device,
                          "the engine's merged projections")
         self.cache = Qwen35Cache.allocate(c, max_seq_len, dtype=self.dtype, device=self.device)
