@@ -191,7 +191,7 @@ def merge_weights(config: Qwen35Config, weights: dict[str, torch.Tensor], fmt: s
     consume: each layer's projections (and an untied 8-bit LM head) are dropped from `weights` once merged, so
     the merged copies never sit beside the whole checkpoint: for a dict no one else holds
     (`Engine(own_weights=True)`, as `from_pretrained` and `random` build). A 27B's peak is then its weights plus
-    one layer's stacked matrix, not plus every layer's (31 GB)."""
+    one layer's stacked matrix (0.3 GiB, `merge_bytes(consume=True)`), not plus every layer's (31 GiB)."""
     c = config
     layers = []
     for i, kind in enumerate(c.layer_types):
