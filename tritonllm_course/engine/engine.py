@@ -120,7 +120,7 @@ class Engine(Forward):
                      may differ from the native weights' (chapter 31_weight_quant's accuracy table)
     own_weights:     the engine may drop each layer's projections from `weights` as it merges them (the dict is
                      then no longer a checkpoint): its merged copies never sit beside the whole checkpoint, so a
-                     model's peak memory is its weights plus one layer's stacked matrix (at 27B 0.3 GiB beside them, not 31).
+                     model's peak memory is its weights plus one layer's stacked matrix (27B: 0.3 GiB, not 31 more).
                      `from_pretrained` and `random` build their own dicts and pass True; the default leaves a
                      caller's weights (a reference model's, shared) whole
     """
