@@ -31,6 +31,7 @@ Verdict: nothing to adopt: the whole tile up to K = 16,384 stays (tritonllm_cour
 K is slower at 9B and level at 4B. The 27B question stays open until the probe runs on an H200
 (SIZES=qwen3.5-27b).
 """
+import contextlib
 import functools
 import os
 
@@ -52,19 +53,30 @@ def capped(max_k: int):
     return common.replaced(triton_helpers, "pdl_gemv_config", config)
 
 
+def rule_before():
+    """`triton_helpers.pdl_gemv_config` as it was before PDL_MIN_FILL: the whole tile at every K up to
+    PDL_MAX_K, however little of its padded width K fills; as it is after."""
+    return common.replaced(triton_helpers, "PDL_MIN_FILL", 0.0)
+
+
 def check() -> float:
-    """The cap takes effect where the solutions read it (the fused GEMV's and the GEMV + residual's PDL
-    configs at 27B's K) and is undone after: 0.0 when so, else 1.0."""
+    """The cap and the rule before take effect where the solutions read them (the fused GEMV's and the GEMV +
+    residual's PDL configs at 27B's K: 6,144 whole as it is, 5,120 whole only by the rule before) and are undone
+    after: 0.0 when so, else 1.0."""
     from tritonllm_course import kernels
     nf = kernels.load("norm_fusion", "solutions").module
     lf = kernels.load("layer_fusion", "solutions").module
-    whole = lambda cfg: cfg.get("UNROLL") == 5120 and cfg["BLOCK_K"] == 8192     # noqa: E731
-    before = whole(nf.fused_gemv_config(14336, 5120, norm=True, pdl=True))
+
+    def whole(K):
+        cfg = nf.fused_gemv_config(14336, K, norm=True, pdl=True)
+        return cfg.get("UNROLL") == K and cfg["BLOCK_K"] == 8192
+    before = whole(6144) and not whole(5120)
     with capped(4096):
-        during = whole(nf.fused_gemv_config(14336, 5120, norm=True, pdl=True)) or \
-            lf.gemv_residual_config(5120, 6144, pdl=True)["BLOCK_K"] == 8192
-    after = whole(nf.fused_gemv_config(14336, 5120, norm=True, pdl=True))
-    return 0.0 if before and not during and after else 1.0
+        during = whole(6144) or lf.gemv_residual_config(5120, 6144, pdl=True)["BLOCK_K"] == 8192
+    with rule_before():
+        old = whole(5120) and lf.gemv_residual_config(5120, 5120, pdl=True)["BLOCK_K"] == 8192
+    after = whole(6144) and not whole(5120)
+    return 0.0 if before and not during and old and after else 1.0
 
 
 def main(out):
@@ -74,11 +86,13 @@ def main(out):
     path = common.result_path(out, "family_tile_probe")
     for size in SIZES:
         config = get_config(size)
-        runs = [("operators", None)] + [("fast", cap) for cap in CAPS] + [("fused", CAPS[0]), ("fused", 0)]
+        runs = [("operators", None)] + [("fast", cap) for cap in CAPS] + [("fast", "before")] + \
+            [("fused", CAPS[0]), ("fused", "before"), ("fused", 0)]
         for level, cap in runs:
-            key = f"{size} {level}" + ("" if cap is None else f" whole tile up to K = {cap}")
+            key = f"{size} {level}" + {None: "", "before": " the rule before"}.get(cap, f" whole tile up to K = {cap}")
             try:
-                with capped(16384 if cap is None else cap):
+                with capped(16384 if cap in (None, "before") else cap), \
+                        (rule_before() if cap == "before" else contextlib.nullcontext()):
                     res["engine"][key] = common.fast_decode_us(CONTEXT, TOKENS, config=config, level=level)
             except Exception as e:
                 res["engine"][key] = {"error": common.error_text(e)}

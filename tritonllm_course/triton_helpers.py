@@ -47,14 +47,19 @@ def l2_normalize_rows(x, eps):
 # (`lab/pdl_chain_probe.py`; the configs of solutions/norm_fusion.py and layer_fusion.py). A K wider than
 # 16 warps hold at PDL_ROWS rows (K > 4,096: the larger sizes of the family) takes fewer rows a program
 # rather than more weights a thread (at 0.8B 64 a thread measured slower than 2 rows); past PDL_MAX_K,
-# one row on 16 warps, the tile is too wide and the GEMV walks K.
+# one row on 16 warps, the tile is too wide and the GEMV walks K. So does a K that fills less than PDL_MIN_FILL of
+# its power-of-two tile: 27B's K = 5,120 padded to 8,192 lanes made its fast level 5% slower than walking K,
+# where 9B's 12,288 in 16,384 (three quarters) gained 1% whole and 4B's 2,560 and 9,216 tied
+# (lab/family_tile_probe.py, H100).
 PDL_ROWS, PDL_ELEMENTS, PDL_WARPS = 4, 32, 16
 PDL_MAX_K = PDL_WARPS * 32 * PDL_ELEMENTS
+PDL_MIN_FILL = 0.75
 
 
 def pdl_gemv_config(K: int) -> dict | None:
-    """The whole-tile launch parameters of a decode GEMV with PDL (None: K is too wide for one tile)."""
-    if K > PDL_MAX_K:
+    """The whole-tile launch parameters of a decode GEMV with PDL (None: K is too wide for one tile, or fills
+    too little of its padded one; the GEMV walks K)."""
+    if K > PDL_MAX_K or K < PDL_MIN_FILL * triton.next_power_of_2(K):
         return None
     block_k = max(16, triton.next_power_of_2(K))
     rows = max(1, min(PDL_ROWS, PDL_WARPS * 32 * PDL_ELEMENTS // block_k))

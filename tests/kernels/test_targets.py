@@ -111,6 +111,18 @@ def test_rows_within():
     assert rows_within(1024, 64, 1024, 3) == 16                      # never below `least`
 
 
+def test_the_pdl_whole_tile_takes_the_ks_that_fill_it():
+    """The decode GEMV's whole tile (`pdl_gemv_config`) at the family's K: every K of 0.8B, 9B's 4,096 and 12,288
+    and 27B's 6,144 fill at least three quarters of their power-of-two width; 4B's 2,560 and 9,216 and 27B's
+    5,120 do not, and 27B's 17,408 is past PDL_MAX_K: those walk K. Rows times width stay 16 warps' worth."""
+    from tritonllm_course.triton_helpers import PDL_MAX_K, pdl_gemv_config
+    whole = {1024: 4, 2048: 4, 3584: 4, 4096: 4, 6144: 2, 12288: 1}
+    for K, rows in whole.items():
+        cfg = pdl_gemv_config(K)
+        assert cfg["BLOCK_N"] == rows and cfg["BLOCK_K"] >= K and cfg["BLOCK_N"] * cfg["BLOCK_K"] <= PDL_MAX_K, K
+    assert [K for K in (2560, 5120, 9216, 17408) if pdl_gemv_config(K) is not None] == []
+
+
 def test_bad_arguments_are_named(capsys):
     assert cli.main(["targets", "--arch", "74"]) == 2
     assert "74" in capsys.readouterr().err

@@ -72,7 +72,8 @@ PROBES_CHECKED = {
     "deltanet_pdl_probe.py": "the recurrence at each value block and warp count and with its trigger moved; the merge "
                              "as it was, the split and the q/k prologue triggering at their end, bit for bit; the "
                              "tiny engine's tokens",
-    "family_tile_probe.py": "the whole-tile cap where the solutions read it, undone after",
+    "family_tile_probe.py": "the whole-tile cap and the rule before the fill where the solutions read them, undone "
+                            "after",
     "splitk_pdl_probe.py": "the split-K GEMV + residual both ways, the counts reset; the tiny engine's tokens",
     "prompt_gemm_sweep.py": "the tensor-descriptor GEMM's three epilogues at odd shapes",
     "quant_tile_probe.py": "the 8-bit tile variant where the solutions read it, undone after",
