@@ -27,9 +27,18 @@ walking K 3,317), the operators level 3,614 and the fused level 3,689 (3,802 wal
 5,657 us as it is, 5,667-5,674 at the caps of 8,192 and 4,096, 5,780 walking K (2.2% slower); operators 5,929;
 fused 6,166 (6,347 walking K). So on the H100 the fused level loses 2-4% to the operators level at 4B and 9B
 as it is (5-7% walking K), the fast level wins by 5-8%, and no cap is faster than the whole tile by more than 0.3%.
-Verdict: nothing to adopt: the whole tile up to K = 16,384 stays (tritonllm_course/triton_helpers.py); walking
-K is slower at 9B and level at 4B. The 27B question stays open until the probe runs on an H200
-(SIZES=qwen3.5-27b).
+Then 27B on an H100 too, once `Engine.random` dropped each layer's projections as it merged them (`own_weights`:
+50.1 GiB of weights and one layer's stacked matrix), and 9B again, the same day (at 472037b;
+lab/results/family_tile_probe_nvidia-h100-80gb-hbm3_2026-12-06_27b.json and _9b_rerun.json), us a token: 27B fast
+19,264 as it was, 19,277 at the cap of 8,192, 18,261 at 4,096 (5.2% faster), 18,259 walking K; operators 18,579;
+fused 20,160 (19,744 walking K). 9B fast 5,606 as it was, 5,657 and 5,658 at the caps of 8,192 and 4,096, 5,846
+walking K; operators 5,994; fused 6,242 (6,486 walking K). 27B's K are 5,120 and 6,144 (both padded to 8,192
+lanes on 2 rows a program) and 17,408 (past PDL_MAX_K, walking already): the cap of 4,096 walks the first two.
+9B's widest K below the limit, 12,288, fills three quarters of its 16,384 lanes and gains whole (0.9%).
+Verdict: adopted: the whole tile only where K fills at least three quarters of its power-of-two width
+(`PDL_MIN_FILL`, tritonllm_course/triton_helpers.py): 27B's 5,120 (five eighths) walks, as do 4B's 2,560 and
+9,216 (a tie at 4B); 0.8B's and 9B's K keep it. Measured as adopted: not yet (the variant "the rule before"
+keeps the old rule for that run).
 """
 import contextlib
 import functools
