@@ -48,9 +48,10 @@ def l2_normalize_rows(x, eps):
 # 16 warps hold at PDL_ROWS rows (K > 4,096: the larger sizes of the family) takes fewer rows a program
 # rather than more weights a thread (at 0.8B 64 a thread measured slower than 2 rows); past PDL_MAX_K,
 # one row on 16 warps, the tile is too wide and the GEMV walks K. So does a K that fills less than PDL_MIN_FILL of
-# its power-of-two tile: 27B's K = 5,120 padded to 8,192 lanes made its fast level 5% slower than walking K,
-# where 9B's 12,288 in 16,384 (three quarters) gained 1% whole and 4B's 2,560 and 9,216 tied
-# (lab/family_tile_probe.py, H100).
+# its power-of-two tile: 27B's K = 5,120 and 6,144, padded to 8,192 lanes, made its fast level 5% slower than
+# walking both, where 9B's 12,288 in 16,384 (three quarters) gained 1% whole and 4B's 2,560 and 9,216 tied
+# (lab/family_tile_probe.py, H100). The rule walks 5,120 (five eighths) and keeps 6,144 (three quarters) whole:
+# that combination is not measured yet.
 PDL_ROWS, PDL_ELEMENTS, PDL_WARPS = 4, 32, 16
 PDL_MAX_K = PDL_WARPS * 32 * PDL_ELEMENTS
 PDL_MIN_FILL = 0.75

@@ -173,14 +173,16 @@ def merge_bytes(config: Qwen35Config, weights: dict[str, torch.Tensor], fmt: str
         parts = [head if n == "lm_head.weight" else weights[n] for n in names]
         rows, cols, size = sum(t.shape[0] for t in parts), parts[0].shape[1], parts[0].element_size()
         stacked = rows * cols * size if len(parts) > 1 else 0
-        apart = parts[0].numel() * size if kind == "mixer_in" and config.layer_types[i] == "full_attention" else 0
+        # what this group allocates and frees again: the query and gate rows copied apart (attention's mixer_in),
+        # and for 8-bit weights the stacked copy and the quantizer's fp32 copy
+        passing = parts[0].numel() * size if kind == "mixer_in" and config.layer_types[i] == "full_attention" else 0
         keep = stacked
         if fmt != "native":
             keep = rows * cols + rows * (-(-cols // GROUP_SIZE) if fmt == "int8_group" else 1) * 4
-            apart += stacked + rows * cols * 4
+            passing += stacked + rows * cols * 4
         total += keep
-        transient = max(transient, apart)
-        peak = max(peak, keep + apart)
+        transient = max(transient, passing)
+        peak = max(peak, keep + passing)
     return peak if consume else total + transient
 
 
