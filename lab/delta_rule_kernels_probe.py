@@ -1,7 +1,8 @@
 """Where does the chunked delta rule lose to flash-linear-attention, kernel by kernel?
 
     python -m lab.delta_rule_kernels_probe [OUTDIR]    (on a GPU with fla importable; PROBE_S bounds it,
-                                                        default 240)
+                                                        default 240; PROBE_TS and PROBE_CHUNKS name the
+                                                        lengths and chunk sizes, default 512-4,096 and 32, 64)
     (scripts/gpu_extras.sh prompt runs it)
 
 Question: chapter 16_delta_rule_chunked's rule runs in three kernels (the UT transform per chunk, the scan
@@ -53,8 +54,8 @@ import triton.testing
 
 from lab import common
 
-TS = (512, 1024, 2048, 4096)
-CHUNKS = (32, 64)
+TS = tuple(int(t) for t in os.environ.get("PROBE_TS", "512 1024 2048 4096").split())    # the lengths, in order
+CHUNKS = tuple(int(c) for c in os.environ.get("PROBE_CHUNKS", "32 64").split())         # of 16, 32 and 64
 BLOCKS = (16, 32, 64)
 SHAPE = {"H": 16, "HV": 16, "DK": 128, "DV": 128}
 TRACE_CALLS = 10
