@@ -85,6 +85,7 @@ PROBES_CHECKED = {
     "multistep_graph_probe.py": "the ring kernel that keeps each step's token and flag",
     "quant_group_probe.py": "the per-group GEMV over several groups a step against quant_gemv, odd shapes",
     "recurrence_chain_probe.py": "the one-round recurrence against the fp64 rule; the tiny engine's tokens with it",
+    "prefill_graph_probe.py": "the tiny engine's prompt in layer pieces against the whole chunk, bit for bit",
 }
 
 

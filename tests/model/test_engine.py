@@ -18,6 +18,7 @@ from tritonllm_course.config import QWEN35_0_8B, TINY, get_config
 from tritonllm_course.engine import STEPS, Engine
 from tritonllm_course.measure import engine_bench
 from tritonllm_course.engine.engine import TokenReader
+from tritonllm_course.engine.graph import layer_pieces
 from tritonllm_course.engine.merged import deinterleave_query_gate
 from tritonllm_course.engine.ops import resolve
 from tritonllm_course.engine.plan import slot_names
@@ -433,14 +434,16 @@ def test_prompt_chunks_are_captured_at_their_second_use(model, monkeypatch):
     for _ in range(2):
         assert engine.generate(PROMPT, 2, eos_token_id=None) == want
     assert set(engine._prefill_graphs) == chunks and not engine._prefill_seen    # captured: no longer counted
-    assert len(_EagerGraph.captured) == 2 + 1            # the two chunks once each, and the decode step
+    pieces = len(layer_pieces(ref.config.num_hidden_layers))
+    assert pieces > 1                                     # the tiny model's chunks are captured in pieces too
+    assert len(_EagerGraph.captured) == 2 * pieces + 1    # the two chunks once each, and the decode step
     other = PROMPT[::-1]
     engine.use_graph = False
     want_other = engine.generate(other, 2, eos_token_id=None)
     engine.use_graph = True
     for _ in range(2):                                    # same lengths, other ids: the graphs are reused
         assert engine.generate(other, 2, eos_token_id=None) == want_other
-    assert len(_EagerGraph.captured) == 3
+    assert len(_EagerGraph.captured) == 2 * pieces + 1
     # shapes seen once are remembered up to PREFILL_SEEN of them, the least recently seen dropped first
     monkeypatch.setattr(Engine, "PREFILL_SEEN", 4)
     for start in range(10):
@@ -552,3 +555,33 @@ def test_a_capture_that_fails_leaves_random_numbers_usable():
     with pytest.raises(RuntimeError):
         capture(torch.cuda.CUDAGraph(), lambda: torch.ones(1, device="cuda").sum().item())
     assert torch.randn(4, device="cuda").isfinite().all()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 24, 64])
+def test_layer_pieces_cover_every_layer_once_in_doubling_pieces(n):
+    pieces = layer_pieces(n)
+    assert [i for p in pieces for i in p] == list(range(n))
+    assert [len(p) for p in pieces[:-1]] == [2 ** j for j in range(len(pieces) - 1)]
+    assert 1 <= len(pieces[-1]) <= 2 ** (len(pieces) - 1)
+
+
+def test_a_prompt_run_in_layer_pieces_equals_the_whole_chunk(model):
+    """The pieces a prompt chunk's graphs capture, run one after another op by op, make the whole chunk's calls in
+    its order (the embedding with the first piece, the head with the last, each once) and give its logits and
+    cache bit for bit."""
+    _, ref = model
+    engine = Engine.from_model(ref, max_seq_len=40, cuda_graph=False)
+    ids = torch.tensor(PROMPT)
+    T = len(PROMPT)
+    engine.prefill_ids[:T].copy_(ids)
+    with engine.tracing() as want_calls:
+        engine._prefill_unchecked(T, 0, True)
+    whole = engine.counters.logits.clone(), [t.clone() for t in engine._cache_tensors()]
+    engine.reset()
+    engine.prefill_ids[:T].copy_(ids)
+    with engine.tracing() as calls:
+        for p in layer_pieces(ref.config.num_hidden_layers):
+            engine._prefill_unchecked(T, 0, True, p)
+    assert calls == want_calls and calls.count("embedding") == 1 and calls.count("lm_head") == 1
+    assert torch.equal(engine.counters.logits, whole[0])
+    assert all(torch.equal(a, b) for a, b in zip(engine._cache_tensors(), whole[1]))

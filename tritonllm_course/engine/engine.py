@@ -42,7 +42,7 @@ from ..weights import check_memory, check_weights, load_weights, random_weights
 from .arguments import LEVEL, MAX_SEQ_LEN, PREFILL_CHUNK, WEIGHT_FORMAT, check_arguments
 from .buffers import Activations, Counters
 from .forward import Forward, Sampling
-from .graph import GraphedStep
+from .graph import GraphedStep, layer_pieces
 from .merged import EngineWeights, check_fp8, merge_bytes, merge_weights
 from .ops import OpTable
 from .plan import check_limits, fitted_plan
@@ -178,7 +178,7 @@ class Engine(Forward):
         self.pdl = self._pdl(pdl)
         self._graphs: dict[Sampling | None, GraphedStep] = {}
         self.prefill_graph = prefill_graph
-        self._prefill_graphs: OrderedDict[tuple[int, int, bool], GraphedStep] = OrderedDict()
+        self._prefill_graphs: OrderedDict[tuple[int, int, bool], list[GraphedStep]] = OrderedDict()
         self._prefill_seen: OrderedDict[tuple[int, int, bool], int] = OrderedDict()   # key -> uses, newest last
         self.prefill_ids = torch.zeros(self.prefill_chunk, dtype=torch.int64, device=self.device)
         self._decode_fn, self._prefill_fn = self._decode_step, self._prefill_chunk
@@ -282,11 +282,9 @@ class Engine(Forward):
             chunk = host_ids[first:first + P]
             T, last = chunk.shape[0], first + P >= len(ids)
             self.prefill_ids[:T].copy_(chunk)            # the static input a captured chunk reads
-            graph = self._prefill_graph(T, self.length, last)
-            if graph is not None:
-                graph()
-            else:
-                self._prefill_unchecked(T, self.length, last)
+            graphs = self._prefill_graph(T, self.length, last)     # None: op by op
+            for step in graphs if graphs is not None else [lambda: self._prefill_unchecked(T, self.length, last)]:
+                step()
             self.length += T
         ctr = self.counters
         ctr.set(self.length, seed % 2**31)
@@ -298,8 +296,9 @@ class Engine(Forward):
     PREFILL_GRAPHS = 16  # captured prompt chunks kept (least recently used dropped): each holds a memory pool
     PREFILL_SEEN = 1024  # chunk shapes remembered until their second use (a chat makes a new one every turn)
 
-    def _prefill_graph(self, T: int, start: int, last: bool) -> GraphedStep | None:
-        """The graph of a T-token chunk at `start` (captured at its second use), or None: run op by op.
+    def _prefill_graph(self, T: int, start: int, last: bool) -> list[GraphedStep] | None:
+        """The graphs of a T-token chunk at `start` (captured at its second use, one per `layer_pieces`, replayed
+        in order), or None: run op by op.
 
         Static inputs: the ids are copied into `prefill_ids`, the positions are the slice start..start+T
         of a constant table, the attention reads the cache up to start + T: all fixed by the key."""
@@ -318,8 +317,9 @@ class Engine(Forward):
         del seen[key]                                  # captured below (or never: prefill_graph turns off)
 
         try:
-            self._prefill_graphs[key] = GraphedStep(lambda: self._prefill_unchecked(T, start, last),
-                                                    self._cache_tensors(), warmup=1)
+            self._prefill_graphs[key] = [GraphedStep(lambda p=p: self._prefill_unchecked(T, start, last, p),
+                                                     self._cache_tensors(), warmup=1)
+                                         for p in layer_pieces(len(self.weights.layers))]
         except RuntimeError as e:   # an op that cannot be captured (a swapped-in kernel that syncs, say)
             warnings.warn(f"prompt chunks run op by op from now on: capturing one failed ({e})")
             self.prefill_graph = False
@@ -328,11 +328,11 @@ class Engine(Forward):
             self._prefill_graphs.popitem(last=False)
         return self._prefill_graphs[key]
 
-    def _prefill_unchecked(self, T: int, start: int, last: bool) -> None:
-        """The chunk of T ids in `prefill_ids` at `start`, without the kernels' host-side range checks: the
-        ids and lengths were checked once, in `prefill`."""
+    def _prefill_unchecked(self, T: int, start: int, last: bool, layers: range | None = None) -> None:
+        """The chunk of T ids in `prefill_ids` at `start` (or its `layers`), without the kernels' host-side range
+        checks: the ids and lengths were checked once, in `prefill`."""
         with validate.no_device_checks(), self._launches(T):
-            self._prefill_fn(self.prefill_act.take(T), self.prefill_ids[:T], start, last=last)
+            self._prefill_fn(self.prefill_act.take(T), self.prefill_ids[:T], start, last=last, layers=layers)
 
     def _cache_tensors(self) -> list[torch.Tensor]:
         """What a step updates in place and a graph's warm-up must put back: the KV cache, the conv and

@@ -81,13 +81,19 @@ class Forward:
         self._next_token(op, sampling)
         op.advance(steps=ctr.steps)
 
-    def _prefill_chunk(self, a, ids: torch.Tensor, start: int, last: bool) -> None:
+    def _prefill_chunk(self, a, ids: torch.Tensor, start: int, last: bool, layers: range | None = None) -> None:
         """Tokens ids [T] at positions start.. (after what the cache holds) through the views `a` of the
-        prefill activations; the last chunk of a prompt also computes the logits of its last position."""
+        prefill activations; the last chunk of a prompt also computes the logits of its last position.
+        layers: only these (one CUDA graph's piece of the chunk, `graph.layer_pieces`), the embedding with
+        the first layer and the head with the last."""
         op, f, w, T = self.ops.prefill, self.plan.prefill, self.weights, ids.shape[0]
-        with programmatic_launches(False):   # with PDL: a chunk starts when what came before has finished
-            self._embed(op, ids, a)
-        self._layers(op, f, a, T, self.positions[start:start + T], start)      # positions: [T] int32
+        layers = range(len(w.layers)) if layers is None else layers
+        if layers.start == 0:
+            with programmatic_launches(False):   # with PDL: a chunk starts when what came before has finished
+                self._embed(op, ids, a)
+        self._layers(op, f, a, T, self.positions[start:start + T], start, layers)      # positions: [T] int32
+        if layers.stop < len(w.layers):
+            return
         if f.residual_into_final_norm:   # with the last layer's add: every row of every chunk
             self._final_residual_norm(op, f, a)
             h = a.h[T - 1:]
@@ -98,11 +104,12 @@ class Forward:
         if last:
             op.lm_head(x=h, **projection_args(w.lm_head), out=self.counters.logits)   # h [1, hidden]: the last token
 
-    def _layers(self, op, f, a, T: int, pos, start: int | None) -> None:
-        """Every layer over the stream a.x [T, hidden]: ln1 and the merged in-projection, the mixer, the
-        MLP sublayer. start is None on the decode path."""
+    def _layers(self, op, f, a, T: int, pos, start: int | None, layers: range | None = None) -> None:
+        """Every layer (or those of `layers`) over the stream a.x [T, hidden]: ln1 and the merged in-projection,
+        the mixer, the MLP sublayer. start is None on the decode path."""
         last = len(self.weights.layers) - 1
-        for i, layer in enumerate(self.weights.layers):
+        for i in range(last + 1) if layers is None else layers:
+            layer = self.weights.layers[i]
             if self._in_proj(op, f, a, i, layer) == "attn":
                 self._attention(op, f, a, i, layer, T, pos, start)
             else:

@@ -83,3 +83,19 @@ class GraphedStep:
 
     def __call__(self) -> None:
         self.graph.replay()
+
+
+def layer_pieces(n: int) -> list[range]:
+    """Layers 0..n-1 in pieces of 1, 2, 4, ... layers (the last cut short), each a CUDA graph of its own.
+
+    cudaGraphLaunch works on the host for about a microsecond a kernel before the GPU starts on the graph:
+    one graph of a whole 128-token chunk kept the GPU idle for about that long before its first kernel
+    (lab/prefill_graph_probe.py measures it, and these pieces against it). A decode step hides its launch behind
+    the step ahead; a prompt has none ahead. In doubling pieces the first starts after a few kernels' launch,
+    and each later launch is shorter than the GPU's time on the pieces before it."""
+    pieces, lo, size = [], 0, 1
+    while lo < n:
+        pieces.append(range(lo, min(n, lo + size)))
+        lo, size = lo + size, 2 * size
+    return pieces
+

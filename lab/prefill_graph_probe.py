@@ -1,0 +1,116 @@
+"""A prompt chunk's CUDA graph in one piece, or in pieces of layers: what does its launch cost the first token?
+
+    python -m lab.prefill_graph_probe [OUTDIR]    (on a GPU; writes OUTDIR/prefill_graph_probe_<gpu>_<date>.json)
+
+Question: the engine replays a repeated prompt chunk from CUDA graphs (`Engine._prefill_graph`). A profile of the
+fast level's 128-token prompt put 250-310 us of its 1.8-2.0 ms outside any kernel (results/profile_*: "with the
+GPU idle"), where its decode step leaves 15-30 us. Where does that time go, and does a graph in pieces win it?
+Method: Qwen3.5-0.8B's shapes at the fast level (bf16, random weights, PDL where the GPU has it). For each
+variant, a fresh set of prompt graphs: "one graph" (the whole chunk, what the engine captured before) and
+"layer pieces" (`graph.layer_pieces`: pieces of 1, 2, 4, 8, ... layers, one graph each, replayed in order). At
+128 and 1,024 tokens: the time to the first token through `Engine.stream` (the clock from the call to the
+first token handed out, the median and spread of RUNS after the capture), the 8 tokens compared between the
+variants; then one prompt under torch.profiler: the host's time in each cudaGraphLaunch and the time from the
+first launch call to the first kernel, and the GPU's span from its first kernel to its last.
+Result: not measured yet: python -m lab.prefill_graph_probe on a GPU.
+Verdict: adopted before its run, to be confirmed by it: the engine captures in pieces (tritonllm_course/engine/graph.py).
+"""
+import statistics
+import time
+
+import torch
+
+from lab import common
+
+LENGTHS = (128, 1024)
+RUNS, NEW_TOKENS = 15, 8
+
+
+def check(device="cpu") -> float:
+    """The tiny engine's prompt run piece by piece against the whole chunk: the logits' largest relative error
+    (0.0: bit for bit), and 1.0 where the pieces do not cover every layer once."""
+    from tritonllm_course.config import TINY
+    from tritonllm_course.engine import Engine
+    from tritonllm_course.engine.graph import layer_pieces
+    if any([i for p in layer_pieces(n) for i in p] != list(range(n)) for n in range(1, 65)):
+        return 1.0
+    engine = Engine.random(TINY, torch.float32, device, seed=0, max_seq_len=32, cuda_graph=False)
+    ids = torch.arange(3, 3 + 13)
+    engine.prefill_ids[:13].copy_(ids)
+    engine._prefill_unchecked(13, 0, True)
+    want = engine.counters.logits.clone()
+    engine.reset()
+    engine.prefill_ids[:13].copy_(ids)
+    for piece in layer_pieces(TINY.num_hidden_layers):
+        engine._prefill_unchecked(13, 0, True, piece)
+    return common.rel_err(engine.counters.logits, want)
+
+
+def _ttft(engine, prompt) -> tuple[float, list[int]]:
+    """us from the call to the first token of `Engine.stream`, and the NEW_TOKENS tokens."""
+    tokens, first = [], None
+    t0 = time.perf_counter()
+    for token in engine.stream(prompt, NEW_TOKENS, eos_token_id=None):
+        if first is None:
+            first = time.perf_counter()
+        tokens.append(token)
+    return (first - t0) * 1e6, tokens
+
+
+def _launch_trace(engine, prompt) -> dict:
+    """One prompt under the profiler: the host's cudaGraphLaunch calls, the first launch to the first kernel,
+    and the GPU's span over the prompt's kernels."""
+    from torch.profiler import ProfilerActivity, profile
+    engine.reset()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        engine.prefill(prompt)
+        torch.cuda.synchronize()
+    events = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    launches = [e for e in prof.events() if e.name == "cudaGraphLaunch"]
+    kernels = [e for e in events if e.time_range.elapsed_us() > 0 and "Memcpy" not in e.name]
+    if not launches or not kernels:
+        return {"error": "no graph launch or kernel in the trace"}
+    first = min(k.time_range.start for k in kernels)
+    return {"launches": len(launches), "launch_host_us": [e.time_range.elapsed_us() for e in launches],
+            "first_launch_to_first_kernel_us": first - launches[0].time_range.start,
+            "gpu_span_us": max(k.time_range.end for k in kernels) - first, "kernels": len(kernels)}
+
+
+def main(out):
+    common.setup()
+    from tritonllm_course.config import QWEN35_0_8B
+    from tritonllm_course.engine import Engine
+    from tritonllm_course.engine import engine as engine_module
+    path = common.result_path(out, "prefill_graph_probe")
+    engine = Engine.random(QWEN35_0_8B, torch.bfloat16, "cuda", seed=0, level="fast",
+                           max_seq_len=max(LENGTHS) + NEW_TOKENS + 8)
+    res = common.header(check_rel_err=check("cuda"), pdl=engine.pdl, runs=RUNS, rows={})
+    variants = {"one graph": lambda n: [range(n)], "layer pieces": engine_module.layer_pieces}
+    want = {}
+    for name, pieces in variants.items():
+        with common.replaced(engine_module, "layer_pieces", pieces):
+            engine._prefill_graphs.clear()
+            engine._prefill_seen.clear()
+            for T in LENGTHS:
+                prompt = [(7 * i + 3) % QWEN35_0_8B.vocab_size for i in range(T)]
+                for _ in range(3):                  # run op by op, captured, replayed
+                    _ttft(engine, prompt)
+                runs = [_ttft(engine, prompt) for _ in range(RUNS)]
+                us = [r[0] for r in runs]
+                want.setdefault(T, runs[0][1])
+                row = {"ttft_us": statistics.median(us), "spread_us": max(us) - min(us),
+                       "graphs": len(pieces(QWEN35_0_8B.num_hidden_layers)),
+                       "same_tokens": all(r[1] == want[T] for r in runs)}
+                try:
+                    row["trace"] = _launch_trace(engine, prompt)
+                except Exception as e:  # noqa: BLE001  (recorded, not fatal)
+                    row["trace"] = {"error": common.error_text(e)}
+                res["rows"][f"{name}, {T} tokens"] = row
+                print(name, T, row, flush=True)
+                common.save(path, res)
+    return res
+
+
+if __name__ == "__main__":
+    main(common.out_dir())
