@@ -43,6 +43,12 @@ output 53.5 against 54.9, the first kernel's two launches 29.0 + 24.6 against fl
 cumulative sum). The scan at 4 warps and 4 stages was the course's fastest variant at every length (182.7 us at
 4,096): adopted in `SCAN_LAUNCH`. One stage is no longer tried: at chunks of 64 Triton 3.6 built a scan that
 faulted (8 warps) or returned values 0.09 off (4 warps).
+Below 512 tokens (H100, 2026-12-06, PROBE_TS="128 256" PROBE_CHUNKS="16 32 64",
+lab/results/delta_rule_kernels_probe_nvidia-h100-80gb-hbm3_2026-12-06_short.json), us a call at value blocks of 16: at
+128 tokens chunks of 16 / 32 / 64 took 16.8 / 17.5 / 19.8 (fla 33.3), at 256 tokens 26.4 / 23.1 / 24.4 (fla 39.6):
+`chunk_size_for`'s 16 and 32 are the fastest there; the scan at 3 stages rather than `SCAN_LAUNCH`'s 4 ties at
+128 tokens and gains 0.2 us at 256 (kept). fla's time at these lengths is mostly its first kernel (the K K^T
+solve, 15.6 us at 128 tokens).
 """
 import os
 import time

@@ -498,7 +498,8 @@ def chunk_size_for(T: int) -> int:
     chunks make more programs for the parallel kernels and a cheaper UT transform; the scan, the one
     sequential loop, takes T / C steps, which is what makes 16 lose on long prompts (`lab/prefill_probe.py`).
     Chunks of 64 with the split first kernel beat 32 at every length measured from 512 tokens on an H100
-    (`lab/delta_rule_operands_probe.py`: 512 to 4,096); below 512 they were not measured, so 32 stays."""
+    (`lab/delta_rule_operands_probe.py`: 512 to 4,096); at 128 and 256 tokens 16 and 32 stay the fastest
+    (`lab/delta_rule_kernels_probe.py`, its short run)."""
     return 16 if T <= 128 else 32 if T < SPLIT_FROM else SPLIT_CHUNK
 
 
