@@ -13,7 +13,8 @@ first token handed out, the median and spread of RUNS after the capture), the 8 
 variants; then one prompt under torch.profiler: the host's time in each cudaGraphLaunch and the time from the
 first launch call to the first kernel, and the GPU's span from its first kernel to its last.
 Result: not measured yet: python -m lab.prefill_graph_probe on a GPU.
-Verdict: adopted before its run, to be confirmed by it: the engine captures in pieces (tritonllm_course/engine/graph.py).
+Verdict: adopted before its run, to be confirmed by it: the engine captures in pieces
+(tritonllm_course/engine/graph.py).
 """
 import statistics
 import time
