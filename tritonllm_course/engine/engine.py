@@ -96,9 +96,9 @@ class Engine(Forward):
                      `default_source` for the others (see `ops.py`); None: TRITONLLM_KERNELS, else "auto"
                      (the learner's kernel where it is filled in, else the solution), as in the chapters
     cuda_graph:      replay the decode step from a CUDA graph (on a GPU; ignored on the CPU)
-    prefill_graph:   with cuda_graph, also replay prompt chunks from CUDA graphs, one per (chunk length,
-                     start) met twice: a prompt length seen once runs op by op (capturing would cost more
-                     than it saves); a repeated one (a benchmark, a server's usual lengths) replays
+    prefill_graph:   with cuda_graph, also replay prompt chunks from CUDA graphs (in pieces of layers,
+                     `graph.layer_pieces`) per (chunk length, start) met twice: a prompt length seen once runs op by
+                     op (capturing would cost more than it saves); a repeated one (a benchmark, a server's) replays
     prefill_chunk:   prompt tokens per prefill pass; longer prompts run chunk after chunk
     level:           "operators" (one kernel per operator), "fused" or "fast": the plan `plan.LEVELS` holds
     pdl:             launch the kernels of the decode step and of prompt chunks of up to PDL_PROMPT_TOKENS (128)
