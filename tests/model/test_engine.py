@@ -8,6 +8,7 @@ milliseconds; one test runs every kernel. The GPU tests run the real shapes.
 import json
 import math
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -409,10 +410,13 @@ class _EagerGraph:
     """A stand-in for GraphedStep on the CPU: 'replaying' runs the captured step again, so the step's
     static inputs (the ids copied into `prefill_ids`) are exercised as a replay would read them."""
     captured: list = []
+    pools: list = []
 
     def __init__(self, fn, state, warmup=2, pool=None):
         self.fn = fn
+        self.graph = SimpleNamespace(pool=lambda: id(self))     # the memory pool a later capture may share
         _EagerGraph.captured.append(fn)
+        _EagerGraph.pools.append(pool)
 
     def __call__(self):
         self.fn()
@@ -423,8 +427,10 @@ def test_prompt_chunks_are_captured_at_their_second_use(model, monkeypatch):
     captured, then replayed; the tokens never change. CUDA graphs themselves need a GPU (next test)."""
     from tritonllm_course.engine import engine as engine_module
     _, ref = model
+    from tritonllm_course.engine import graph as graph_module
     monkeypatch.setattr(engine_module, "GraphedStep", _EagerGraph)
-    _EagerGraph.captured = []
+    monkeypatch.setattr(graph_module, "GraphedStep", _EagerGraph)
+    _EagerGraph.captured, _EagerGraph.pools = [], []
     engine = Engine.from_model(ref, max_seq_len=40, prefill_chunk=8, cuda_graph=False)
     want = engine.generate(PROMPT, 2, eos_token_id=None)
     engine.use_graph = True                               # on the CPU: the stand-in graphs above
@@ -437,6 +443,9 @@ def test_prompt_chunks_are_captured_at_their_second_use(model, monkeypatch):
     pieces = len(layer_pieces(ref.config.num_hidden_layers))
     assert pieces > 1                                     # the tiny model's chunks are captured in pieces too
     assert len(_EagerGraph.captured) == 2 * pieces + 1    # the two chunks once each, and the decode step
+    for chunk in engine._prefill_graphs.values():         # a chunk's pieces share its first piece's memory pool
+        assert [_EagerGraph.pools[_EagerGraph.captured.index(g.fn)] for g in chunk] == [None] + [id(chunk[0])] * (
+            pieces - 1)
     other = PROMPT[::-1]
     engine.use_graph = False
     want_other = engine.generate(other, 2, eos_token_id=None)

@@ -42,7 +42,7 @@ from ..weights import check_memory, check_weights, load_weights, random_weights
 from .arguments import LEVEL, MAX_SEQ_LEN, PREFILL_CHUNK, WEIGHT_FORMAT, check_arguments
 from .buffers import Activations, Counters
 from .forward import Forward, Sampling
-from .graph import GraphedStep, layer_pieces
+from .graph import GraphedStep, graphed_pieces, layer_pieces
 from .merged import EngineWeights, check_fp8, merge_bytes, merge_weights
 from .ops import OpTable
 from .plan import check_limits, fitted_plan
@@ -317,9 +317,8 @@ class Engine(Forward):
         del seen[key]                                  # captured below (or never: prefill_graph turns off)
 
         try:
-            self._prefill_graphs[key] = [GraphedStep(lambda p=p: self._prefill_unchecked(T, start, last, p),
-                                                     self._cache_tensors(), warmup=1)
-                                         for p in layer_pieces(len(self.weights.layers))]
+            self._prefill_graphs[key] = graphed_pieces(lambda p: lambda: self._prefill_unchecked(T, start, last, p),
+                                                       layer_pieces(len(self.weights.layers)), self._cache_tensors())
         except RuntimeError as e:   # an op that cannot be captured (a swapped-in kernel that syncs, say)
             warnings.warn(f"prompt chunks run op by op from now on: capturing one failed ({e})")
             self.prefill_graph = False

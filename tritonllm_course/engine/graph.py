@@ -99,3 +99,14 @@ def layer_pieces(n: int) -> list[range]:
         lo, size = lo + size, 2 * size
     return pieces
 
+
+def graphed_pieces(step: Callable[[range], Callable[[], None]], pieces: list[range], state: list[torch.Tensor],
+                   warmup: int = 1) -> list[GraphedStep]:
+    """`step(piece)` captured for each piece in order, all from the first one's memory pool: they replay in the
+    order they were captured, never side by side, so they may share it (torch.cuda.graph's rule for a shared
+    pool), and the pieces together hold no more memory than one graph of the whole."""
+    graphs: list[GraphedStep] = []
+    for piece in pieces:
+        graphs.append(GraphedStep(step(piece), state, warmup, pool=graphs[0].graph.pool() if graphs else None))
+    return graphs
+
