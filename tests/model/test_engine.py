@@ -422,9 +422,11 @@ class _EagerGraph:
         self.fn()
 
 
-def test_prompt_chunks_are_captured_at_their_second_use(model, monkeypatch):
+@pytest.mark.parametrize("split", [False, True])
+def test_prompt_chunks_are_captured_at_their_second_use(model, monkeypatch, split):
     """The prefill-graph policy: a (length, start) chunk seen once runs op by op, the second time it is
-    captured, then replayed; the tokens never change. CUDA graphs themselves need a GPU (next test)."""
+    captured (one graph, or with PREFILL_PIECES one a piece of layers, sharing one memory pool), then replayed;
+    the tokens never change. CUDA graphs themselves need a GPU (next test)."""
     from tritonllm_course.engine import engine as engine_module
     _, ref = model
     from tritonllm_course.engine import graph as graph_module
@@ -432,6 +434,7 @@ def test_prompt_chunks_are_captured_at_their_second_use(model, monkeypatch):
     monkeypatch.setattr(graph_module, "GraphedStep", _EagerGraph)
     _EagerGraph.captured, _EagerGraph.pools = [], []
     engine = Engine.from_model(ref, max_seq_len=40, prefill_chunk=8, cuda_graph=False)
+    engine.PREFILL_PIECES = split
     want = engine.generate(PROMPT, 2, eos_token_id=None)
     engine.use_graph = True                               # on the CPU: the stand-in graphs above
     assert engine.generate(PROMPT, 2, eos_token_id=None) == want
@@ -440,8 +443,8 @@ def test_prompt_chunks_are_captured_at_their_second_use(model, monkeypatch):
     for _ in range(2):
         assert engine.generate(PROMPT, 2, eos_token_id=None) == want
     assert set(engine._prefill_graphs) == chunks and not engine._prefill_seen    # captured: no longer counted
-    pieces = len(layer_pieces(ref.config.num_hidden_layers))
-    assert pieces > 1                                     # the tiny model's chunks are captured in pieces too
+    pieces = len(layer_pieces(ref.config.num_hidden_layers, split))
+    assert (pieces > 1) == split                          # the tiny model's chunks are captured in pieces too
     assert len(_EagerGraph.captured) == 2 * pieces + 1    # the two chunks once each, and the decode step
     for chunk in engine._prefill_graphs.values():         # a chunk's pieces share its first piece's memory pool
         assert [_EagerGraph.pools[_EagerGraph.captured.index(g.fn)] for g in chunk] == [None] + [id(chunk[0])] * (
@@ -568,6 +571,7 @@ def test_a_capture_that_fails_leaves_random_numbers_usable():
 
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 7, 24, 64])
 def test_layer_pieces_cover_every_layer_once_in_doubling_pieces(n):
+    assert layer_pieces(n, split=False) == [range(n)]
     pieces = layer_pieces(n)
     assert [i for p in pieces for i in p] == list(range(n))
     assert [len(p) for p in pieces[:-1]] == [2 ** j for j in range(len(pieces) - 1)]

@@ -96,9 +96,9 @@ class Engine(Forward):
                      `default_source` for the others (see `ops.py`); None: TRITONLLM_KERNELS, else "auto"
                      (the learner's kernel where it is filled in, else the solution), as in the chapters
     cuda_graph:      replay the decode step from a CUDA graph (on a GPU; ignored on the CPU)
-    prefill_graph:   with cuda_graph, also replay prompt chunks from CUDA graphs (in pieces of layers,
-                     `graph.layer_pieces`) per (chunk length, start) met twice: a prompt length seen once runs op by
-                     op (capturing would cost more than it saves); a repeated one (a benchmark, a server's) replays
+    prefill_graph:   with cuda_graph, also replay prompt chunks from CUDA graphs (with PREFILL_PIECES, in pieces of
+                     layers) per (chunk length, start) met twice: a prompt length seen once runs op by op
+                     (capturing would cost more than it saves); a repeated one (a benchmark, a server's) replays
     prefill_chunk:   prompt tokens per prefill pass; longer prompts run chunk after chunk
     level:           "operators" (one kernel per operator), "fused" or "fast": the plan `plan.LEVELS` holds
     pdl:             launch the kernels of the decode step and of prompt chunks of up to PDL_PROMPT_TOKENS (128)
@@ -295,6 +295,7 @@ class Engine(Forward):
 
     PREFILL_GRAPHS = 16  # captured prompt chunks kept (least recently used dropped): each holds a memory pool
     PREFILL_SEEN = 1024  # chunk shapes remembered until their second use (a chat makes a new one every turn)
+    PREFILL_PIECES = False  # a chunk's graph in `layer_pieces`: not adopted before lab/prefill_graph_probe.py's run
 
     def _prefill_graph(self, T: int, start: int, last: bool) -> list[GraphedStep] | None:
         """The graphs of a T-token chunk at `start` (captured at its second use, one per `layer_pieces`, replayed
@@ -315,10 +316,10 @@ class Engine(Forward):
         if seen[key] < 2:
             return None
         del seen[key]                                  # captured below (or never: prefill_graph turns off)
-
         try:
             self._prefill_graphs[key] = graphed_pieces(lambda p: lambda: self._prefill_unchecked(T, start, last, p),
-                                                       layer_pieces(len(self.weights.layers)), self._cache_tensors())
+                                                       layer_pieces(len(self.weights.layers), self.PREFILL_PIECES),
+                                                       self._cache_tensors())
         except RuntimeError as e:   # an op that cannot be captured (a swapped-in kernel that syncs, say)
             warnings.warn(f"prompt chunks run op by op from now on: capturing one failed ({e})")
             self.prefill_graph = False

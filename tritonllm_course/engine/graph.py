@@ -85,14 +85,18 @@ class GraphedStep:
         self.graph.replay()
 
 
-def layer_pieces(n: int) -> list[range]:
-    """Layers 0..n-1 in pieces of 1, 2, 4, ... layers (the last cut short), each a CUDA graph of its own.
+def layer_pieces(n: int, split: bool = True) -> list[range]:
+    """Layers 0..n-1 in pieces of 1, 2, 4, ... layers (the last cut short), each a CUDA graph of its own; with
+    `split` False, one piece of all n.
 
     cudaGraphLaunch works on the host for about a microsecond a kernel before the GPU starts on the graph:
-    one graph of a whole 128-token chunk kept the GPU idle for about that long before its first kernel
-    (lab/prefill_graph_probe.py measures it, and these pieces against it). A decode step hides its launch behind
-    the step ahead; a prompt has none ahead. In doubling pieces the first starts after a few kernels' launch,
-    and each later launch is shorter than the GPU's time on the pieces before it."""
+    one graph of a whole 128-token chunk kept an H100 idle 264-300 us before its first kernel (a profiled run of
+    2026-12-06). A decode step hides its launch behind the step ahead; a prompt has none ahead. In doubling
+    pieces the first starts after a few kernels' launch, and each later launch is shorter than the GPU's time
+    on the pieces before it. Not yet timed against one graph: lab/prefill_graph_probe.py does
+    (`Engine.PREFILL_PIECES`)."""
+    if not split:
+        return [range(n)]
     pieces, lo, size = [], 0, 1
     while lo < n:
         pieces.append(range(lo, min(n, lo + size)))
