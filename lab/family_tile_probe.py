@@ -37,8 +37,12 @@ lanes on 2 rows a program) and 17,408 (past PDL_MAX_K, walking already): the cap
 9B's widest K below the limit, 12,288, fills three quarters of its 16,384 lanes and gains whole (0.9%).
 Verdict: adopted: the whole tile only where K fills at least three quarters of its power-of-two width
 (`PDL_MIN_FILL`, tritonllm_course/triton_helpers.py): 27B's 5,120 (five eighths) walks, as do 4B's 2,560 and
-9,216 (a tie at 4B); 0.8B's and 9B's K keep it. Measured as adopted: not yet (the variant "the rule before"
-keeps the old rule for that run).
+9,216 (a tie at 4B); 0.8B's and 9B's K keep it. Measured as adopted (H100, 2026-12-06, at bdaacc4;
+lab/results/family_tile_probe_nvidia-h100-80gb-hbm3_2026-12-06_rule.json), us a token: 27B fast 18,561 against
+19,276 with the rule before (3.7% less) and 18,246 at the cap of 4,096 (5,120 and 6,144 walking: 1.7% less
+again; operators 18,588); 4B fast 3,314 against 3,298 with the rule before (0.5% more), 3,348 walking every K.
+The rule stays; walking 6,144 too (every K of 4,097 to 8,191) fits every measurement but also walks 2B's down
+projection, which no run has timed.
 """
 import contextlib
 import functools
