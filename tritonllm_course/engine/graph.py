@@ -90,11 +90,11 @@ def layer_pieces(n: int, split: bool = True) -> list[range]:
     `split` False, one piece of all n.
 
     cudaGraphLaunch works on the host for about a microsecond a kernel before the GPU starts on the graph:
-    one graph of a whole 128-token chunk kept an H100 idle 264-300 us before its first kernel (a profiled run of
-    2026-12-06). A decode step hides its launch behind the step ahead; a prompt has none ahead. In doubling
-    pieces the first starts after a few kernels' launch, and each later launch is shorter than the GPU's time
-    on the pieces before it. Not yet timed against one graph: lab/prefill_graph_probe.py does
-    (`Engine.PREFILL_PIECES`)."""
+    one graph of a whole 128-token chunk kept an H100 idle 264-300 us before its first kernel (a profiled run:
+    lab/results/prefill_graph_probe_nvidia-h100-80gb-hbm3_2026-12-06_trace.json). A decode step hides its launch
+    behind the step ahead; a prompt has none ahead. In doubling pieces the first starts after a few kernels'
+    launch, and each later launch is shorter than the GPU's time on the pieces before it. Not yet timed against
+    one graph: lab/prefill_graph_probe.py does (`Engine.PREFILL_PIECES`)."""
     if not split:
         return [range(n)]
     pieces, lo, size = [], 0, 1
