@@ -86,7 +86,7 @@ def test_prompt_chunks_and_chat_turns_continue_the_same_sequence(model):
     assert turn2 == generate(ref, PROMPT + one_pass + second, 5, eos_token_id=None)
 
 
-@pytest.mark.parametrize("level", ["operators", "fast"])
+@pytest.mark.parametrize("level", ["operators", "fused", "fast"])
 def test_a_new_sequence_reads_nothing_the_cache_held(model, level):
     """A new sequence's first prompt chunk reads no state: the reset's zeros are taken as given (the conv
     and the delta rule run without a state; the conv writes its new state in place). With the whole cache
@@ -107,6 +107,21 @@ def test_a_new_sequence_reads_nothing_the_cache_held(model, level):
     assert torch.equal(engine.prefill(PROMPT), logits)
     reset_and_poison()
     assert engine.generate(PROMPT, 4, eos_token_id=None, reset=False) == want
+
+
+def test_a_decode_step_needs_a_prompt_first(model):
+    """No state is zeroed by `reset` (the first prompt chunk starts from zero): a decode step, which reads the
+    states, is refused on an empty sequence, on the host, before any work."""
+    _, ref = model
+    engine = Engine.from_model(ref, max_seq_len=32, level="fast")
+    engine.generate(PROMPT, 2, eos_token_id=None)
+    engine.reset()
+    for flat in engine.cache.storage:
+        flat.fill_(float("nan"))
+    with pytest.raises(ValueError, match=r"^the sequence is empty: a decode step follows a prompt \(prefill\); "
+                                         r"nothing was run$"):
+        engine.decode(PROMPT[0])
+    assert engine.length == 0 and all(t.isnan().all() for t in engine.cache.storage)
 
 
 def test_merged_attention_weight_deinterleaves_query_and_gate():

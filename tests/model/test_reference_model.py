@@ -77,8 +77,16 @@ def test_cache_reset_and_overflow(pair, prompt):
     assert all(end <= start for (_, end), (start, _) in zip(spans, spans[1:]))
     assert sum(t.numel() for t in tensors) == sum(f.numel() for f in cache.storage)
     cache.reset()
-    assert all(not t.any() for t in tensors)
+    states = [t for group in (cache.conv, cache.state) for t in group.values()]
+    assert all(not t.any() for t in states)
     assert cache.length == 0 and torch.equal(model(prompt[:20], cache), first)
+    # reset leaves the K/V rows of the sequence before: a shorter one never reads them (NaN planted there)
+    cache.reset()
+    for t in (*cache.k.values(), *cache.v.values()):
+        t[7:] = float("nan")
+    shorter = model(prompt[:7], cache)
+    assert torch.equal(shorter, model(prompt[:7], model.new_cache(20)))
+    assert torch.isfinite(shorter).all()
     with pytest.raises(ValueError, match="max_position_embeddings"):
         Qwen35Cache.allocate(TINY, TINY.max_position_embeddings + 1)
 

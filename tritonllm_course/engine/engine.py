@@ -238,14 +238,13 @@ class Engine(Forward):
 
     # running -------------------------------------------------------------------------------------------
     def reset(self) -> None:
-        """Start a new sequence: the cache zeroed in place (the graphs keep their addresses). A live
-        stream is superseded (`StreamSuperseded`), as by every direct prefill and decode."""
+        """Start a new sequence, no GPU work: its first prompt chunk reads no state and no cache row (test_engine.py
+        poisons the cache), no decode comes before a prompt. Supersedes a live stream (`StreamSuperseded`)."""
         self.streams += 1
         self._reset()
 
     def _reset(self) -> None:
-        self.cache.reset()
-        self.length = 0
+        self.length = self.cache.length = 0
         self.pending = None
 
     def check_tokens(self, ids, new_tokens: int = 0, cached: int | None = None) -> list[int]:
@@ -349,8 +348,9 @@ class Engine(Forward):
     def decode(self, token: int | None = None, *, sampling: Sampling | None = None) -> torch.Tensor:
         """One decode step: consumes `counters.ids` (or `token`, written there first: teacher forcing);
         returns the logits [vocab] (a view of the static buffer); the next token is in `counters.ids`."""
-        if self.length + 1 > self.max_seq_len:
-            raise ValueError(f"the cache of {self.max_seq_len} tokens is full; nothing was run")
+        if not 0 < self.length < self.max_seq_len:
+            raise ValueError(f"the cache of {self.max_seq_len} tokens is full; nothing was run" if self.length else
+                             "the sequence is empty: a decode step follows a prompt (prefill); nothing was run")
         if token is not None:
             token, = self.check_tokens([token])
             self.counters.ids.fill_(int(token))

@@ -95,9 +95,14 @@ class Qwen35Cache:
         )
 
     def reset(self) -> None:
-        """Start a new sequence: zero every buffer (keeping the addresses, as a CUDA graph needs)."""
-        for flat in self.storage:
-            flat.zero_()
+        """Start a new sequence: zero the DeltaNet's conv and recurrent states, which a step adds into, in place (a
+        CUDA graph keeps their addresses). The KV cache keeps the old sequence's rows: every reader stops at the
+        length, and a row is written before the length passes it (tests/model/test_reference_model.py plants
+        NaN there), so a new prompt does not wait on a memset of the whole cache."""
+        model_flat, state_flat = self.storage
+        kv = sum(t.numel() for t in (*self.k.values(), *self.v.values()))   # the K/V views come first
+        model_flat[kv:].zero_()                                              # the conv states
+        state_flat.zero_()
         self.length = 0
 
     def nbytes(self) -> int:
