@@ -238,7 +238,8 @@ def test_two_stage_is_bit_identical_on_the_gpu_and_the_atomic_spread_is_reported
 @pytest.mark.timing
 @pytest.mark.parametrize("index", [0, 1])
 def test_splitk_beats_cublas_at_the_narrow_shapes(index):
-    """cuBLAS measured 12.1 us (1024 x 2048) and 7.8 us (1024 x 3584) on an H200: too few blocks."""
+    """cuBLAS (`F.linear`) is slower than the split-K GEMV at both narrow shapes on an H200: too few blocks
+    (results/splitk_nvidia-h200_2026-11-30.json, `compare`)."""
     from tritonllm_course.measure.benchmark import bench
     from tritonllm_course.slots import get
     result = bench("splitk_gemv", "solutions", shape=get("splitk_gemv").shape(RT.preset, index),
