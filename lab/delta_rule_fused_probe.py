@@ -32,7 +32,7 @@ OUTDIR/delta_rule_fused_probe_<gpu>_<date>.json. `check` compares the fused kern
 and the recurrent one under the interpreter at odd lengths, with and without the gates and the norm.
 Result: on an NVIDIA H100 80GB HBM3 (2026-12-06,
 lab/results/delta_rule_fused_probe_nvidia-h100-80gb-hbm3_2026-12-06.json) the one launch wins only at 16 tokens
-without the norm (7.4 against 11.2 us); with the norm it is level there (12.8 against 12.1 us) and behind from
+without the norm (7.4 against 11.2 us); with the norm it is 6% behind there (12.8 against 12.1 us) and further from
 64 tokens on: at 128 tokens 66.4 us (chunks of 16) and the two launches 36.7 us against the three kernels' 17.5.
 In the engine the first token of a 128-token prompt took 2.61 ms against 1.84 ms, the same token. (Its first run
 had stopped in `check`: 16-column key tiles at DK = 16, which Triton 3.6 miscompiles in fp32 at chunks of 64; it

@@ -32,7 +32,7 @@ Result: NVIDIA H200, 2026-12-03 (lab/results/deltanet_head_fusion_probe_nvidia-h
 rows in order 1,082 / 1,161; (b) blocks of 32 654.1, 656.8 / 674.5, 673.9; blocks of 8 666.8, 659.6 /
 672.5, 669.4. (a) loses 137-146 us: its registers leave fewer projection programs resident, and a head's last
 program runs the recurrence alone. (b) loses 27-40 us at 128 and 7-19 at 4,096 (either block, against the
-same run as it is), up to 2 us a layer: its spinning programs hold SMs that the projection's last wave needs.
+same run as it is), up to 2.2 us a layer: its spinning programs hold SMs that the projection's last wave needs.
 Greedy tokens equal the engine's at 4,096 and differ at 128 (another reduction tree).
 Verdict: not adopted: the in-projection (solutions/norm_fusion.py) and the recurrence
 (solutions/layer_fusion.py) stay two launches; under PDL the recurrence's launch already overlaps the

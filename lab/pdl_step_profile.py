@@ -36,7 +36,8 @@ increment under PDL) bounds what folding those kernels into the LM head and the 
 Verdict: nothing to adopt (a measurement, read in lab/pdl_variants_probe.py): what remains between the
 engine and the floor is the small kernels' latency (the recurrence's chain of loads, reductions and stores,
 FlashDecoding's two kernels) more than the GEMVs' bytes: the next step is fewer of them (the DeltaNet decode
-chain fused per head, the KV cache's past rows loaded before the wait).
+chain fused per head, the KV cache's past rows loaded before the wait), both tried since and not adopted
+(lab/deltanet_head_fusion_probe.py, lab/flash_decoding_prefetch_probe.py).
 """
 import contextlib
 from collections import defaultdict

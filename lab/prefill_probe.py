@@ -22,11 +22,11 @@ kernels of the chunked rule together, chunks of 16 / 32 / 64 tokens (value block
 at K = 2048 / 3584: chapter 22_layer_fusion's 64 x 32 x 128 tiles 7.8 / 11.4 us, 64 x 16 tiles in steps of 256
 7.5 / 10.7 us, split-K (best of 2-8 pieces, 3 both times) 7.7 / 9.7 us, cuBLAS + add 8.0 / 9.5 us.
 3. The gated GEMM: chapter 21_norm_fusion's 64 x 64 tiles were the best of seven tilings (9.6 us).
-Verdict: adopted: chunks of 16 tokens for prompts up to 128 (`chunk_size_for`, solutions/delta_rule.py,
-32 beyond; since lab/delta_rule_operands_probe.py 64 from 512) and 64 x 16 x 256 tiles for the 1024-row
-GEMM + residual (`gemm_residual_config`,
-solutions/layer_fusion.py). Not adopted: the split-K GEMM, whose workspace and counters bought 1 us at one
-shape only (chapter 24_split_k); the gated GEMM's tiles, already the best.
+Verdict: adopted: chunks of 16 tokens for prompts up to 128 (`chunk_size_for`, solutions/delta_rule.py, 32 beyond;
+since lab/delta_rule_operands_probe.py 64 from 512) and 64 x 16 x 256 tiles for the 1024-row GEMM + residual
+(`gemm_residual_config`, solutions/layer_fusion.py), below 256 tokens (from 256 on 128-row tiles:
+lab/prompt_gemm_sweep.py). Not adopted: the split-K GEMM, whose workspace and counters bought 1 us at one shape only
+(chapter 24_split_k); the gated GEMM's tiles, already the best.
 """
 import os
 import time
