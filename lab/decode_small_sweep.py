@@ -22,7 +22,8 @@ of each space timed). The recurrence runs faster on one warp: 3.37 against 3.63 
 / 9.31 us against 6.73 / 7.31 / 8.99 us for 32-row steps, 132 splits per KV head, 4 warps, 1 stage); the
 best of 108 at each context alone: 6.23 / 6.98 / 8.78 us (16-row steps at the shorter two).
 Verdict: adopted for the recurrence: `gated_delta_rule_recurrent_gates` (solutions/layer_fusion.py) launches on
-one warp (2.83 -> 2.68 us in the engine's profile; first run: lab/results/engine_runs/one_ahead/). Not
+one warp (2.68 us a call in the engine's profile after it, results/profile_nvidia-h200_2026-11-30.md; the
+profile on four warps before it was not kept; first run: lab/results/engine_runs/one_ahead/). Not
 changed: the gated-norm out-projection (`gated_norm_linear_residual`) and FlashDecoding (`decoding_config`,
 solutions/flash_decoding.py), ~6 us a token in all (2.7 + 3.1 at 128 cached tokens), within the run-to-run
 spread of the engine's table.
