@@ -203,7 +203,8 @@ def gemv_residual_config(N: int, K: int, interpreted: bool = False, pdl: bool = 
 
 def gemm_residual_config(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device) -> dict:
     """Launch parameters of the GEMM + residual: chapter 05_projections's tiles, but for N < 4096 (the 1024-row
-    out-projections). At M < 256, 64 x 16 tiles in steps of 256, 128 programs for 132 SMs (`lab/prefill_probe.py`).
+    out- and down projections). At M < 256, 64 x 16 tiles in steps of 256 (at M = 128: 128 programs for
+    132 SMs; `lab/prefill_probe.py`).
     From M = 256 on, 128-row tiles as wide as still make about one wave (`WAVE_TILES`, widest first; the
     narrowest where none does): on an H200 128 x 256 at M = 4,096 and 128 x 64 in steps of 128 at M = 1,024,
     which the square 128 x 128 tiles lost to (`lab/prompt_gemm_sweep.py`). Only tiles whose stages fit the
@@ -229,8 +230,9 @@ def gemm_residual_config(M: int, N: int, K: int, dtype: torch.dtype, device: tor
     return cfg
 
 
-# (BLOCK_N, BLOCK_K, stages) of the GEMM + residual's 128-row tiles from M = 256 on, widest first: the fastest of
-# each width at M = 1,024 and 4,096 on an H200 (lab/prompt_gemm_sweep.py, 8 warps)
+# (BLOCK_N, BLOCK_K, stages) of the GEMM + residual's 128-row tiles from M = 256 on, widest first, 8 warps: on an
+# H200 the fastest 256- and 128-wide tiles at M = 4,096 (the 256-wide one within 0.2% of its 4-stage form) and the
+# fastest 64-wide one at M = 1,024 (lab/prompt_gemm_sweep.py, out- and down projections + residual, 2026-12-05)
 WAVE_TILES = ((256, 64, 3), (128, 64, 3), (64, 128, 4))
 
 

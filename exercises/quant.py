@@ -23,7 +23,8 @@ channel, `scale [N]`) or one per row and `group_size` columns (per group, `scale
 fp8 needs no special case under the CPU interpreter: its loads and conversions are exact there in triton
 3.5, 3.7 and 3.9 (tests/kernels/test_quant.py, in `make test-window`).
 
-The GEMV's block sizes are measured (lab/quant_gemv_sweep.py); the GEMM's are not yet.
+The GEMV's block sizes are measured (lab/quant_gemv_sweep.py); the GEMM's are chosen, not swept
+(lab/quant_gemm_probe.py times only `gemm_config`'s pick).
 """
 import torch
 import triton
@@ -108,7 +109,7 @@ def gemv_config(N: int, K: int, group_size: int | None, interpreted: bool = Fals
 
 
 def gemm_config(M: int, N: int, group_size: int | None, dtype: torch.dtype, device: torch.device) -> dict:
-    """Launch parameters of the dequantizing GEMM (chosen, not yet measured).
+    """Launch parameters of the dequantizing GEMM (chosen, not swept: lab/quant_gemm_probe.py times only this pick).
 
     The bf16 GEMM's tiles (chapter 05_projections): at prompt lengths near 128 one or two M tiles, 64 or 32 columns,
     long K steps; square 128 x 128 tiles from M = 256. A step stays inside one group (BLOCK_K <= group_size),

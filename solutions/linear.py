@@ -11,7 +11,8 @@ y[m, n] = sum_k x[m, k] * W[n, k].
   serves BLOCK_M tokens through `tl.dot` on the tensor cores, so at large M it is compute-bound.
 - `linear` picks one by M.
 - On sm_90 and newer, prompts from `tritonllm_course.tma_gemm.MIN_M` tokens on run the same GEMM with its
-  tiles copied by the TMA (`tritonllm_course.tma_gemm`), 1.2-1.4x faster there.
+  tiles copied by the TMA (`tritonllm_course.tma_gemm`): 1.2-1.4x faster than this GEMM at its best tiles at
+  1,024 and 4,096 tokens on an H200 (lab/prompt_gemm_sweep.py).
 
 The block sizes are explicit functions of the shape (`gemv_config`, `gemm_config`), chosen from
 measurements on an H200 in bf16; chapter 05_projections shows the reasoning.
@@ -25,8 +26,9 @@ from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import pdl_enter
 
 SMS = 132  # streaming multiprocessors of an H200 (and an H100 SXM): the grids are sized against them
-# A GEMV of more programs than this launches without PDL: at the LM head's tile the PDL calls cost 115 ->
-# 152 us, and no tile is as fast with them; the overlap would hide only its first wave (lab/pdl_variants_probe.py)
+# A GEMV of more programs than this launches without PDL: at the LM head's tile the PDL calls cost 114.7 ->
+# 152.2 us on an H200, and no tile is as fast with them; the overlap would hide only its first wave
+# (lab/pdl_variants_probe.py)
 PDL_MAX_PROGRAMS = 64 * SMS
 
 

@@ -281,10 +281,11 @@ def fused_gemv_config(N: int, K: int, interpreted: bool = False, norm: bool = Fa
                       gated: bool = False, conv: bool = False, pdl: bool = False) -> dict:
     """Launch parameters of the fused GEMV for an [N, K] weight (gated: N rows in each of two weights).
 
-    Chapter 05_projections's config without the norm; with it, four rows a program (eight gated) in steps of 256, to
-    share the norm's extra loads (`lab/gemv_sweep.py`). The walk along K unrolled up to MAX_UNROLLED_STEPS
-    steps, but not with the conv's epilogue: its registers (`lab/unrolled_gemv_probe.py`). Under the CPU
-    interpreter 64 x 64 tiles, so small shapes still take several K steps.
+    Chapter 05_projections's config without the norm; with it, four rows a program in steps of 256, to share the
+    norm's extra loads (`lab/gemv_sweep.py`), eight gated (`lab/unrolled_gemv_probe.py`). The walk along K
+    unrolled up to MAX_UNROLLED_STEPS steps, but not with the conv's epilogue: its registers
+    (`lab/unrolled_gemv_probe.py`). Under the CPU interpreter 64 x 64 tiles, so small shapes still take several
+    K steps.
     With PDL the whole walk is one step (`triton_helpers.pdl_gemv_config`): every weight load is issued
     before the wait (`lab/pdl_chain_probe.py`).
     """

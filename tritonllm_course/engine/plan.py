@@ -102,10 +102,11 @@ def edit(steps: tuple[Step, ...], changes: dict[str, Edit]) -> tuple[Step, ...]:
 # (ln1, ln2 and the SwiGLU folded into the projections); there split-K and FlashDecoding launch two kernels
 # each (the pieces, then their merge) for the one they replace, so a decode step launches 1 kernel fewer per
 # DeltaNet layer, as many per attention layer, and 1 fewer for the model's last residual add and final
-# norm, now one kernel (Qwen3.5-0.8B: 317 kernels per token instead of 336). FlashDecoding buys time per kernel
-# on long caches (every SM busy); split-K was meant to do the same for the narrow GEMVs, but measured slower
-# than the plain GEMV at every decode shape (docs/results.md section 8): the level keeps it as the course's
-# split-K in the model, and the fast level runs plain GEMVs there.
+# norm, now one kernel (Qwen3.5-0.8B: 317 kernels per token instead of 336, as counted in
+# results/engine_nvidia-h200_2026-12-02/bench.md). FlashDecoding buys time per kernel on long caches (every
+# SM busy); split-K was meant to do the same for the narrow GEMVs, but measured slower than the plain GEMV at
+# every decode shape (docs/results.md section 8): the level keeps it as the course's split-K in the model, and
+# the fast level runs plain GEMVs there.
 # At prefill ln1 and ln2 stay kernels of their own at every level: at M = 128 the norm-folded GEMMs are
 # slower than the norm and the plain GEMM together (chapter 21_norm_fusion; results/kernels_nvidia-h200_2026-11-30.md).
 FUSED_STEPS = edit(STEPS, {

@@ -18,9 +18,10 @@ as transformers' default `sdpa` attention calls it, the delta rule in transforme
 operations (and q divided by sqrt(d_k) in decode, where the chunked form multiplies by d_k^-0.5). Not
 only the precision but the operations must match: with random weights one bf16 rounding that comes
 out differently early in the model grows, layer by layer, to ~1e-2 at the logits (transformers' own
-bf16 logits are ~5% from its fp32 ones). So matched, the bf16 logits equal transformers' bit for bit
-on the CPU (for a bf16 transformers model cast as `from_pretrained` casts it, RoPE frequencies in fp32:
-see `hf_compat.to_dtype`). In fp32 the operators' own forms run, within ~1e-6 of transformers.
+bf16 logits are 5-7% from its fp32 ones on an H200: results/hf_rounding_nvidia-h200_2026-12-05.json). So
+matched, the bf16 logits equal transformers' bit for bit on the CPU (for a bf16 transformers model cast as
+`from_pretrained` casts it, RoPE frequencies in fp32: see `hf_compat.to_dtype`) and, in that record, on the
+GPU. In fp32 the operators' own forms run, within 4e-6 of transformers (the same record).
 
 In fp16 the residual stream x is kept in fp32 (`residual_dtype`), unlike transformers: Qwen's stream
 outgrows fp16's 65,504 after a few layers; the sublayers still read norm(x) in fp16.
