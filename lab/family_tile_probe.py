@@ -41,8 +41,10 @@ Verdict: adopted: the whole tile only where K fills at least three quarters of i
 lab/results/family_tile_probe_nvidia-h100-80gb-hbm3_2026-12-06_rule.json), us a token: 27B fast 18,561 against
 19,276 with the rule before (3.7% less) and 18,246 at the cap of 4,096 (5,120 and 6,144 walking: 1.7% less
 again; operators 18,588); 4B fast 3,314 against 3,298 with the rule before (0.5% more), 3,348 walking every K.
-The rule stays; walking 6,144 too (every K of 4,097 to 8,191) fits every measurement but also walks 2B's down
-projection, which no run has timed.
+Walking 6,144 too (every K of 4,097 to 8,191) would also walk 2B's down projection: timed there (H100,
+2026-12-07, at d6adae5, SIZES=qwen3.5-2b; lab/results/family_tile_probe_nvidia-h100-80gb-hbm3_2026-12-07_2b.json),
+us a token: 2B fast 1,529 with the rule, 1,538 with 6,144 walking (0.6% more), 1,544 walking every K, 1,536 with
+the rule before; operators 1,732; fused 1,907. The rule stays.
 """
 import contextlib
 import functools

@@ -18,9 +18,17 @@ one memory pool, replayed in order). At
 first token handed out, the median and spread of RUNS after the capture), the 8 tokens compared between the
 variants; then one prompt under torch.profiler: the host's time in each cudaGraphLaunch and the time from the
 first launch call to the first kernel, and the GPU's span from its first kernel to its last.
-Result: not measured yet: python -m lab.prefill_graph_probe on a GPU.
-Verdict: not adopted before its run: `Engine.PREFILL_PIECES` stays False (tritonllm_course/engine/engine.py)
-until the pieces are timed against one graph on a GPU; the pieces are checked on the CPU only.
+Result: NVIDIA H100 80GB HBM3, 2026-12-07, at d6adae5
+(lab/results/prefill_graph_probe_nvidia-h100-80gb-hbm3_2026-12-07.json), the median time to the first token over 15
+runs (their spread): 128 tokens, one graph 1,775 us (144), layer pieces (5 graphs) 1,817 us (134); 1,024 tokens
+4,135 us (259) against 4,063 us (122); the tokens the same. Profiled, the pieces brought the first kernel to 71 us
+after the first launch call, against 440 us for the one graph, while the GPU's span over the prompt's kernels was
+1,665 us with one graph and 1,677 us with the pieces (128 tokens). Unprofiled, the one graph's first token came 110
+us after that span: most of the launch's host time in the trace is the profiler's, and the launch does not hold the
+first token back by the hundreds of microseconds it showed there.
+Verdict: not adopted: `Engine.PREFILL_PIECES` stays False (tritonllm_course/engine/engine.py): the pieces are no
+faster at 128 tokens, and faster at 1,024 by less than either variant's spread. A faster prompt needs faster
+kernels.
 """
 import statistics
 import time

@@ -52,7 +52,8 @@ def l2_normalize_rows(x, eps):
 # walking both, where 9B's 12,288 in 16,384 (three quarters) gained 1% whole and 4B's 2,560 and 9,216 tied
 # (lab/family_tile_probe.py, H100). The rule walks 5,120 (five eighths) and keeps 6,144 (three quarters) whole:
 # measured so, 27B took 3.7% less time than with both whole, 1.7% more than with both walking; 4B 0.5% more
-# than with its K whole (H100). A rule that walks 6,144 too would also walk 2B's down projection, not measured.
+# than with its K whole (H100). A rule that walks 6,144 too would also walk 2B's down projection: 0.6% slower there
+# (lab/results/family_tile_probe_nvidia-h100-80gb-hbm3_2026-12-07_2b.json).
 PDL_ROWS, PDL_ELEMENTS, PDL_WARPS = 4, 32, 16
 PDL_MAX_K = PDL_WARPS * 32 * PDL_ELEMENTS
 PDL_MIN_FILL = 0.75

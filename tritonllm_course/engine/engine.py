@@ -294,7 +294,7 @@ class Engine(Forward):
 
     PREFILL_GRAPHS = 16  # captured prompt chunks kept (least recently used dropped): each holds a memory pool
     PREFILL_SEEN = 1024  # chunk shapes remembered until their second use (a chat makes a new one every turn)
-    PREFILL_PIECES = False  # a chunk's graph in `layer_pieces`: not adopted before lab/prefill_graph_probe.py's run
+    PREFILL_PIECES = False  # a chunk's graph in `layer_pieces`: no sooner a first token (lab/prefill_graph_probe.py)
 
     def _prefill_graph(self, T: int, start: int, last: bool) -> list[GraphedStep] | None:
         """The graphs of a T-token chunk at `start` (captured at its second use, one per `layer_pieces`, replayed

@@ -89,12 +89,11 @@ def layer_pieces(n: int, split: bool = True) -> list[range]:
     """Layers 0..n-1 in pieces of 1, 2, 4, ... layers (the last cut short), each a CUDA graph of its own; with
     `split` False, one piece of all n.
 
-    cudaGraphLaunch works on the host for about a microsecond a kernel before the GPU starts on the graph:
-    one graph of a whole 128-token chunk kept an H100 idle 264-300 us before its first kernel (a profiled run:
-    lab/results/prefill_graph_probe_nvidia-h100-80gb-hbm3_2026-12-06_trace.json). A decode step hides its launch
-    behind the step ahead; a prompt has none ahead. In doubling pieces the first starts after a few kernels'
-    launch, and each later launch is shorter than the GPU's time on the pieces before it. Not yet timed against
-    one graph: lab/prefill_graph_probe.py does (`Engine.PREFILL_PIECES`)."""
+    Under the profiler, cudaGraphLaunch of one graph of a whole 128-token chunk kept an H100 idle 264-300 us
+    before its first kernel (lab/results/prefill_graph_probe_nvidia-h100-80gb-hbm3_2026-12-06_trace.json); in
+    doubling pieces the first starts after a few kernels' launch. Timed unprofiled, the pieces gave the first
+    token no sooner (lab/prefill_graph_probe.py, H100): the profiler's launch time is mostly its own, so the
+    engine keeps one graph (`Engine.PREFILL_PIECES` False) and the pieces stay an option."""
     if not split:
         return [range(n)]
     pieces, lo, size = [], 0, 1
