@@ -8,8 +8,8 @@ An elementwise add does one FLOP per 6 bytes (bf16): it is memory-bound, and at 
 tensor) it is launch-bound, which is why the engine later fuses it into the next RMSNorm. The add runs
 in fp32 and rounds once, which is exactly what PyTorch's bf16 `residual + x` does.
 
-The residual stream may be kept in fp32 while x is in the model dtype (the fp16 mode: Qwen's residual
-stream overflows fp16's 65,504 after a few layers); the output then has the residual's dtype. `out` may
+The residual stream may be kept in fp32 while x is in the model dtype (the fp16 mode: a trained model's
+residual stream can outgrow fp16's 65,504); the output then has the residual's dtype. `out` may
 be `residual` itself: each element is read before it is written, by the same program, so the update can
 happen in place.
 """

@@ -23,8 +23,8 @@ matched, the bf16 logits equal transformers' bit for bit on the CPU (for a bf16 
 `from_pretrained` casts it, RoPE frequencies in fp32: see `hf_compat.to_dtype`) and, in that record, on the
 GPU. In fp32 the operators' own forms run, within 4e-6 of transformers (the same record).
 
-In fp16 the residual stream x is kept in fp32 (`residual_dtype`), unlike transformers: Qwen's stream
-outgrows fp16's 65,504 after a few layers; the sublayers still read norm(x) in fp16.
+In fp16 the residual stream x is kept in fp32 (`residual_dtype`), unlike transformers: a trained
+model's stream can outgrow fp16's 65,504 (chapter 09); the sublayers still read norm(x) in fp16.
 """
 from __future__ import annotations
 
