@@ -24,7 +24,7 @@ matched, the bf16 logits equal transformers' bit for bit on the CPU (for a bf16 
 GPU. In fp32 the operators' own forms run, within 4e-6 of transformers (the same record).
 
 In fp16 the residual stream x is kept in fp32 (`residual_dtype`), unlike transformers: a trained
-model's stream can outgrow fp16's 65,504 (chapter 09); the sublayers still read norm(x) in fp16.
+model's stream can outgrow fp16's 65,504 (chapter 09_output_residual); the sublayers still read norm(x) in fp16.
 """
 from __future__ import annotations
 
