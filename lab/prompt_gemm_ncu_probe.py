@@ -24,11 +24,13 @@ gate/up + SwiGLU 10.53-10.62 us against 9.25-9.41 for the plain product (cluster
 latency-bound, the course's kernels and cuBLAS's alike: DRAM throughput 18-20% of its peak at the GEMM +
 residual and 42-50% at the other two, 6-15% achieved occupancy (one program an SM), and no warp eligible to
 issue in 74-89% of the scheduler's cycles. cuBLAS's lead at the GEMM + residual comes with its clusters of 8
-programs, which can share one load of x among them (TMA multicast); Triton 3.5-3.6 does not expose clusters on
-sm_90 in `tl`.
+programs, which can share one load of x among them (TMA multicast); the course's kernels run without clusters
+(Cluster Size 0). Whether Triton's `num_ctas` launch option would give a `tl` kernel such shared loads on sm_90
+is not measured here.
 Verdict: nothing adopted: `gemm_residual_config` (solutions/layer_fusion.py) keeps its 64 x 16 tiles at 128
 tokens; the in-projection is level with cuBLAS; gate/up + SwiGLU is behind cuBLAS's product alone by less than
-the separate SwiGLU a cuBLAS path would add. A 128-token prompt's GEMMs wait on latency, not bytes.
+the separate SwiGLU a cuBLAS path would add. A 128-token prompt's GEMMs wait on latency, not bytes; clusters
+(`num_ctas`) are the next thing to try at the GEMM + residual.
 """
 import re
 import shutil
