@@ -357,7 +357,7 @@ def _call(fn, kwargs) -> str | None:
     rt = runtime()
     limit = time_limit_s()
     try:
-        with time_limit(limit):
+        with time_limit(limit), kernels.exits_raise():
             if rt.interpreted:   # numpy's overflow warnings are the verdict's business, not the console's
                 import numpy as np
                 with memcheck.checked(), np.errstate(all="ignore"):

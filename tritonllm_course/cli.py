@@ -21,7 +21,7 @@ import sys
 
 from . import __version__, exercise_files, kernels, regions, student_version
 from .exercise_files import drifted  # noqa: F401  (`cli.drifted()`: what the tests call)
-from .runtime import NO_COURSE, course_folder, setup
+from .runtime import NO_COURSE, course_folder, interpreter_unless_gpu, setup
 
 
 def _setup():
@@ -219,6 +219,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             sub.add_parser(name, help=summary, add_help=False).add_argument("rest", nargs=argparse.REMAINDER)
             continue
         try:
+            interpreter_unless_gpu()     # before the module's import of triton: on a CPU, the interpreter
             mod = importlib.import_module(f".{module}", __package__)
         except ImportError as e:   # torch (or what the command needs) missing: say so when it is asked for
             p = sub.add_parser(name, help=summary, add_help=False)

@@ -61,8 +61,9 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def _parse_ids(text: str) -> list[int]:
+    """"5,17,42" -> [5, 17, 42]; an empty item ("5,,17", a trailing comma) is refused, not dropped."""
     try:
-        return [int(t) for t in text.replace(" ", "").split(",") if t]
+        return [int(t) for t in text.replace(" ", "").split(",")]
     except ValueError:
         raise ValueError(f"--prompt-ids must be comma-separated integers, got {text!r}") from None
 

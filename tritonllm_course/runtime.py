@@ -93,6 +93,13 @@ def _cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
+def interpreter_unless_gpu() -> None:
+    """Before triton's first import in a process that may have no GPU (the CLI's torch commands import it with
+    their modules): switch on the CPU interpreter there, as `setup` would, so that setup finds triton ready."""
+    if "triton" not in sys.modules and not _cuda_available():
+        os.environ["TRITON_INTERPRET"] = "1"
+
+
 def setup(dtype: str | None = None, preset: str | None = None, quiet: bool = False) -> Runtime:
     """Choose the mode, the dtype and the shape preset; print one summary line.
 

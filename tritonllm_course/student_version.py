@@ -105,6 +105,8 @@ def _tracked(root: Path) -> list[str]:
 
 
 def _check_destination(dest: str | Path, root: Path) -> Path:
+    if not str(dest).strip():   # Path("") is the current folder: an empty argument must not silently mean it
+        raise StudentVersionError("the destination is empty: name a new or empty folder outside the course")
     try:
         return _check_new_folder(Path(dest), root)
     except OSError as e:   # a name too long, a loop of links, a folder that cannot be searched

@@ -123,13 +123,15 @@ def test_the_pdl_whole_tile_takes_the_ks_that_fill_it():
     assert [K for K in (2560, 5120, 9216, 17408) if pdl_gemv_config(K) is not None] == []
 
 
-def test_bad_arguments_are_named(capsys):
+def test_bad_arguments_are_named(capsys, tmp_path):
     assert cli.main(["targets", "--arch", "74"]) == 2
     assert "74" in capsys.readouterr().err
     assert cli.main(["targets", "--dtype", "float8"]) == 2
     assert "float8" in capsys.readouterr().err
     assert cli.main(["targets", "--level", "fastest"]) == 2
     assert cli.main(["targets", "--arch", "sm75"]) == 2
+    assert cli.main(["targets", "--json", str(tmp_path)]) == 2           # a folder: refused before the survey
+    assert capsys.readouterr().err.splitlines()[-1] == f"--json: {tmp_path} is a folder; name the file to write"
     with pytest.raises(ValueError, match="archs"):
         targets.survey([70])
 

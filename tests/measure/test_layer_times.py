@@ -3,7 +3,11 @@ launched it and that call's layer, a trace or a labelling that does not fit the 
 a call list shifted by one, labels shifted by one call), the parts adding up to the step, every level's
 structure under the interpreter on the tiny model and, on the meta device, at the real shapes."""
 import json
+import os
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -227,3 +231,14 @@ def test_layer_times_on_the_gpu(tmp_path):
                                   "dtype": "bfloat16", "versions": "-"})
     assert json.loads(stem.with_suffix(".json").read_text())["levels"][0]["level"] == "fast"
     assert stem.with_suffix(".png").exists() and "## fast" in stem.with_suffix(".md").read_text()
+
+
+@pytest.mark.parametrize("command", ["bench", "layers"])
+def test_the_gpu_commands_say_skipped_in_a_fresh_process_without_a_gpu(command):
+    """Their modules import triton: the command line switches the interpreter on before that import, so a plain
+    shell on a CPU machine (no TRITON_INTERPRET) gets the one line, not setup's traceback."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"TRITONLLM_FORCE_CPU": "1"}
+    done = subprocess.run([sys.executable, "-m", "tritonllm_course.cli", command], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=Path(__file__).resolve().parents[2])
+    assert "Traceback" not in done.stderr, done.stderr
+    assert f"tritonllm-course {command}: skipped:" in done.stdout + done.stderr

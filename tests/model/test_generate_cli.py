@@ -67,6 +67,8 @@ def test_cli_random_model_and_text_output(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--prompt-ids", ",".join(["1"] * 4000), "--max-new-tokens", "200"], "exceeds the model's 4096 positions"),
     (["--prompt-ids", "1,x,3"], "comma-separated integers"),
+    (["--prompt-ids", "5,,17"], "comma-separated integers, got '5,,17'"),     # an empty item: never dropped
+    (["--prompt-ids", "5,17,"], "comma-separated integers, got '5,17,'"),
     (["--prompt-ids", "1,600"], "outside the vocabulary"),
     (["--prompt-ids", "1", "--greedy", "--temperature", "0.7"], "contradicts"),
 ])

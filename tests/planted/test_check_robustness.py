@@ -4,6 +4,7 @@ the file and the learner's line (exit 1, no traceback); a file that is not Pytho
 directory, bytes that are not UTF-8) is one line naming it (exit 2); `progress` reports a broken slot
 and goes on with the others. Each exercise is a filled-in copy of its solution with one edit, in a
 course root of the test's own."""
+import os
 import threading
 import time
 
@@ -63,19 +64,32 @@ def _assert_one_fail(rc, out, err, *needles):
         assert needle in out, (needle, out)
 
 
+def _guard_the_process(monkeypatch):
+    """Should the check let the learner's os._exit through, it raises here (no SystemExit, so the test fails)
+    instead of ending the test process with status 0."""
+    def reached(code=0):
+        raise RuntimeError(f"os._exit({code}) reached the process")
+    monkeypatch.setattr(os, "_exit", reached)
+
+
 @interpreter_only
-@pytest.mark.parametrize("code", ["    raise SystemExit(0)", "    import sys\n    sys.exit(0)"])
-def test_an_exit_in_the_kernel_is_a_fail_not_a_pass(code, course_copy, capsys):
+@pytest.mark.parametrize("code", ["    raise SystemExit(0)", "    import sys\n    sys.exit(0)",
+                                  "    import os\n    os._exit(0)"])     # ends a process at once, status 0
+def test_an_exit_in_the_kernel_is_a_fail_not_a_pass(code, course_copy, capsys, monkeypatch):
+    _guard_the_process(monkeypatch)
     _, text = _exercise(course_copy, edit=_in_region(code))
     line = _line_of(text, KERNEL_LINE) + code.count("\n")
     rc, out, err = _run(CHECK, capsys)
     _assert_one_fail(rc, out, err, "SystemExit", f"exercises/rmsnorm.py:{line}")
 
 
-def test_an_exit_at_module_level_is_a_fail(course_copy, capsys):
-    path, text = _exercise(course_copy, edit=lambda t: t + "\nimport sys\nsys.exit(0)\n")
+@pytest.mark.parametrize("module", ["sys", "os"])
+def test_an_exit_at_module_level_is_a_fail(module, course_copy, capsys, monkeypatch):
+    _guard_the_process(monkeypatch)
+    exit_call = "sys.exit(0)" if module == "sys" else "os._exit(0)"
+    path, text = _exercise(course_copy, edit=lambda t: t + f"\nimport {module}\n{exit_call}\n")
     rc, out, err = _run(CHECK, capsys)
-    _assert_one_fail(rc, out, err, f"exercises/rmsnorm.py:{text.count(chr(10)) + 3}", "sys.exit(0)")
+    _assert_one_fail(rc, out, err, f"exercises/rmsnorm.py:{text.count(chr(10)) + 3}", exit_call, "calls exit (0)")
 
 
 @interpreter_only

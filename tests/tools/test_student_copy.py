@@ -80,6 +80,10 @@ def test_student_copy_refuses_a_destination_inside_the_course_or_not_empty(tmp_p
     assert status == 2 and "cannot be created" in out and len(out.splitlines()) == 1
     status, out = student_copy(capsys, "/proc/tritonllm-student-copy")
     assert status == 2 and "cannot be" in out and len(out.splitlines()) == 1, out
+    for empty in ("", " "):                  # Path("") would be the current folder
+        status, out = student_copy(capsys, empty)
+        assert status == 2 and out.strip() == "the destination is empty: name a new or empty folder outside " \
+                                              "the course", out
 
 
 def git(where: Path, *args: str) -> str:
