@@ -200,15 +200,17 @@ def test_a_file_that_is_not_python_source_is_one_line_and_exit_2(kind, course_co
     assert err.strip().splitlines() == [err.strip()] and needle in err, err
 
 
+# 10**8 elements past the tensor, far past every argument of the kernel: 10**5 could land inside another one
+# (the check then still fails, on the values, but cannot name the access)
 @interpreter_only
 @pytest.mark.parametrize("family, slot, edit, helper_line, kernel_line", [
     ("conv1d", "conv1d_prefill",
      ("        w = tl.load(w_ptr + c * K + j, mask=cmask, other=0.0).to(tl.float32)    # [BLOCK_C]",
-      "        w = tl.load(w_ptr + c * K + j + 100000).to(tl.float32)    # [BLOCK_C]"),
-     "w = tl.load(w_ptr + c * K + j + 100000)", "y = silu(conv_prefill_tile("),
+      "        w = tl.load(w_ptr + c * K + j + 100000000).to(tl.float32)    # [BLOCK_C]"),
+     "w = tl.load(w_ptr + c * K + j + 100000000)", "y = silu(conv_prefill_tile("),
     ("flash_attention", "flash_attention",
-     ("    k = tl.load(k_head + offs, mask=kv_mask, other=0.0)", "    k = tl.load(k_head + offs + 100000)"),
-     "k = tl.load(k_head + offs + 100000)", "_attend("),
+     ("    k = tl.load(k_head + offs, mask=kv_mask, other=0.0)", "    k = tl.load(k_head + offs + 100000000)"),
+     "k = tl.load(k_head + offs + 100000000)", "_attend("),
 ])
 def test_an_access_past_a_tensor_in_a_helper_names_the_learners_line(family, slot, edit, helper_line, kernel_line,
                                                                      course_copy):
