@@ -13,9 +13,10 @@ times, the engine's kernel and then cuBLAS on the same operands: the GEMM + resi
 (1,024 x 2,048: `linear_residual`, solutions/layer_fusion.py, against `torch.addmm`), the DeltaNet in-projection
 (8,224 x 1,024: `linear`, solutions/linear.py, against `torch.matmul`) and gate/up + SwiGLU (2 x 3,584 x 1,024:
 `gate_up_swiglu_merged`, solutions/norm_fusion.py, against one `torch.matmul` with the stacked weight, without
-the SwiGLU). `ncu --clock-control none` profiles every launch (sections SpeedOfLight, MemoryWorkloadAnalysis,
-WarpStateStats, Occupancy, LaunchStats, SchedulerStats; each launch replayed, so its weights sit in L2 after
-the first pass: both sides alike); `parse` keeps, per launch, the kernel, its grid and block, and the metrics.
+the SwiGLU). `ncu --clock-control none` profiles the GEMMs' launches (sections SpeedOfLight, MemoryWorkloadAnalysis,
+WarpStateStats, Occupancy, LaunchStats, SchedulerStats), flushing the caches before each replayed pass (its
+default), so every launch reads its operands from HBM, both sides alike; `parse` keeps, per launch, the kernel,
+its grid and block, and the metrics.
 Result: NVIDIA H100 80GB HBM3, 2026-12-07 (lab/results/prompt_gemm_ncu_probe_nvidia-h100-80gb-hbm3_2026-12-07.json;
 its script was `target` below, run by hand). The GEMM + residual took 8.42 us in each of its three calls against
 7.39-7.58 us for cuBLAS's `nvjet_sm90_tst_24x64_64x16_4x2_h_badd_TNN` (88 programs of 384 threads in clusters of
@@ -29,7 +30,8 @@ programs, which can share one load of x among them (TMA multicast); the course's
 is not measured here.
 Verdict: nothing adopted: `gemm_residual_config` (solutions/layer_fusion.py) keeps its 64 x 16 tiles at 128
 tokens; the in-projection is level with cuBLAS; gate/up + SwiGLU is behind cuBLAS's product alone by less than
-the separate SwiGLU a cuBLAS path would add. A 128-token prompt's GEMMs wait on latency, not bytes; clusters
+the separate SwiGLU a cuBLAS path would add (1.67 us a call at 128 tokens on an H100:
+results/profile_nvidia-h100-80gb-hbm3_2026-12-06.md). A 128-token prompt's GEMMs wait on latency, not bytes; clusters
 (`num_ctas`) are the next thing to try at the GEMM + residual.
 """
 import re
