@@ -131,9 +131,9 @@ class Qwen35Config:
                               f"got {raw!r}")
         for name, given in (("bos_token_id", () if self.bos_token_id is None else (self.bos_token_id,)),
                             ("eos_token_id", ids)):
-            if any(t >= self.vocab_size for t in given):   # no token of the model is that id: never matched
-                raise ConfigError(f"{name} {[t for t in given if t >= self.vocab_size][0]} is outside the "
-                                  f"vocabulary [0, {self.vocab_size}) (vocab_size)")
+            past = [t for t in given if t >= self.vocab_size]   # no token of the model has that id: never matched
+            if past:
+                raise ConfigError(f"{name} {past[0]} is outside the vocabulary [0, {self.vocab_size}) (vocab_size)")
         if not (isinstance(self.layer_types, (list, tuple)) or self.layer_types is None):
             raise ConfigError(f"layer_types must be a list of layer kinds, got {self.layer_types!r}")
         strange = [t for t in self.layer_types or () if not isinstance(t, str)]

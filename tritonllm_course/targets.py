@@ -353,10 +353,11 @@ def run_targets(args) -> int:
         dtypes = None if args.dtype is None else _list(args.dtype, "dtype")
         levels = _list(args.level, "level")
         _checked(archs, dtypes, levels)
-        if args.json and not Path(args.json).parent.is_dir():
-            raise ValueError(f"--json: the folder of {args.json} does not exist")
-        if args.json and Path(args.json).is_dir():      # refused before the survey's minutes, not after
-            raise ValueError(f"--json: {args.json} is a folder; name the file to write")
+        if args.json:                                   # refused before the survey's minutes, not after
+            if not Path(args.json).parent.is_dir():
+                raise ValueError(f"--json: the folder of {args.json} does not exist")
+            if Path(args.json).is_dir():
+                raise ValueError(f"--json: {args.json} is a folder; name the file to write")
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2

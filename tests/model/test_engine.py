@@ -88,8 +88,8 @@ def test_prompt_chunks_and_chat_turns_continue_the_same_sequence(model):
 
 @pytest.mark.parametrize("level", ["operators", "fused", "fast"])
 def test_a_new_sequence_reads_nothing_the_cache_held(model, level):
-    """A new sequence's first prompt chunk reads no state: the reset's zeros are taken as given (the conv
-    and the delta rule run without a state; the conv writes its new state in place). With the whole cache
+    """A new sequence's first prompt chunk reads no state, so `reset` zeroes nothing (the conv and the delta
+    rule run without a state; the conv writes its new state in place). With the whole cache
     poisoned after the reset, the logits and the next tokens are those of a clean run; the second chunk
     reads the states the first one wrote."""
     _, ref = model
