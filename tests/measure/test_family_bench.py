@@ -52,3 +52,10 @@ def test_the_command_line_takes_each_size_and_refuses_a_config_beside_a_checkpoi
     capsys.readouterr()
     assert cli.main(["bench", "--config", "qwen3.5-4b", "--model", str(tmp_path)]) == 2
     assert "brings its own config" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("budget", ["0", "-1", "nan"])
+def test_the_family_refuses_a_budget_before_any_size_runs(capsys, monkeypatch, budget):
+    monkeypatch.setattr(family, "run_size", lambda *a, **k: pytest.fail("a size ran"))
+    assert family.main(["--budget-s", budget]) == 2
+    assert "--budget-s must be above 0" in capsys.readouterr().err

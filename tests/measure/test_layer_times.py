@@ -203,6 +203,8 @@ def test_the_command_line(tmp_path, capsys, rt):
     if rt.on_gpu:
         pytest.skip("on a GPU the command measures the real model (test_layer_times_on_the_gpu)")
     assert cli.main(["layers", "--steps", "0"]) == 2
+    assert cli.main(["layers", "--budget-s", "nan"]) == 2
+    assert "--budget-s must be above 0" in capsys.readouterr().err
     assert cli.main(["layers", "--config", "nope"]) == 2
     assert cli.main(["layers", "--config", "qwen3.5-0.8b"]) == 1
     assert "needs a GPU: nothing measured" in capsys.readouterr().err

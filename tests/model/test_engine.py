@@ -315,6 +315,19 @@ def test_bench_without_gpu_says_why(capsys, rt):
     assert "needs a CUDA GPU" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("argv, says", [(["--contexts", "128", "-5"], "every --contexts must be >= 1"),
+                                        (["--prompt-len", "0"], "--prompt-len must be >= 1"),
+                                        (["--budget-s", "0"], "--budget-s must be above 0"),
+                                        (["--budget-s", "nan"], "--budget-s must be above 0"),
+                                        (["--steps", "1", "--repeats", "0"], "--steps must be >= 2; --repeats must")])
+def test_bench_refuses_a_bad_number_before_any_work_on_any_machine(capsys, argv, says):
+    """A context, a prompt or a budget that cannot be measured is refused in one line, exit 2, before the GPU's
+    test (so also on a CPU, where the bench itself would only say it was skipped)."""
+    assert cli.main(["bench", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+
+
 # --- GPU: real shapes -----------------------------------------------------------------------------------------
 def _teacher_forced(engine, ids, prefill_len):
     """The engine's logits at positions prefill_len - 1 .. len(ids) - 2: a prefill, then decode steps fed

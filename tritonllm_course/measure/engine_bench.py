@@ -538,8 +538,12 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
 
 def run_bench(args) -> int:
     """Run `tritonllm-course bench`; returns the exit status."""
-    if args.steps < 2 or args.repeats < 1:
-        print("tritonllm-course bench: error: --steps must be >= 2 and --repeats >= 1", file=sys.stderr)
+    bad = [f"{name} must be {rule}" for name, rule, broken in (
+        ("--steps", ">= 2", args.steps < 2), ("--repeats", ">= 1", args.repeats < 1),
+        ("--prompt-len", ">= 1", args.prompt_len < 1), ("every --contexts", ">= 1", min(args.contexts) < 1),
+        ("--budget-s", "above 0", not args.budget_s > 0)) if broken]                            # NaN: refused
+    if bad:
+        print(f"tritonllm-course bench: error: {'; '.join(bad)}", file=sys.stderr)
         return 2
     if args.config and args.model != "random":
         print(f"tritonllm-course bench: error: --config {args.config} gives the shapes of random weights; the "

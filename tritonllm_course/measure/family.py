@@ -178,6 +178,9 @@ def main(argv=None) -> int:
     p.add_argument("--budget-s", type=float, default=240.0, help="each size's bench budget (default 240)")
     p.add_argument("--collect", action="store_true", help="only the table and plot of the benches under --out")
     args = p.parse_args(argv)
+    if not args.budget_s > 0:                                                                   # NaN: refused
+        print(f"family: error: --budget-s must be above 0, got {args.budget_s}", file=sys.stderr)
+        return 2
     status = 0
     if not args.collect:
         for size in args.sizes:

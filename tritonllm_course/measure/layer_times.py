@@ -467,7 +467,8 @@ def run_layers(args) -> int:
     rt = setup(quiet=True)
     name = args.config or ("qwen3.5-0.8b" if rt.on_gpu else "tiny")
     bad = [f"--{k.replace('_', '-')} must be >= 1" for k in ("prompt_len", "steps", "prompts")
-           if getattr(args, k) < 1] + (["--contexts must be >= 1"] if min(args.contexts) < 1 else [])
+           if getattr(args, k) < 1] + (["--contexts must be >= 1"] if min(args.contexts) < 1 else []) \
+        + (["--budget-s must be above 0"] if not args.budget_s > 0 else [])                       # NaN: refused
     try:
         config = get_config(name)
     except ValueError as e:
