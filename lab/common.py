@@ -16,6 +16,7 @@ import gc
 import inspect
 import json
 import linecache
+import os
 import statistics
 import textwrap
 import sys
@@ -154,6 +155,21 @@ def engine_variants(res: dict, path: Path, variants: dict, engine_us, contexts, 
     first = {c: res["engine"].get(f"{base} @ {c} #0", {}).get("tokens") for c in contexts}
     return {k: v.get("tokens") == first[int(k.split("@")[1].split("#")[0])]
             for k, v in res["engine"].items() if "tokens" in v}
+
+
+def engine_probe(out, name: str, variants: dict, engine_us, contexts, repeats: int, check, base: str = "as is") -> dict:
+    """A probe of engine variants from start to end: `check()` into the header, then `engine_variants` over the
+    variants PROBE_VARIANTS names (joined by ";"; all when it is unset), saved to OUTDIR/<name>_<gpu>_<date>.json
+    after each, with whether each run's tokens equal `base`'s."""
+    setup()
+    res = header(check=check(), engine={})
+    path = result_path(out, name)
+    names = [n for n in os.environ.get("PROBE_VARIANTS", "").split(";") if n]
+    variants = {n: v for n, v in variants.items() if not names or n in names}
+    res["tokens_equal_as_is"] = engine_variants(res, path, variants, engine_us, contexts, repeats, base)
+    print("tokens equal:", res["tokens_equal_as_is"], flush=True)
+    save(path, res)
+    return res
 
 
 def ttft_ms(engine, prompt: list[int], runs: int = 5) -> tuple[float, int]:

@@ -26,7 +26,6 @@ tritonllm_course/engine/forward.py).
 """
 import dataclasses
 import functools
-import os
 
 import torch
 
@@ -37,7 +36,6 @@ CONTEXTS = (128, 4096)
 REPEATS = 2
 VARIANTS = {"as is": {}, "norm in the LM head": {"norm": True}, "advance in the merge": {"advance": True},
             "both": {"norm": True, "advance": True}}
-CHOSEN = [n for n in os.environ.get("PROBE_VARIANTS", "").split(";") if n]
 
 LAST_STORE = ('        tl.store(flag_ptr + row, tl.where(x != x, 2, tl.where(tl.abs(x) == float("inf"), 1, 0))'
               '.to(tl.int64))\n')
@@ -141,13 +139,7 @@ def check() -> float:
 
 
 def main(out):
-    common.setup()
-    res = common.header(check=check(), engine={})
-    path = common.result_path(out, "decode_end_probe")
-    variants = {n: v for n, v in VARIANTS.items() if not CHOSEN or n in CHOSEN}
-    res["tokens_equal_as_is"] = common.engine_variants(res, path, variants, engine_us, CONTEXTS, REPEATS, "as is")
-    print("tokens equal:", res["tokens_equal_as_is"], flush=True)
-    common.save(path, res)
+    common.engine_probe(out, "decode_end_probe", VARIANTS, engine_us, CONTEXTS, REPEATS, check)
 
 
 if __name__ == "__main__":

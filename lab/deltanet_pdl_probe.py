@@ -1,7 +1,9 @@
 """Under PDL, which launch shapes shorten the DeltaNet layer's recurrence and its in-projection, and where should
 the small decode kernels let the next one launch?
 
-    python -m lab.deltanet_pdl_probe [OUTDIR]   (on an sm_90 GPU; writes OUTDIR/deltanet_pdl_probe_<gpu>_<date>.json)
+    python -m lab.deltanet_pdl_probe [OUTDIR]   (on an sm_90 GPU; writes OUTDIR/deltanet_pdl_probe_<gpu>_<date>.json;
+                                                PROBE_VARIANTS="as is;recurrence without the overlap": only those,
+                                                names joined by ";")
 
 Question: in the PDL decode step the recurrence's increment is 85 us a token at 128 cached tokens for 9 us
 of state bytes, 54 us without PDL (`pdl_step_profile`, 2026-12-02): the largest stretch above the floor.
@@ -53,7 +55,6 @@ dependent loads, reductions and stores, whatever its shape), and neither is wher
 PDL's overlap itself: solutions/layer_fusion.py and solutions/norm_fusion.py keep theirs.
 """
 import functools
-import os
 from contextlib import contextmanager
 
 import torch
@@ -76,8 +77,6 @@ VARIANTS = {"as is": {}, "recurrence, blocks of 8": {"block_v": 8}, "recurrence,
             "q/k prologue lets the next kernel launch at its end": {"exit_trigger": ("prologue",)},
             "split lets the next kernel launch at its end": {"exit_trigger": ("split",)},
             "q/k prologue and split let the next kernel launch at their end": {"exit_trigger": ("prologue", "split")}}
-# PROBE_VARIANTS="as is;recurrence without the overlap": only those (names joined by ";")
-CHOSEN = [n for n in os.environ.get("PROBE_VARIANTS", "").split(";") if n]
 
 
 @functools.lru_cache(maxsize=None)
@@ -258,13 +257,7 @@ def _edits_differ(device: str) -> float:
 
 
 def main(out):
-    common.setup()
-    res = common.header(check=check(), engine={})
-    path = common.result_path(out, "deltanet_pdl_probe")
-    variants = {n: v for n, v in VARIANTS.items() if not CHOSEN or n in CHOSEN}
-    res["tokens_equal_as_is"] = common.engine_variants(res, path, variants, engine_us, CONTEXTS, REPEATS, "as is")
-    print("tokens equal:", res["tokens_equal_as_is"], flush=True)
-    common.save(path, res)
+    common.engine_probe(out, "deltanet_pdl_probe", VARIANTS, engine_us, CONTEXTS, REPEATS, check)
 
 
 if __name__ == "__main__":
