@@ -265,21 +265,17 @@ def survey_here(archs=None, dtypes=None, levels=LEVELS, autotune: bool = True) -
     return list(kernels.values())
 
 
-def _checked(archs, dtypes, levels):
+def _checked(archs, dtypes, levels, names=("archs", "dtypes", "levels")):
+    """The three lists (None: every one), each refused when empty or naming what is not there, by `names` (the
+    keywords of `survey`, or the command line's options)."""
     from .triton_helpers import GPUS
-    archs = list(GPUS) if archs is None else [int(a) for a in archs]
-    bad = [a for a in archs if a not in GPUS]
-    if bad:
-        raise ValueError(f"archs {bad}: choose from {list(GPUS)}")
-    dtypes = list(DTYPE_NAMES) if dtypes is None else list(dtypes)
-    bad = [d for d in dtypes if d not in DTYPE_NAMES]
-    if bad:
-        raise ValueError(f"dtypes {bad}: choose from {list(DTYPE_NAMES)}")
-    levels = list(levels)
-    bad = [v for v in levels if v not in LEVELS]
-    if bad:
-        raise ValueError(f"levels {bad}: choose from {list(LEVELS)}")
-    return archs, dtypes, levels
+    lists = (list(GPUS) if archs is None else [int(a) for a in archs],
+             list(DTYPE_NAMES) if dtypes is None else list(dtypes), list(levels))
+    for name, given, known in zip(names, lists, (list(GPUS), list(DTYPE_NAMES), list(LEVELS))):
+        bad = [v for v in given if v not in known]
+        if bad or not given:
+            raise ValueError(f"{name} {bad or 'empty'}: choose from {known}")
+    return lists
 
 
 def survey(archs=None, dtypes=None, levels=LEVELS, autotune: bool = True) -> list[Kernel]:
@@ -326,11 +322,11 @@ def table(kernels: list[Kernel]) -> str:
     return "\n".join(lines).lstrip("\n")
 
 
-def _list(text: str, name: str, convert=str) -> list:
+def _list(text: str, name: str, convert=str, what: str = "names") -> list:
     try:
         return [convert(v) for v in text.split(",") if v]
     except ValueError:
-        raise ValueError(f"--{name}: expected a comma-separated list, got {text!r}") from None
+        raise ValueError(f"--{name}: expected a comma-separated list of {what}, got {text!r}") from None
 
 
 def add_targets_parser(sub):
@@ -349,10 +345,11 @@ def add_targets_parser(sub):
 def run_targets(args) -> int:
     """Exit 0 when every kernel fits every GPU asked for, 1 when one does not, 2 for bad arguments."""
     try:
-        archs = None if args.arch is None else _list(args.arch, "arch", int)
+        archs = None if args.arch is None else _list(args.arch, "arch", int,
+                                                     "compute capabilities as numbers (e.g. 75,89)")
         dtypes = None if args.dtype is None else _list(args.dtype, "dtype")
         levels = _list(args.level, "level")
-        _checked(archs, dtypes, levels)
+        _checked(archs, dtypes, levels, names=("--arch", "--dtype", "--level"))
         if args.json:                                   # refused before the survey's minutes, not after
             if not Path(args.json).parent.is_dir():
                 raise ValueError(f"--json: the folder of {args.json} does not exist")

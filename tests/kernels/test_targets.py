@@ -134,6 +134,11 @@ def test_bad_arguments_are_named(capsys, tmp_path):
     assert capsys.readouterr().err.splitlines()[-1] == f"--json: {tmp_path} is a folder; name the file to write"
     with pytest.raises(ValueError, match="archs"):
         targets.survey([70])
+    for option in ("--arch", "--dtype", "--level"):       # an empty list compiled nothing and passed (exit 0)
+        assert cli.main(["targets", option, ","]) == 2
+        assert capsys.readouterr().err.splitlines() == [f"{option} empty: choose from " + {
+            "--arch": "[75, 80, 86, 89, 90]", "--dtype": "['bfloat16', 'float16']",
+            "--level": "['operators', 'fused', 'fast']"}[option]]
 
 
 def test_the_compiled_prompt_is_the_engines_default_chunk_and_one_more():
