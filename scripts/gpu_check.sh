@@ -32,6 +32,16 @@ known=" $PARTS "; [[ $WHAT == *,* ]] || known+="full bench extra "   # a list (c
 for one in ${WHAT//,/ }; do
   [[ $known == *" $one "* ]] || { echo "scripts/gpu_check.sh: no part named '$one'; $usage" >&2; exit 2; }
 done
+for var in LIMIT_S JOBS BUDGET_S EXTRA_TIMEOUT; do   # numbers for timeout, pytest and bash's arithmetic
+  val=${!var:-}; least=1; [ "$var" = EXTRA_TIMEOUT ] && least=0   # EXTRA_TIMEOUT=0: no bound
+  if [ -n "$val" ] && { ! [[ $val =~ ^[0-9]+$ ]] || [ "$val" -lt "$least" ]; }; then
+    echo "scripts/gpu_check.sh: $var must be a whole number of at least $least, got '$val'" >&2; exit 2
+  fi
+done
+case ${TRITONLLM_DTYPE:-bfloat16} in bfloat16|float16|float32) ;;
+  *) echo "scripts/gpu_check.sh: TRITONLLM_DTYPE must be bfloat16, float16 or float32, got '$TRITONLLM_DTYPE'" >&2
+     exit 2 ;;
+esac
 cd "$ROOT"
 mkdir -p "$OUT/logs" || { echo "scripts/gpu_check.sh: cannot create $OUT/logs" >&2; exit 2; }
 OUT=$(cd "$OUT" && pwd)

@@ -119,11 +119,12 @@ def setup(dtype: str | None = None, preset: str | None = None, quiet: bool = Fal
 
     cap = torch.cuda.get_device_capability() if gpu else None
     # TRITONLLM_DTYPE=float16 runs a whole suite in a T4's dtype on a newer GPU (scripts/gpu_check.sh)
+    source = "dtype" if dtype else "TRITONLLM_DTYPE"      # where a refused dtype came from, for its message
     dtype = dtype or os.environ.get("TRITONLLM_DTYPE") or None
     if dtype is None:
         dtype = ("bfloat16" if cap >= (8, 0) else "float16") if gpu else "float32"
     if dtype not in _DTYPE_NAMES:
-        raise ValueError(f"dtype must be one of {_DTYPE_NAMES}, got {dtype!r}")
+        raise ValueError(f"{source} must be one of {_DTYPE_NAMES}, got {dtype!r}")
     if gpu and dtype == "bfloat16" and cap < (8, 0):
         raise ValueError(f"bfloat16 needs sm_80 or newer; this GPU is sm_{cap[0]}{cap[1]}: use float16")
     if not gpu and dtype == "bfloat16":

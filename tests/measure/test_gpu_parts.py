@@ -3,6 +3,7 @@ belongs to a part or is host-only, each part's selection names what exists, and 
 GPU verification is the one its records give."""
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -78,6 +79,17 @@ def test_gpu_check_refuses_a_part_it_does_not_know_in_one_line(argv):
                        timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, (r.returncode, r.stderr)
     assert "usage" in r.stderr or "no part" in r.stderr
+
+
+@pytest.mark.parametrize("env", [{"LIMIT_S": "abc"}, {"LIMIT_S": "0"}, {"JOBS": "-2"}, {"BUDGET_S": "300.5"},
+                                 {"EXTRA_TIMEOUT": "x"}, {"TRITONLLM_DTYPE": "float64"}])
+def test_gpu_check_refuses_a_bad_setting_in_one_line_before_any_step(tmp_path, env):
+    """A limit the steps hand to `timeout` ran the part anyway, which failed in 0 s with timeout's usage."""
+    r = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "quick", str(tmp_path / "out")],
+                       capture_output=True, text=True, timeout=60, env={**os.environ, **env})
+    name = next(iter(env))
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [r.stderr.strip()], (r.returncode, r.stderr)
+    assert name in r.stderr and not (tmp_path / "out").exists()
 
 
 def test_a_part_fits_what_is_left_of_a_call_by_its_last_pass(tmp_path, monkeypatch):

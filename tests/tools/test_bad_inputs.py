@@ -644,3 +644,14 @@ def test_a_reader_that_closes_the_pipe_ends_the_command_quietly():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141, err
     assert "Traceback" not in err and "BrokenPipeError" not in err, err
+
+
+def test_a_dtype_setup_refuses_names_where_it_came_from(monkeypatch):
+    """TRITONLLM_DTYPE (the environment, e.g. a GPU check in a T4's dtype) or setup's own argument: the message
+    names the one that was given, before any state changes."""
+    from tritonllm_course.runtime import setup
+    monkeypatch.setenv("TRITONLLM_DTYPE", "float64")
+    with pytest.raises(ValueError, match=r"^TRITONLLM_DTYPE must be one of .*got 'float64'$"):
+        setup(quiet=True)
+    with pytest.raises(ValueError, match=r"^dtype must be one of .*got 'fp8'$"):
+        setup(dtype="fp8", quiet=True)
