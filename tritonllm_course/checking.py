@@ -491,11 +491,30 @@ def plan_cases(slot, preset: str, shape: dict | None = None, edges: bool | None 
                 + [(e.shape_for(shapes[0]), e, f"{prefix}, {e.name}" if prefix else e.name)
                    for e in edge_list if e.runs_in(preset_)])
     if shape is not None:
-        return one(preset, [dict(shape)])
+        return one(preset, [_shape_given(slot, preset, shape)])
     plan = one(preset, slot.all_shapes(preset))
     if preset != "tiny" and slot.all_shapes("tiny"):
         plan += one("tiny", slot.all_shapes("tiny"), SMALL_ODD)
     return plan
+
+
+def _shape_given(slot, preset: str, shape) -> dict:
+    """`check(shape=...)`: the dims given, over the slot's first shape for the mode; each one a dim of the slot
+    and of its kind (a size a whole number >= 1, an option of its default's type), or one line saying which."""
+    shapes = slot.all_shapes(preset) + slot.all_shapes("tiny")
+    dims = {k: v for s in reversed(shapes) for k, v in s.items()}       # every dim, the mode's default first
+    if not isinstance(shape, dict):
+        raise TypeError(f"shape must be a dict of {slot.name}'s dims ({', '.join(dims)}), got {shape!r}")
+    for k, v in shape.items():
+        if k not in dims:
+            raise ValueError(f"shape: {slot.name} has no dim {k!r}; its dims are {', '.join(dims)}")
+        default = dims[k]
+        if type(default) is int and default >= 1:                     # a size (0 / 1 ints are options)
+            if type(v) is not int or v < 1:
+                raise ValueError(f"shape: {k} must be a whole number >= 1, got {v!r}")
+        elif type(v) is not type(default):
+            raise ValueError(f"shape: {k} must be a {type(default).__name__}, like {default!r}; got {v!r}")
+    return {**(slot.all_shapes(preset) or [{}])[0], **shape}
 
 
 def check(name: str, source: str | None = None, *, shape: dict | None = None, dtype=None,
@@ -505,7 +524,8 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
 
     Runs every shape the slot declares for this mode and its edge inputs, in every dtype the slot runs
     in (fp32 and fp16 under the interpreter; the GPU's dtype and fp16 on a GPU), `trials` fresh random
-    inputs each. `shape=` checks one shape only (and no edges unless `edges=True`); `dtype=` one dtype
+    inputs each. `shape=` checks one shape only (and no edges unless `edges=True`): the dims it gives, the rest
+    from the slot's first shape (`check("embedding", shape={"T": 5})`); `dtype=` one dtype
     or a list. `fail_fast`: stop at the first failing case (the verdict is the same). An exercise still
     stubbed is reported "not implemented yet", never a pass. The learner's code never ends the check: a
     module that does not import (or exits) is a FAIL naming its file and line, with no case run; a call
@@ -518,6 +538,10 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
         raise NotImplementedError(f"slot {name!r} is planned: its kernel is not written yet")
     if not isinstance(trials, int) or trials < 1:
         raise ValueError(f"trials must be a whole number >= 1, got {trials!r}")
+    if seed is not None and type(seed) is not int:
+        raise TypeError(f"seed must be a whole number or None, got {seed!r}")
+    if edges is not None and not isinstance(edges, bool):
+        raise TypeError(f"edges must be True, False or None, got {edges!r}")
     rt = runtime()
     dtypes = _dtypes(dtype) or slot.dtypes(rt)
     limit = time_limit_s()

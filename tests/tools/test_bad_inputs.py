@@ -655,3 +655,28 @@ def test_a_dtype_setup_refuses_names_where_it_came_from(monkeypatch):
         setup(quiet=True)
     with pytest.raises(ValueError, match=r"^dtype must be one of .*got 'fp8'$"):
         setup(dtype="fp8", quiet=True)
+
+
+@pytest.mark.parametrize("kwargs, error, says", [
+    ({"shape": {"T": 0}}, ValueError, "shape: T must be a whole number >= 1, got 0"),
+    ({"shape": {"T": True}}, ValueError, "shape: T must be a whole number >= 1, got True"),
+    ({"shape": {"rows": 3}}, ValueError, "shape: embedding has no dim 'rows'; its dims are T, vocab, hidden"),
+    ({"shape": {"ids_dtype": 3}}, ValueError, "shape: ids_dtype must be a str, like 'int32'; got 3"),
+    ({"shape": [7, 100]}, TypeError, "shape must be a dict of embedding's dims (T, vocab, hidden"),
+    ({"seed": "a"}, TypeError, "seed must be a whole number or None, got 'a'"),
+    ({"edges": "yes"}, TypeError, "edges must be True, False or None, got 'yes'")])
+def test_check_names_a_bad_shape_seed_or_edges_argument(kwargs, error, says):
+    """A learner's `check(...)` arguments: a partial shape's missing dim was a KeyError ('vocab'), a dim of 0 or a
+    list the same or a TypeError from deep inside, a string seed a TypeError about str + int."""
+    import tritonllm_course as tc
+    with pytest.raises(error) as e:
+        tc.check("embedding", "solutions", verbose=False, **kwargs)
+    assert says in str(e.value)
+
+
+def test_check_takes_a_partial_shape_over_the_slots_first():
+    import tritonllm_course as tc
+    from tritonllm_course import slots
+    report = tc.check("embedding", "solutions", shape={"T": 5}, trials=1, verbose=False)
+    first = slots.get("embedding").all_shapes(tc.runtime().preset)[0]
+    assert report.passed and [c.shape for c in report.cases] == [{**first, "T": 5}] * len(report.cases)
