@@ -491,30 +491,11 @@ def plan_cases(slot, preset: str, shape: dict | None = None, edges: bool | None 
                 + [(e.shape_for(shapes[0]), e, f"{prefix}, {e.name}" if prefix else e.name)
                    for e in edge_list if e.runs_in(preset_)])
     if shape is not None:
-        return one(preset, [_shape_given(slot, preset, shape)])
+        return one(preset, [slot.given_shape(preset, shape)])
     plan = one(preset, slot.all_shapes(preset))
     if preset != "tiny" and slot.all_shapes("tiny"):
         plan += one("tiny", slot.all_shapes("tiny"), SMALL_ODD)
     return plan
-
-
-def _shape_given(slot, preset: str, shape) -> dict:
-    """`check(shape=...)`: the dims given, over the slot's first shape for the mode; each one a dim of the slot
-    and of its kind (a size a whole number >= 1, an option of its default's type), or one line saying which."""
-    shapes = slot.all_shapes(preset) + slot.all_shapes("tiny")
-    dims = {k: v for s in reversed(shapes) for k, v in s.items()}       # every dim, the mode's default first
-    if not isinstance(shape, dict):
-        raise TypeError(f"shape must be a dict of {slot.name}'s dims ({', '.join(dims)}), got {shape!r}")
-    for k, v in shape.items():
-        if k not in dims:
-            raise ValueError(f"shape: {slot.name} has no dim {k!r}; its dims are {', '.join(dims)}")
-        default = dims[k]
-        if type(default) is int and default >= 1:                     # a size (0 / 1 ints are options)
-            if type(v) is not int or v < 1:
-                raise ValueError(f"shape: {k} must be a whole number >= 1, got {v!r}")
-        elif type(v) is not type(default):
-            raise ValueError(f"shape: {k} must be a {type(default).__name__}, like {default!r}; got {v!r}")
-    return {**(slot.all_shapes(preset) or [{}])[0], **shape}
 
 
 def check(name: str, source: str | None = None, *, shape: dict | None = None, dtype=None,

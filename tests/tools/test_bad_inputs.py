@@ -680,3 +680,11 @@ def test_check_takes_a_partial_shape_over_the_slots_first():
     report = tc.check("embedding", "solutions", shape={"T": 5}, trials=1, verbose=False)
     first = slots.get("embedding").all_shapes(tc.runtime().preset)[0]
     assert report.passed and [c.shape for c in report.cases] == [{**first, "T": 5}] * len(report.cases)
+
+
+def test_bench_names_a_bad_shape_on_any_machine(capsys):
+    """`bench` takes `check`'s shapes: a bad one is refused before the GPU's test (on a CPU it was 'skipped')."""
+    import tritonllm_course as tc
+    with pytest.raises(ValueError, match="shape: T must be a whole number >= 1, got -1"):
+        tc.bench("embedding", "solutions", shape={"T": -1}, verbose=False)
+    assert "skipped" not in capsys.readouterr().out

@@ -236,12 +236,13 @@ def bench(name: str, source: str | None = None, *, shape: dict | None = None, dt
     """
     if not isinstance(max_autotune, bool):
         raise TypeError(f"max_autotune must be True or False, got {max_autotune!r}")
-    if skipped(f"bench {name}"):
-        return None
     slot = slots.get(name)
     rt = runtime()
+    given = None if shape is None else slot.given_shape(rt.preset, shape)     # a bad shape: refused before the skip
+    if skipped(f"bench {name}"):
+        return None
     dtype = dtype or rt.dtype
-    shape = shape or slot.shape(rt.preset)
+    shape = given or slot.shape(rt.preset)
     loaded = kernels.load(slot.family, source, slot.function)
     kernel = getattr(loaded.module, slot.function)
     torch_fn = slot.torch_impl or slot.reference

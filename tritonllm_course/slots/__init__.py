@@ -63,6 +63,25 @@ class Slot:
         key = "tiny" if preset == "tiny" else "real"
         return [dict(s) for s in self.shapes.get(key, [])]
 
+    def given_shape(self, preset: str, shape) -> dict:
+        """A shape given to `check` or `bench`: its dims over the slot's first shape for the mode, each one a dim
+        of the slot and of its kind (a size a whole number >= 1, an option of its default's type), or one line
+        saying which is not."""
+        shapes = self.all_shapes(preset) + self.all_shapes("tiny")
+        dims = {k: v for s in reversed(shapes) for k, v in s.items()}       # every dim, the mode's default last
+        if not isinstance(shape, dict):
+            raise TypeError(f"shape must be a dict of {self.name}'s dims ({', '.join(dims)}), got {shape!r}")
+        for k, v in shape.items():
+            if k not in dims:
+                raise ValueError(f"shape: {self.name} has no dim {k!r}; its dims are {', '.join(dims)}")
+            default = dims[k]
+            if type(default) is int and default >= 1:                     # a size (0 / 1 ints are options)
+                if type(v) is not int or v < 1:
+                    raise ValueError(f"shape: {k} must be a whole number >= 1, got {v!r}")
+            elif type(v) is not type(default):
+                raise ValueError(f"shape: {k} must be a {type(default).__name__}, like {default!r}; got {v!r}")
+        return {**(self.all_shapes(preset) or [{}])[0], **shape}
+
     def dtypes(self, rt) -> list[torch.dtype]:
         """The dtypes `check` runs by default: fp32 and fp16 under the interpreter, the GPU's dtype and
         fp16 on a GPU; `extra["dtypes"]` narrows them for a kernel that runs in fewer."""
