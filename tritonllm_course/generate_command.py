@@ -45,9 +45,9 @@ def add_generate_parser(subparsers) -> argparse.ArgumentParser:
                         "(its sampler draws differ from torch's; greedy tokens are the same)")
     p.add_argument("--no-cuda-graph", dest="cuda_graph", action="store_false",
                    help="triton backend: launch the decode step op by op instead of replaying a CUDA graph")
-    p.add_argument("--level", choices=["operators", "fused", "fast"], default="operators",
-                   help="triton backend: the engine's optimisation level (one kernel per operator; fusion + "
-                        "split-K; the fewest kernels)")
+    p.add_argument("--level", choices=["operators", "fused", "fast"], default=None,
+                   help="triton backend: the engine's optimisation level (one kernel per operator, the default; "
+                        "fusion + split-K; the fewest kernels)")
     p.add_argument("--weights", default="native", metavar="FORMAT",
                    help=f"triton backend: the projections' weights, one of {', '.join(WEIGHT_FORMATS)}: the "
                    "model's dtype (native, default), or quantized to 8 bits at load (chapter 31_weight_quant)")
@@ -117,7 +117,12 @@ def _backend(args, model: Qwen35Model, max_seq_len: int):
 
 
 def _check_weights(args) -> None:
-    """--weights against --backend, --level and the GPU, before the model loads (a ValueError: exit 2)."""
+    """The engine's options (--level, --no-cuda-graph, --weights) against --backend, and --weights against the
+    level and the GPU, before the model loads (a ValueError: exit 2). Sets the default level."""
+    for option, given in (("--level", args.level is not None), ("--no-cuda-graph", not args.cuda_graph)):
+        if given and args.backend != "triton":     # the reference model has no levels or graphs: not silently
+            raise ValueError(f"{option} runs on the engine: add --backend triton")
+    args.level = args.level or "operators"
     if check_weight_format(args.weights, "--weights") == "native":
         return
     if args.backend != "triton":

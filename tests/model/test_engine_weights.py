@@ -321,6 +321,8 @@ def test_merged_weights_of_another_format_are_refused(weights):
 @pytest.mark.parametrize("argv, message", [
     (["--weights", "int4", "--backend", "triton"], "--weights must be one of native, int8, int8_group, fp8"),
     (["--weights", "int8"], "--weights int8 runs on the engine: add --backend triton"),
+    (["--level", "fast"], "--level runs on the engine: add --backend triton"),      # was ignored silently
+    (["--no-cuda-graph"], "--no-cuda-graph runs on the engine: add --backend triton"),
     (["--weights", "int8_group", "--backend", "triton", "--level", "fast"],
      "level 'fast' does not run int8_group weights"),
 ])
