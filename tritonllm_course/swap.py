@@ -33,6 +33,9 @@ def swapped(**ops):
     unknown = [n for n in ops if not callable(getattr(R, n, None))]
     if unknown:
         raise KeyError(f"no reference op named {unknown}; see tritonllm_course.reference")
+    for name, fn in ops.items():
+        if not callable(fn):
+            raise TypeError(f"{name}={fn!r} is not callable: pass the function that replaces {name}")
     undo = []
     for name, fn in ops.items():
         original = getattr(R, name)
@@ -96,8 +99,13 @@ def compare_greedy(ops: dict, n_new: int = 8, prompt_len: int = 11, seed: int = 
     """Greedy tokens of the fp32 reference model (tiny on the CPU, full size on a GPU, random weights)
     with and without `ops` ({reference op name: kernel}) swapped in."""
     from .generation import generate
+    for name, value, least in (("n_new", n_new, 0), ("prompt_len", prompt_len, 1), ("seed", seed, 0)):
+        if type(value) is not int or value < least:
+            raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
     rt = runtime()
     model = _model(rt.preset, rt.device)
+    if prompt_len + n_new > (room := model.config.max_position_embeddings):
+        raise ValueError(f"prompt_len + n_new is {prompt_len + n_new}, more than the model's {room} positions")
     gen = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, model.config.vocab_size, (prompt_len,), generator=gen).tolist()
 

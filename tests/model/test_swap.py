@@ -33,3 +33,18 @@ def test_unknown_op_is_named():
     with pytest.raises(KeyError, match="no reference op named"):
         with swapped(not_an_op=lambda: None):
             pass
+
+
+@pytest.mark.parametrize("kwargs, error, says", [
+    ({"ops": {"rms_norm": 3}}, TypeError, "rms_norm=3 is not callable"),
+    ({"prompt_len": -3}, ValueError, "prompt_len must be a whole number >= 1, got -3"),
+    ({"seed": "x"}, ValueError, "seed must be a whole number >= 0, got 'x'"),
+    ({"n_new": 2.5}, ValueError, "n_new must be a whole number >= 0, got 2.5"),
+    ({"prompt_len": 100_000}, ValueError, "prompt_len + n_new is 100008, more than the model's")])
+def test_a_bad_argument_is_named_before_the_model_runs(kwargs, error, says):
+    """A negative prompt length was torch's 'negative dimension', a string seed torch's manual_seed error, a
+    number in place of a kernel 'int object is not callable' from inside the model."""
+    kwargs = {"ops": {}, **kwargs}
+    with pytest.raises(error) as e:
+        compare_greedy(kwargs.pop("ops"), verbose=False, **kwargs)
+    assert says in str(e.value)
