@@ -1,5 +1,5 @@
 """Text generation with the model: one prefill of the prompt, then one cached decode step per token.
-The arguments are checked by `validate` (`check_ids`, `check_sampling`, ...), as the engine checks them;
+The arguments are checked by `validate` (`check_ids`, `check_decoding`, ...), as the engine checks them;
 the `tritonllm-course generate` command is `generate_command.py`.
 """
 from __future__ import annotations
@@ -10,7 +10,7 @@ import torch
 
 from . import reference as R
 from .model import Qwen35Model
-from .validate import check_count, check_ids, check_sampling, check_seed, eos_set, nonfinite_error
+from .validate import check_count, check_decoding, check_ids, check_seed, eos_set, nonfinite_error
 
 
 def check_prompt(model: Qwen35Model, prompt_ids, max_new_tokens: int) -> list[int]:
@@ -42,10 +42,7 @@ def stream(model: Qwen35Model, prompt_ids, max_new_tokens: int, *, greedy: bool 
            seed: int = 0) -> Iterator[int]:
     """`generate`'s tokens one by one, as a generator. Every argument is checked here, before any work."""
     ids = check_prompt(model, prompt_ids, max_new_tokens)
-    if not isinstance(greedy, bool):
-        raise TypeError(f"greedy must be True or False, got {greedy!r}")
-    if not greedy:
-        check_sampling(temperature, top_k, top_p)
+    check_decoding(greedy, temperature, top_k, top_p)
     seed = check_seed(seed)
     eos = eos_set(model.config.eos_token_id if isinstance(eos_token_id, str) and eos_token_id == "config"
                   else eos_token_id)

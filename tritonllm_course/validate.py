@@ -5,8 +5,8 @@ not an exception inside the kernel but garbage or a crash. Every wrapper therefo
 its arguments first.
 
 The checks of the generation API's arguments live here too (`check_ids`, `check_count`, `check_seed`,
-`check_sampling`, `eos_set`, `nonfinite_error`): the reference model, its generation loop and the engine all
-take the same prompt, counts and sampling options, and all sit above this module.
+`check_sampling`, `check_decoding`, `eos_set`, `nonfinite_error`): the reference model, its generation loop
+and the engine all take the same prompt, counts and sampling options, and all sit above this module.
 """
 from __future__ import annotations
 
@@ -365,6 +365,21 @@ def eos_set(eos_token_id, name: str = "eos_token_id") -> set[int]:
         if None not in ids:
             return set(ids)
     raise TypeError(f"{name} must be a token id (int), a list of them, None or 'config', got {eos_token_id!r}")
+
+
+def check_decoding(greedy, temperature, top_k, top_p) -> None:
+    """greedy True or False; the sampling options checked where they sample (`check_sampling`), and refused
+    beside greedy=True where they differ from their defaults: they would be ignored, an argmax where sampling
+    was meant. The API's rule as the command line's, whose sampling options turn sampling on."""
+    if not isinstance(greedy, bool):
+        raise TypeError(f"greedy must be True or False, got {greedy!r}")
+    if not greedy:
+        return check_sampling(temperature, top_k, top_p)
+    given = [f"{name}={value!r}" for name, value, default in (
+        ("temperature", temperature, 1.0), ("top_k", top_k, 0), ("top_p", top_p, 1.0)) if value != default]
+    if given:                                                     # NaN differs from every default: refused too
+        raise ValueError(f"{', '.join(given)} would sample, but greedy=True (the default) takes the argmax: pass "
+                         "greedy=False to sample")
 
 
 def check_sampling(temperature, top_k, top_p) -> None:

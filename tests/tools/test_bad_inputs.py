@@ -522,6 +522,10 @@ def test_the_reference_model_refuses_a_batch_rather_than_flattening_it(good):
     ({"eos_token_id": 2.5}, TypeError, "eos_token_id must be a token id (int), a list of them"),
     ({"eos_token_id": "70"}, TypeError, "eos_token_id must be a token id (int), a list of them"),
     ({"greedy": "no"}, TypeError, "greedy must be True or False"),
+    # sampling options beside greedy=True (the default) were ignored: an argmax where sampling was meant
+    ({"temperature": 0.7}, ValueError, "temperature=0.7 would sample, but greedy=True (the default) takes the argmax"),
+    ({"top_k": 40, "top_p": 0.9}, ValueError, "top_k=40, top_p=0.9 would sample, but greedy=True"),
+    ({"greedy": True, "temperature": float("nan")}, ValueError, "temperature=nan would sample"),
 ])
 def test_api_arguments_are_named_before_the_prefill(good, monkeypatch, options, error, message):
     model = Qwen35Model(TINY, good[1])

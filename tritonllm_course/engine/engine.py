@@ -37,7 +37,7 @@ from .. import validate
 from ..config import Qwen35Config
 from ..model.cache import Qwen35Cache
 from ..runtime import no_launch_overlap, programmatic_launches
-from ..validate import check_count, check_ids, check_sampling, check_seed, eos_set, nonfinite_error
+from ..validate import check_count, check_decoding, check_ids, check_seed, eos_set, nonfinite_error
 from ..weights import check_memory, check_weights, load_weights, random_weights
 from .arguments import LEVEL, MAX_SEQ_LEN, PREFILL_CHUNK, WEIGHT_FORMAT, check_arguments
 from .buffers import Activations, Counters
@@ -391,17 +391,15 @@ class Engine(Forward):
         Logits holding NaN or inf stop the stream with a ValueError naming the step (a device flag read
         with each token, `_next_token`).
         """
-        for name, flag in (("greedy", greedy), ("reset", reset)):
-            if not isinstance(flag, bool):
-                raise TypeError(f"{name} must be True or False, got {flag!r}")
+        if not isinstance(reset, bool):
+            raise TypeError(f"reset must be True or False, got {reset!r}")
         history = [self.pending] if self.pending is not None and not reset else []
         # the pending token is the engine's own: only the new ids need checking, and once
         prompt = history + self.check_tokens(prompt_ids, max_new_tokens,
                                              cached=(0 if reset else self.length) + len(history))
         if len(prompt) == len(history):
             raise ValueError("the prompt is empty: give at least one token")
-        if not greedy:
-            check_sampling(temperature, top_k, top_p)
+        check_decoding(greedy, temperature, top_k, top_p)
         seed = check_seed(seed)
         sampling = None if greedy or temperature == 0 else Sampling(float(temperature), int(top_k), float(top_p))
         eos = eos_set(self.config.eos_token_id if isinstance(eos_token_id, str) and eos_token_id == "config"
