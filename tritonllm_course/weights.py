@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from .config import Qwen35Config
+from .validate import FLOATS, check_seed
 
 F32_SUFFIXES = ("linear_attn.A_log", "linear_attn.norm.weight")
 _SKIPPED_PREFIXES = ("model.visual.", "mtp.")
@@ -386,6 +387,9 @@ def random_weights(config: Qwen35Config, dtype=torch.float32, device="cpu", seed
     dtype is fp64). Drawn on `device` from one seeded generator: the same seed gives the same weights on
     the same device type.
     """
+    if dtype not in (*FLOATS, torch.float64):     # one line, not a refusal of every tensor by the config check
+        raise TypeError(f"dtype must be float32, float16, bfloat16 or float64, got {dtype!r}")
+    seed = check_seed(seed)
     shapes = expected_shapes(config)
     check_memory(stored_bytes(shapes, dtype), device, f"random weights of {count_parameters(config):,} parameters")
     gen = torch.Generator(device=device).manual_seed(seed)

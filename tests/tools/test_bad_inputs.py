@@ -692,3 +692,15 @@ def test_bench_names_a_bad_shape_on_any_machine(capsys):
     with pytest.raises(ValueError, match="shape: T must be a whole number >= 1, got -1"):
         tc.bench("embedding", "solutions", shape={"T": -1}, verbose=False)
     assert "skipped" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("kwargs, error, says", [
+    ({"dtype": torch.int32}, TypeError, "dtype must be float32, float16, bfloat16 or float64, got torch.int32"),
+    ({"seed": "a"}, TypeError, "seed must be an int, got 'a'"),
+    ({"seed": -1}, ValueError, "seed must be in [0, 2**63 - 1], got -1")])
+def test_random_weights_name_a_bad_dtype_or_seed_in_one_line(kwargs, error, says):
+    """An int dtype was refused tensor by tensor (a line per weight), a string seed by torch's manual_seed."""
+    for build in (lambda: Engine.random(TINY, max_seq_len=8, **kwargs), lambda: Qwen35Model.random(TINY, **kwargs)):
+        with pytest.raises(error) as e:
+            build()
+        assert says in str(e.value) and "\n" not in str(e.value)
