@@ -523,6 +523,11 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
         raise TypeError(f"seed must be a whole number or None, got {seed!r}")
     if edges is not None and not isinstance(edges, bool):
         raise TypeError(f"edges must be True, False or None, got {edges!r}")
+    for flag, value in (("fail_fast", fail_fast), ("verbose", verbose)):
+        if not isinstance(value, bool):
+            raise TypeError(f"{flag} must be True or False, got {value!r}")
+    if isinstance(dtype, (list, tuple)) and not dtype:
+        raise ValueError("dtype=[] names no dtype: give one, a list of them, or None for the slot's own")
     rt = runtime()
     dtypes = _dtypes(dtype) or slot.dtypes(rt)
     limit = time_limit_s()

@@ -121,8 +121,13 @@ def has_solutions() -> bool:
     return (course_root() / "solutions").is_dir()
 
 
-def selected() -> str:
-    """The source TRITONLLM_KERNELS selects ("auto" when it is unset), checked."""
+def selected(source: str | None = None) -> str:
+    """The source to run: `source` where given, else the one TRITONLLM_KERNELS selects ("auto" when it is
+    unset), checked; the message names the one that was wrong."""
+    if source is not None:
+        if source not in SOURCES:
+            raise ValueError(f"source must be one of {', '.join(SOURCES)}, got {source!r}")
+        return source
     source = os.environ.get("TRITONLLM_KERNELS") or "auto"
     if source not in SOURCES:
         raise ValueError(f"TRITONLLM_KERNELS must be one of {', '.join(SOURCES)}, got {source!r}")
@@ -188,9 +193,7 @@ def load(family: str, source: str | None = None, function: str | None = None, fa
     """The module to run. `function`: the wrapper about to be called (its regions decide "filled").
     `fallback=False`: under "auto" an unfilled exercise raises NotImplementedYet instead of running the
     solution (what `check` wants: an unfilled exercise is never a pass)."""
-    source = source or os.environ.get("TRITONLLM_KERNELS", "auto")
-    if source not in SOURCES:
-        raise ValueError(f"TRITONLLM_KERNELS / source must be one of {SOURCES}, got {source!r}")
+    source = selected(source or None)
     if source == "solutions":
         if family not in _solution_cache:
             _solution_cache[family] = _import("solutions", family)

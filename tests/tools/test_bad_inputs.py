@@ -704,3 +704,20 @@ def test_random_weights_name_a_bad_dtype_or_seed_in_one_line(kwargs, error, says
         with pytest.raises(error) as e:
             build()
         assert says in str(e.value) and "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("call, error, says", [
+    (lambda tc: tc.check(3), TypeError, "a slot is named by a str, e.g. 'embedding'; got 3"),
+    (lambda tc: tc.check("embedding", "nope"), ValueError, "source must be one of auto, exercises, solutions"),
+    (lambda tc: tc.check("embedding", "solutions", dtype=[]), ValueError, "dtype=[] names no dtype"),
+    (lambda tc: tc.check("embedding", "solutions", fail_fast="x"), TypeError, "fail_fast must be True or False"),
+    (lambda tc: tc.check("embedding", "solutions", verbose="x"), TypeError, "verbose must be True or False"),
+    (lambda tc: tc.bench("embedding", "nope"), ValueError, "source must be one of auto, exercises, solutions"),
+    (lambda tc: tc.bench("embedding", extra=3), TypeError, "extra must be a dict of {label: callable}, got 3")])
+def test_check_and_bench_name_a_bad_argument_on_any_machine(call, error, says):
+    """A slot named by a number was 'int object has no attribute split'; an empty dtype list, a non-bool flag
+    and (on a CPU, where bench only says it skipped) a bad source or extra were taken without a word."""
+    import tritonllm_course as tc
+    with pytest.raises(error) as e:
+        call(tc)
+    assert says in str(e.value)

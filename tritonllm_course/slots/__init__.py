@@ -158,6 +158,8 @@ def all_slots() -> list[Slot]:
 
 
 def get(name: str) -> Slot:
+    if not isinstance(name, str):
+        raise TypeError(f"a slot is named by a str, e.g. 'embedding'; got {name!r}")
     _load()
     if name not in _REGISTRY:
         close = [n for n in _REGISTRY if name.split(".")[0] in n]
