@@ -442,6 +442,10 @@ def check_fn(fn, reference, make_inputs, make_out=None, *, name="kernel", shape=
     (poisoned with NaN here). The reference returns the outputs (make_out's order) followed by the
     new values of the `mutated` inputs.
     """
+    if type(trials) is not int or trials < 1:
+        raise ValueError(f"trials must be a whole number >= 1, got {trials!r}")
+    if tol is not None and not tol >= 0:                                               # NaN: refused
+        raise ValueError(f"tol must be a number >= 0, got {tol!r}")
     rt = runtime()
     dtype = dtype or rt.dtype
     device = device or rt.device

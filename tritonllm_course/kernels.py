@@ -114,6 +114,8 @@ def course_root() -> Path:
 def module_path(kind: str, family: str) -> Path:
     if kind not in ("exercises", "solutions"):
         raise ValueError(f"kind must be 'exercises' or 'solutions', got {kind!r}")
+    if not (isinstance(family, str) and family.isidentifier()):   # a module of the folder: no path, no ../
+        raise ValueError(f"a kernel family is a module name such as 'embedding', got {family!r}")
     return course_root() / kind / f"{family}.py"
 
 

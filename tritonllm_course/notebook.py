@@ -25,6 +25,10 @@ def _hint(family: str, path: Path, state: str, colab: bool) -> str:
 def exercise(family: str) -> str:
     """Show where the exercise of this chapter lives (opened in Colab's editor) and whether it is done."""
     path = module_path("exercises", family)
+    if not path.exists():
+        names = sorted(p.stem for p in path.parent.glob("*.py") if p.stem.isidentifier() and p.stem != "__init__")
+        raise FileNotFoundError(f"no exercise {family!r}: {path} does not exist (exercises/ holds "
+                                f"{', '.join(names) or 'none'})")
     filled, message = exercise_status(family)
     state = "filled in" if filled else "not filled in yet"
     colab = "google.colab" in sys.modules

@@ -19,6 +19,7 @@ from tritonllm_course.generation import generate
 from tritonllm_course.hf_compat import hf_model, weights_from_hf
 from tritonllm_course.model import Qwen35Model
 from tritonllm_course.model.cache import CacheTooLarge
+from tritonllm_course.notebook import exercise
 from tritonllm_course.tokenizer import Tokenizer
 from tritonllm_course.weights import WeightError, load_weights, write_hub_checkpoint
 
@@ -721,3 +722,23 @@ def test_check_and_bench_name_a_bad_argument_on_any_machine(call, error, says):
     with pytest.raises(error) as e:
         call(tc)
     assert says in str(e.value)
+
+
+@pytest.mark.parametrize("call, error, says", [
+    (lambda: exercise("nope"), FileNotFoundError, "no exercise 'nope'"),
+    (lambda: exercise("../solutions/embedding"), ValueError,
+     "a kernel family is a module name such as 'embedding', got '../solutions/embedding'"),
+    (lambda: _check_fn(trials=0), ValueError, "trials must be a whole number >= 1, got 0"),
+    (lambda: _check_fn(tol=-1.0), ValueError, "tol must be a number >= 0, got -1.0")])
+def test_chapter_helpers_name_a_bad_argument(call, error, says):
+    """`exercise("nope")` showed a path to a file that is not there as the learner's exercise, and a name with
+    ../ one outside exercises/ (a solution); check_fn's trials=0 and a negative tol were a FAIL with no reason."""
+    with pytest.raises(error) as e:
+        call()
+    assert says in str(e.value)
+
+
+def _check_fn(**kwargs):
+    from tritonllm_course.checking import check_fn
+    return check_fn(lambda x, out: out.copy_(x), lambda x: x, lambda shape, dtype, device, gen: {"x": torch.ones(3)},
+                    lambda inputs: {"out": torch.empty(3)}, **kwargs)
