@@ -20,9 +20,17 @@ norm and argmax are the same slots, left as they are. Us per token by CUDA event
 (`common.fast_decode_us`), the greedy tokens of each against the engine's as it is: the advance moves no
 arithmetic; the folded norm rounds differently (the token's normalised values stay fp32 inside the GEMV, where
 the separate norm writes them in bf16), so its tokens may part from the others' on random weights.
-Result: not measured yet: `python -m lab.decode_end_probe` on a GPU.
-Verdict: not adopted until measured: the engine's decode step ends as before (`Forward._decode_step`,
-tritonllm_course/engine/forward.py).
+Result: NVIDIA H100 80GB HBM3, 2026-12-07 (lab/results/decode_end_probe_nvidia-h100-80gb-hbm3_2026-12-07.json, at
+06fbf1d), us per token at 128 / 4,096 cached tokens, two runs each: as it is 724.8, 732.7 / 762.8, 764.0; the norm
+in the LM head 745.1, 742.7 / 778.9, 780.2; the advance in the merge 725.9, 729.1 / 762.0, 763.2; both 736.5,
+735.8 / 779.0, 777.5. The greedy tokens were the same in every run and variant (the folded norm's rounding moved
+none here). The check passed on the GPU too (0.0).
+Verdict: not adopted: the norm in the LM head makes the step 15-16 us a token slower, where the final norm's own
+kernel takes 1.18 us of the graphed step (results/profile_nvidia-h100-80gb-hbm3_2026-12-06.md): every one of the
+LM head's 124,160 programs normalises the token again, reading it and the norm's weight. The advance in the merge
+is within the runs' spread (as it is moved 7.9 us between its own two runs at 128). The decode step ends as before
+(`Forward._decode_step`, tritonllm_course/engine/forward.py); what is left at the step's end is the argmax's
+partials, which only a GEMV with more rows a program could fold.
 """
 import dataclasses
 import functools
