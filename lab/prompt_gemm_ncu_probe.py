@@ -26,13 +26,13 @@ latency-bound, the course's kernels and cuBLAS's alike: DRAM throughput 18-20% o
 residual and 42-50% at the other two, 6-15% achieved occupancy (one program an SM), and no warp eligible to
 issue in 74-89% of the scheduler's cycles. cuBLAS's lead at the GEMM + residual comes with its clusters of 8
 programs, which can share one load of x among them (TMA multicast); the course's kernels run without clusters
-(Cluster Size 0). Whether Triton's `num_ctas` launch option would give a `tl` kernel such shared loads on sm_90
-is not measured here.
+(Cluster Size 0). Triton's `num_ctas` launch option, timed since (`lab/gemm_clusters_probe.py`), gave no tile a
+lead beyond the run's spread: its clusters share no load.
 Verdict: nothing adopted: `gemm_residual_config` (solutions/layer_fusion.py) keeps its 64 x 16 tiles at 128
 tokens; the in-projection is level with cuBLAS; gate/up + SwiGLU is behind cuBLAS's product alone by less than
 the separate SwiGLU a cuBLAS path would add (1.67 us a call at 128 tokens on an H100:
 results/profile_nvidia-h100-80gb-hbm3_2026-12-06.md). A 128-token prompt's GEMMs wait on latency, not bytes; clusters
-(`num_ctas`) are the next thing to try at the GEMM + residual.
+through `num_ctas` did not help (`lab/gemm_clusters_probe.py`).
 """
 import re
 import shutil

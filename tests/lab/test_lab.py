@@ -86,6 +86,7 @@ PROBES_CHECKED = {
     "quant_group_probe.py": "the per-group GEMV over several groups a step against quant_gemv, odd shapes",
     "recurrence_chain_probe.py": "the one-round recurrence against the fp64 rule; the tiny engine's tokens with it",
     "prefill_graph_probe.py": "the tiny engine's prompt in layer pieces against the whole chunk, bit for bit",
+    "gemm_clusters_probe.py": "the GEMM + residual at each tile it times, odd shapes, NaN-poisoned output",
     "decode_end_probe.py": "the argmax merge that advances the counters against torch.argmax; the tiny engine's "
                            "tokens with the norm in the LM head and the advance in the merge",
 }
