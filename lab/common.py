@@ -63,6 +63,13 @@ def save(path: Path, res: dict) -> None:
     path.write_text(json.dumps(res, indent=1))
 
 
+def keep_row(res: dict, path: Path, row: dict) -> None:
+    """One measured case: appended to res["rows"], printed, and the file saved again."""
+    res["rows"].append(row)
+    print(row, flush=True)
+    save(path, res)
+
+
 @contextmanager
 def replaced(owner, name: str, value):
     """`owner.name` is `value` inside the block and what it was after (a probe's variant swapped into the

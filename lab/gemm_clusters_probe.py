@@ -97,9 +97,7 @@ def main(out):
                 row["rel_err"] = _error(sets[0])
             except Exception as e:
                 row["error"] = common.error_text(e)
-            res["rows"].append(row)
-            print(row, flush=True)
-            common.save(path, res)
+            common.keep_row(res, path, row)
     return res
 
 

@@ -188,9 +188,7 @@ def main(out):
                    "pct_of_ceiling": 100 * nbytes / us / 1e3 / ceiling, "bit_identical": same}
         except Exception as e:                       # recorded, not fatal: the next variant still runs
             row = {"variant": variant, "error": common.error_text(e)}
-        res["rows"].append(row)
-        print(row, flush=True)
-        common.save(path, res)
+        common.keep_row(res, path, row)
 
 
 if __name__ == "__main__":

@@ -243,9 +243,7 @@ def main(out, rows=None):
                                bit_identical=bool(torch.equal(one_out, want)))
             except Exception as e:      # recorded, not fatal: the next config still runs
                 row["error"] = common.error_text(e)
-            res["rows"].append(row)
-            print(row, flush=True)
-            common.save(path, res)
+            common.keep_row(res, path, row)
     common.save(path, res)
 
 

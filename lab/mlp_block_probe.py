@@ -194,9 +194,7 @@ def main(out):
                            bit_identical_to_two_launches=bool(torch.equal(one_out, split_out)))
         except Exception as e:      # recorded, not fatal: the next config still runs
             row["error"] = common.error_text(e)
-        res["rows"].append(row)
-        print(row, flush=True)
-        common.save(path, res)
+        common.keep_row(res, path, row)
     common.save(path, res)
 
 

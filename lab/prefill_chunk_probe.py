@@ -47,9 +47,7 @@ def main(out):
             row["first_token"][n] = token
             first.setdefault(n, token)
             row.setdefault("same_first_token_as_512", {})[n] = token == first[n]
-        res["rows"].append(row)
-        print(row, flush=True)
-        common.save(path, res)
+        common.keep_row(res, path, row)
         del engine
         torch.cuda.empty_cache()
     return res

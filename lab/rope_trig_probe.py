@@ -190,9 +190,7 @@ def main(out):
             row = {"variant": variant, "T": T, "position": int(pos[-1]), "launches": 2, "copies": len(sets),
                    "bytes": qk_bytes // C.head_dim * rot * 2 + table_bytes + T * 8,
                    "us": common.best_time_calls(call, sets)}
-            res["rows"].append(row)
-            print(row, flush=True)
-            common.save(path, res)
+            common.keep_row(res, path, row)
     common.save(path, res)
 
 

@@ -62,9 +62,7 @@ def main(out):
             with common.replaced(tma_gemm, "MIN_M", min_m[gemm]):
                 for n, prompt in prompts.items():
                     row["ttft_ms"][n], row["first_token"][n] = common.ttft_ms(engine, prompt)
-            res["rows"].append(row)
-            print(row, flush=True)
-            common.save(path, res)
+            common.keep_row(res, path, row)
     return res
 
 
