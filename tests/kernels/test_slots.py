@@ -48,3 +48,20 @@ def test_gpu_plan_holds_the_interpreters_plan():
         real = [(shape, edge) for shape, edge, _ in plan_cases(s, "qwen3.5-0.8b")]
         assert all(case in real for case in small), s.name
         assert real[:len(s.all_shapes("real"))] == [(shape, None) for shape in s.all_shapes("real")], s.name
+
+
+def test_every_declared_shape_is_a_given_shape_unchanged():
+    """`check(shape=...)` and `bench(shape=...)` take a slot's own shapes as they are: nothing refused (a 0 or a
+    float where another shape has a size is an option's value), no dim added."""
+    for s in slots.all_slots():
+        for preset, key in (("tiny", "tiny"), ("qwen3.5-0.8b", "real")):
+            for shape in s.shapes.get(key, []):
+                assert s.given_shape(preset, shape) == shape, (s.name, shape)
+
+
+def test_bench_shapes_may_name_a_dim_the_slot_lacks():
+    """Chapter 31_weight_quant times the per-channel and the per-group GEMV with one shape holding `group`."""
+    shape = {"M": 1, "N": 248320, "K": 1024, "group": 128}
+    assert slots.get("quant_gemv").given_shape("qwen3.5-0.8b", shape, strict=False) == shape
+    with pytest.raises(ValueError, match="quant_gemv has no dim 'group'"):
+        slots.get("quant_gemv").given_shape("qwen3.5-0.8b", shape)

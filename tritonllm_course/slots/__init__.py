@@ -63,24 +63,30 @@ class Slot:
         key = "tiny" if preset == "tiny" else "real"
         return [dict(s) for s in self.shapes.get(key, [])]
 
-    def given_shape(self, preset: str, shape) -> dict:
-        """A shape given to `check` or `bench`: its dims over the slot's first shape for the mode, each one a dim
-        of the slot and of its kind (a size a whole number >= 1, an option of its default's type), or one line
-        saying which is not."""
-        shapes = self.all_shapes(preset) + self.all_shapes("tiny")
-        dims = {k: v for s in reversed(shapes) for k, v in s.items()}       # every dim, the mode's default last
+    def given_shape(self, preset: str, shape, strict: bool = True) -> dict:
+        """A shape given to `check` (strict) or `bench`: the dims it names, each of its kind (a size a whole number
+        >= 1, an option a value of its default's kind), and any size every shape of the mode has and it leaves
+        out taken from the mode's first shape (options are never added). Strict, a dim the slot does not have is
+        refused (a typo would be ignored by the inputs); `bench` lets the chapters pass one shape to several
+        slots. Anything else: one line saying which dim is wrong."""
+        mode, every = self.all_shapes(preset), self.all_shapes(preset) + self.all_shapes("tiny")
+        dims = {k: v for s in reversed(every) for k, v in s.items()}       # every dim, the mode's default last
+        sizes = {k for k in dims if all(_size(s[k]) for s in every if k in s)}   # a 0 somewhere: an option
         if not isinstance(shape, dict):
             raise TypeError(f"shape must be a dict of {self.name}'s dims ({', '.join(dims)}), got {shape!r}")
         for k, v in shape.items():
             if k not in dims:
-                raise ValueError(f"shape: {self.name} has no dim {k!r}; its dims are {', '.join(dims)}")
+                if strict:
+                    raise ValueError(f"shape: {self.name} has no dim {k!r}; its dims are {', '.join(dims)}")
+                continue
             default = dims[k]
-            if type(default) is int and default >= 1:                     # a size (0 / 1 ints are options)
-                if type(v) is not int or v < 1:
+            if k in sizes:
+                if not _size(v):
                     raise ValueError(f"shape: {k} must be a whole number >= 1, got {v!r}")
-            elif type(v) is not type(default):
+            elif not (isinstance(v, type(default)) or _number(v) and _number(default)):
                 raise ValueError(f"shape: {k} must be a {type(default).__name__}, like {default!r}; got {v!r}")
-        return {**(self.all_shapes(preset) or [{}])[0], **shape}
+        needed = [k for k in (mode[0] if mode else {}) if k in sizes and all(k in s for s in mode)]
+        return {**{k: mode[0][k] for k in needed if k not in shape}, **shape}
 
     def dtypes(self, rt) -> list[torch.dtype]:
         """The dtypes `check` runs by default: fp32 and fp16 under the interpreter, the GPU's dtype and
@@ -155,6 +161,15 @@ def _load() -> None:
 def all_slots() -> list[Slot]:
     _load()
     return list(_REGISTRY.values())
+
+
+def _size(v) -> bool:
+    """A dim that is a size: a whole number >= 1 (a bool or a 0 is an option's value)."""
+    return type(v) is int and v >= 1
+
+
+def _number(v) -> bool:
+    return type(v) in (int, float)
 
 
 def get(name: str) -> Slot:
