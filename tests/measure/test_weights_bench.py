@@ -69,8 +69,9 @@ def test_without_a_gpu_one_line_and_exit_1():
     assert run.returncode == 1 and "Traceback" not in run.stderr and len(run.stderr.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("argv", [["--steps", "1"], ["--repeats", "0"], ["--contexts", "0"]])
-def test_bad_arguments_exit_2(argv, capsys):
-    assert WB.main(argv) == 2
+@pytest.mark.parametrize("argv", [["--steps", "1"], ["--repeats", "0"], ["--contexts", "0"], ["--out", "FILE"]])
+def test_bad_arguments_exit_2(argv, capsys, tmp_path):
+    (tmp_path / "FILE").write_text("")           # --out naming a file: refused before the run, not after it
+    assert WB.main([str(tmp_path / a) if a == "FILE" else a for a in argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("weights_bench: error:")

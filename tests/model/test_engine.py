@@ -17,7 +17,7 @@ from tritonllm_course import cli, kernels, regions
 from tritonllm_course import reference as R
 from tritonllm_course.config import QWEN35_0_8B, TINY, get_config
 from tritonllm_course.engine import STEPS, Engine
-from tritonllm_course.measure import engine_bench
+from tritonllm_course.measure import engine_bench, family
 from tritonllm_course.engine.engine import TokenReader
 from tritonllm_course.engine.graph import layer_pieces
 from tritonllm_course.engine.merged import deinterleave_query_gate
@@ -326,6 +326,16 @@ def test_bench_refuses_a_bad_number_before_any_work_on_any_machine(capsys, argv,
     assert cli.main(["bench", *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0], err
+
+
+def test_bench_and_family_refuse_an_out_that_is_a_file_before_any_work(capsys, tmp_path):
+    """On a GPU the bench measured for minutes and then could not write its folder."""
+    (tmp_path / "taken").write_text("")
+    assert cli.main(["bench", "--out", str(tmp_path / "taken")]) == 2
+    assert family.main(["--out", str(tmp_path / "taken")]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 2 and all(line.endswith(f"--out: {tmp_path / 'taken'} is not a directory: results are "
+                                                 "written into a folder") for line in lines), lines
 
 
 # --- GPU: real shapes -----------------------------------------------------------------------------------------

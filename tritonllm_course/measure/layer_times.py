@@ -43,7 +43,7 @@ import torch
 
 from ..engine import Engine
 from ..engine.plan import LEVELS
-from ..safe_files import atomic_write_text, save_figure
+from ..safe_files import UnsafeWrite, atomic_write_text, results_folder, save_figure
 from .trace import (EMBEDDING, HEAD, OTHER, AttributionError, busy_us, check_attribution, check_layers,
                     check_prompt_len, decode_and_read, device_events, layer_tracing, place_kernels, probe_prompt,
                     slot_kernels, timeline_us, traced_calls, traced_prefill_calls)
@@ -473,6 +473,11 @@ def run_layers(args) -> int:
         config = get_config(name)
     except ValueError as e:
         bad.append(str(e))
+    if rt.on_gpu:                                  # the CPU writes nothing; a GPU run says so before its minutes
+        try:
+            results_folder(args.out, make=False)
+        except UnsafeWrite as e:
+            bad.append(f"--out: {e}")
     if bad:
         print("tritonllm-course layers: error: " + "; ".join(bad), file=sys.stderr)
         return 2
