@@ -116,7 +116,7 @@ def _backend(args, model: Qwen35Model, max_seq_len: int):
             f"triton, {args.level} ({graph}{weights})")
 
 
-def _check_weights(args) -> None:
+def _check_engine_options(args) -> None:
     """The engine's options (--level, --no-cuda-graph, --weights) against --backend, and --weights against the
     level and the GPU, before the model loads (a ValueError: exit 2). Sets the default level."""
     for option, given in (("--level", args.level is not None), ("--no-cuda-graph", not args.cuda_graph)):
@@ -161,7 +161,7 @@ def run_generate(args) -> int:
         check_seed(args.seed, "--seed")
         if args.prompt is not None:
             _text_arg(args.prompt, "--prompt")
-        _check_weights(args)
+        _check_engine_options(args)
         model, root = _build(args)
         if args.prompt is not None:
             tok = _tokenizer(model, root)

@@ -351,3 +351,12 @@ def results_folder(path: str | Path, make: bool = True) -> Path:
     except OSError as e:   # a loop of links, a read-only parent, a name too long
         raise UnsafeWrite(f"{path}: the results folder cannot be made: {e.strerror or e}") from None
     return path
+
+
+def check_out_folder(path: str | Path, option: str = "--out") -> None:
+    """A command's results folder checked before its work (`results_folder` with make=False): an `UnsafeWrite`
+    naming the option, e.g. "--out: results is not a directory: ...", which the command prints as its error."""
+    try:
+        results_folder(path, make=False)
+    except UnsafeWrite as e:
+        raise UnsafeWrite(f"{option}: {e}") from None

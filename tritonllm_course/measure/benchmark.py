@@ -30,7 +30,7 @@ import torch
 from .. import kernels, slots
 from ..engine.graph import capture
 from ..runtime import runtime, setup
-from ..safe_files import UnsafeWrite, atomic_write_text, results_folder
+from ..safe_files import UnsafeWrite, atomic_write_text, check_out_folder, results_folder
 
 MAX_AUTOTUNE_LABEL = "torch.compile max-autotune"
 NOT_TRIED = "not tried"     # how a baseline ruled out at a shape begins its entry in `BenchResult.failed`
@@ -350,9 +350,9 @@ def gpu_script(doc: str, argv=None, add_args=None):
         add_args(ap)
     args = ap.parse_args(argv)
     try:
-        results_folder(args.out, make=False)     # a file or a dangling link in the way: said before any work
+        check_out_folder(args.out)     # a file or a dangling link in the way: said before any work
     except UnsafeWrite as e:
-        print(f"error: --out: {e}", file=sys.stderr)
+        print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     rt = setup()
     if not rt.on_gpu:

@@ -73,7 +73,7 @@ from ..hf_compat import hf_model, weights_from_hf
 from ..model import Qwen35Model
 from ..reference import precision
 from ..runtime import no_launch_overlap, setup
-from ..safe_files import UnsafeWrite, atomic_write_text, results_folder, save_figure
+from ..safe_files import atomic_write_text, check_out_folder, results_folder, save_figure
 from ..validate import WEIGHT_FORMATS, check_weight_format
 from ..weights import load_weights, resolve_checkpoint
 from .benchmark import ceiling_gbps, gpu_tag
@@ -552,10 +552,7 @@ def run_bench(args) -> int:
     try:
         check_weight_format(args.weights, "--weights")
         systems_named(args.systems, args.weights)
-        results_folder(args.out, make=False)      # a file or a dangling link in the way: said before the minutes
-    except UnsafeWrite as e:
-        print(f"tritonllm-course bench: error: --out: {e}", file=sys.stderr)
-        return 2
+        check_out_folder(args.out)                # a file or a dangling link in the way: said before the minutes
     except ValueError as e:
         print(f"tritonllm-course bench: error: {e}", file=sys.stderr)
         return 2

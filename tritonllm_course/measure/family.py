@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from ..config import FAMILY
-from ..safe_files import UnsafeWrite, atomic_write_text, results_folder, save_figure
+from ..safe_files import UnsafeWrite, atomic_write_text, check_out_folder, results_folder, save_figure
 from .engine_bench import FAST, FUSED, GRAPH, OPERATORS, PDL, recorded_bytes
 
 CONTEXTS = (128, 2048, 4096)
@@ -182,9 +182,9 @@ def main(argv=None) -> int:
         print(f"family: error: --budget-s must be above 0, got {args.budget_s}", file=sys.stderr)
         return 2
     try:
-        results_folder(args.out, make=False)      # before every size's bench, not after them
+        check_out_folder(args.out)                # before every size's bench, not after them
     except UnsafeWrite as e:
-        print(f"family: error: --out: {e}", file=sys.stderr)
+        print(f"family: error: {e}", file=sys.stderr)
         return 2
     status = 0
     if not args.collect:

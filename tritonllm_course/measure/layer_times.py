@@ -43,7 +43,7 @@ import torch
 
 from ..engine import Engine
 from ..engine.plan import LEVELS
-from ..safe_files import UnsafeWrite, atomic_write_text, results_folder, save_figure
+from ..safe_files import UnsafeWrite, atomic_write_text, check_out_folder, save_figure
 from .trace import (EMBEDDING, HEAD, OTHER, AttributionError, busy_us, check_attribution, check_layers,
                     check_prompt_len, decode_and_read, device_events, layer_tracing, place_kernels, probe_prompt,
                     slot_kernels, timeline_us, traced_calls, traced_prefill_calls)
@@ -475,9 +475,9 @@ def run_layers(args) -> int:
         bad.append(str(e))
     if rt.on_gpu:                                  # the CPU writes nothing; a GPU run says so before its minutes
         try:
-            results_folder(args.out, make=False)
+            check_out_folder(args.out)
         except UnsafeWrite as e:
-            bad.append(f"--out: {e}")
+            bad.append(str(e))
     if bad:
         print("tritonllm-course layers: error: " + "; ".join(bad), file=sys.stderr)
         return 2

@@ -30,7 +30,7 @@ import torch
 
 from ..engine import Engine
 from ..runtime import setup
-from ..safe_files import UnsafeWrite, atomic_write_text, results_folder
+from ..safe_files import UnsafeWrite, atomic_write_text, check_out_folder, results_folder
 from ..triton_helpers import FP8_CAPABILITY
 from .benchmark import ceiling_gbps, gpu_tag
 from .engine_bench import Row, _engine_runner, _hf_runner, _measure, build, byte_model, recorded_bytes, warm_up
@@ -160,9 +160,9 @@ def main(argv=None) -> int:
         print("weights_bench: error: --steps must be >= 2, --repeats >= 1 and every --contexts >= 1", file=sys.stderr)
         return 2
     try:
-        results_folder(args.out, make=False)      # a file or a dangling link in the way: said before the minutes
+        check_out_folder(args.out)                # a file or a dangling link in the way: said before the minutes
     except UnsafeWrite as e:
-        print(f"weights_bench: error: --out: {e}", file=sys.stderr)
+        print(f"weights_bench: error: {e}", file=sys.stderr)
         return 2
     if not torch.cuda.is_available() or not setup(quiet=True).on_gpu:
         print("weights_bench: skipped: it measures GPU kernels and needs a CUDA GPU", file=sys.stderr)
