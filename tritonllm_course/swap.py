@@ -8,7 +8,7 @@ signature (plus `out=`), so it drops in.
 
 The comparison runs in fp32: with random weights the logits of a 248,320-token vocabulary are close
 together, and bf16 rounding differences alone can flip an argmax. In fp32 a correct kernel leaves every
-token unchanged and the logits within 1e-4. The random weights are scaled up 5x from the usual N(0, 0.02)
+token unchanged and the logits within 1e-4. The random weights are scaled up by 5 from the usual N(0, 0.02)
 initialisation: at that scale a random model's greedy path is varied rather than one token repeated, so
 identical tokens mean something.
 """
@@ -102,10 +102,11 @@ def compare_greedy(ops: dict, n_new: int = 8, prompt_len: int = 11, seed: int = 
     for name, value, least in (("n_new", n_new, 0), ("prompt_len", prompt_len, 1), ("seed", seed, 0)):
         if type(value) is not int or value < least:
             raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
+    from .config import PRESETS
     rt = runtime()
-    model = _model(rt.preset, rt.device)
-    if prompt_len + n_new > (room := model.config.max_position_embeddings):
+    if prompt_len + n_new > (room := PRESETS[rt.preset].max_position_embeddings):
         raise ValueError(f"prompt_len + n_new is {prompt_len + n_new}, more than the model's {room} positions")
+    model = _model(rt.preset, rt.device)
     gen = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, model.config.vocab_size, (prompt_len,), generator=gen).tolist()
 

@@ -525,13 +525,14 @@ def test_prompts_replayed_from_graphs_equal_the_prompts_run_op_by_op():
 
 
 def test_a_prompt_chunk_that_cannot_be_captured_runs_op_by_op(model, monkeypatch):
-    from tritonllm_course.engine import engine as engine_module
+    from tritonllm_course.engine import graph as graph_module
     _, ref = model
 
     def refuses(*args, **kwargs):
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    monkeypatch.setattr(engine_module, "GraphedStep", refuses)
+    # where the prompt's graphs are captured (`graph.graphed_pieces`): on a GPU the capture would succeed
+    monkeypatch.setattr(graph_module, "GraphedStep", refuses)
     engine = Engine.from_model(ref, max_seq_len=24, default_source="reference", cuda_graph=False)
     want = engine.generate(PROMPT, 2, eos_token_id=None)
     engine.use_graph = True
