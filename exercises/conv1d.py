@@ -166,8 +166,10 @@ def _new_state_buffer(new_state, conv_state, C, K, dtype, device):
 def _prefill_blocks(T: int):
     """Tokens per tile, and warps. Measured on an H200 (bf16, C = 6144): tiles of 16 tokens x 128 channels
     with 4 warps were the best of 4..64 x 128..512 (a sweep whose data was not kept; the kernel table,
-    2026-11-30: T = 128: 3.7 us; T = 4096: 39.4 us, 60% of the copy ceiling). The K shifted loads re-read
-    each input K times from L1/L2: the likely limit, not HBM's (no saved profile measures it)."""
+    results/kernels_nvidia-h200_2026-11-30.json: T = 128: 3.7 us<!-- fig:ch13.prefill.t128.triton.us -->;
+    T = 4096: 39.4 us<!-- fig:ch13.prefill.t4096.triton.us -->, 60%<!-- fig:ch13.prefill.t4096.triton.pct --> of
+    the copy ceiling). The K shifted loads re-read each input K times from L1/L2: the likely limit, not HBM's (no
+    saved profile measures it)."""
     return min(16, triton.next_power_of_2(T)), 4
 
 

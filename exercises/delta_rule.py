@@ -179,10 +179,13 @@ def chunk_prepare_kernel(k_ptr, v_ptr, g_ptr, beta_ptr, w_ptr, u_ptr, T, sk, sv,
 # --- prefill, kernel 1 split in two (chunks of 64): the UT transform, then w and u ----------------------
 # At chunks of 64 one program holding k, v, A, Tm, w and u in fp32 is the slowest part of the rule. Split as
 # flash-linear-attention splits it, the products on the storage dtype's operands (fp32 accumulation), the
-# rule took 191.7 us at 4,096 tokens on an H100 against 259.3 us for the unsplit kernel at chunks of 32, beat
+# rule took 191.7 us<!-- fig:lab.delta_operands_h100.t4096.split64.us --> at 4,096 tokens on an H100 against
+# 259.3 us<!-- fig:lab.delta_operands_h100.t4096.engine.us --> for the unsplit kernel at chunks of 32, beat
 # chunks of 32 at every length from 512 and was the fastest of the course's forms tried from 1,024 (at 512 one
-# 16-bit launch at 64 took 32.6 against 33.5 us; flash-linear-attention took 177.7 us at 4,096;
-# lab/delta_rule_operands_probe.py). The same helpers as `chunk_prepare_kernel`, so one check covers both.
+# 16-bit launch at 64 took 32.6<!-- fig:lab.delta_operands_h100.t512.p16_64.us --> against
+# 33.5 us<!-- fig:lab.delta_operands_h100.t512.split64.us -->; flash-linear-attention took
+# 177.7 us<!-- fig:lab.delta_operands_h100.t4096.fla.us --> at 4,096; lab/delta_rule_operands_probe.py, its
+# record of 2026-12-06). The same helpers as `chunk_prepare_kernel`, so one check covers both.
 @triton.jit(do_not_specialize=["T"])
 def chunk_inverse_kernel(k_ptr, g_ptr, beta_ptr, ai_ptr, T, sk, a_ptr, b_ptr, A_log_ptr, dt_bias_ptr, sa, sb,
                          H: tl.constexpr, HV: tl.constexpr, DK: tl.constexpr, BK: tl.constexpr,
@@ -350,7 +353,9 @@ def gated_delta_rule_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     q, k [T, H, DK] (L2-normalised, q scaled by DK^-0.5); v [T, HV, DV]; g [T, HV] fp32 log-decay;
     beta [T, HV]; initial_state [HV, DK, DV] fp32 or None (zeros). final_state may be initial_state
     (updated in place). block_v value columns per program: HV * DV / block_v programs (16 x 8 = 128 at
-    Qwen3.5-0.8B's shapes: 3.2 us a step on the H200; every split from 4 to 32 columns took 3.2-4.0 us;
+    Qwen3.5-0.8B's shapes: 3.2 us<!-- fig:code.delta_rule.recurrent.default.us --> a step on the H200; every
+    split from 4 to 32 columns took
+    3.2<!-- fig:code.delta_rule.recurrent.splits.min_us -->-4.0 us<!-- fig:code.delta_rule.recurrent.splits.max_us -->;
     results/delta_rule_nvidia-h200_2026-11-29.json).
     """
     T, H, HV, DK, DV, _, out, final_state = _check(q, k, v, g, beta, initial_state, out, final_state)
@@ -414,8 +419,9 @@ def chunk_prepare_split(k, v, g, beta, chunk_size, gates=None):
 
 # The scan's launch parameters: one program per (value head, value block) walks every chunk in turn, so its
 # time is that walk's latency. Four stages keep more chunks' tiles in flight: the fastest launch at chunks of 64
-# at every length from 512 tokens on an H100, 3% at 4,096 (lab/delta_rule_kernels_probe.py, its _split record
-# of 2026-12-06); at chunks of 32 level with the default three. One stage miscompiled at chunks of 64 (Triton 3.6).
+# at every length from 512 tokens on an H100, 3%<!-- fig:lab.delta_split_h100.t4096.scan_4w4s_gain.pct --> at
+# 4,096 (lab/delta_rule_kernels_probe.py, its _split record of 2026-12-06); at chunks of 32 level with the
+# default three. One stage miscompiled at chunks of 64 (Triton 3.6).
 SCAN_LAUNCH = {"num_warps": 4, "num_stages": 4}
 
 

@@ -73,8 +73,9 @@ def flash_decoding_merge_kernel(acc_ptr, m_ptr, l_ptr, length_ptr, out_ptr, gate
     """Program (head, d block): out[head, d] from the partials of the splits in use (BLOCK_S >= splits).
     HAS_GATE: times sigmoid(gate[head, d]) (Qwen's output gate, fused).
     PDL: wait for the split kernel's stores, but let the next kernel (o_proj, which streams its whole weight
-    tile in before its own wait) launch only when this one has finished: 28 us a token faster at 128 cached
-    tokens than a trigger at entry (lab/deltanet_pdl_probe.py, H100)."""
+    tile in before its own wait) launch only when this one has finished:
+    28 us<!-- fig:lab.deltanet_pdl_h100.merge_late.ctx128.gain_us --> a token faster at 128 cached tokens than a
+    trigger at entry (lab/deltanet_pdl_probe.py, H100)."""
     if PDL:
         pdl_wait()
     # BEGIN EXERCISE: the splits in use = cdiv(length, chunk) (same length and _chunk_rows as the split kernel);

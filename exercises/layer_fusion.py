@@ -231,8 +231,9 @@ def gemm_residual_config(M: int, N: int, K: int, dtype: torch.dtype, device: tor
 
 
 # (BLOCK_N, BLOCK_K, stages) of the GEMM + residual's 128-row tiles from M = 256 on, widest first, 8 warps: on an
-# H200 the fastest 256- and 128-wide tiles at M = 4,096 (the 256-wide one within 0.2% of its 4-stage form) and the
-# fastest 64-wide one at M = 1,024 (lab/prompt_gemm_sweep.py, out- and down projections + residual, 2026-12-05)
+# H200 the fastest 256- and 128-wide tiles at M = 4,096 (the 256-wide one within
+# 0.15%<!-- fig:code.layer_fusion.wave_tiles.n256.stages_gap.pct --> of its 4-stage form) and the fastest 64-wide
+# one at M = 1,024 (lab/prompt_gemm_sweep.py, out- and down projections + residual, 2026-12-05)
 WAVE_TILES = ((256, 64, 3), (128, 64, 3), (64, 128, 4))
 
 

@@ -11,8 +11,9 @@ y[m, n] = sum_k x[m, k] * W[n, k].
   serves BLOCK_M tokens through `tl.dot` on the tensor cores, so at large M it is compute-bound.
 - `linear` picks one by M.
 - On sm_90 and newer, prompts from `tritonllm_course.tma_gemm.MIN_M` tokens on run the same GEMM with its
-  tiles copied by the TMA (`tritonllm_course.tma_gemm`): 1.2-1.4x faster than this GEMM at its best tiles at
-  1,024 and 4,096 tokens on an H200 (lab/prompt_gemm_sweep.py).
+  tiles copied by the TMA (`tritonllm_course.tma_gemm`):
+  1.2<!-- fig:code.tma_gemm.tma_over_pointer.min -->-1.4x<!-- fig:code.tma_gemm.tma_over_pointer.max --> faster
+  than this GEMM at its best tiles at 1,024 and 4,096 tokens on an H200 (lab/prompt_gemm_sweep.py).
 
 The block sizes are explicit functions of the shape (`gemv_config`, `gemm_config`), chosen from
 measurements on an H200 in bf16; chapter 05_projections shows the reasoning.
@@ -26,9 +27,9 @@ from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import pdl_enter
 
 SMS = 132  # streaming multiprocessors of an H200 (and an H100 SXM): the grids are sized against them
-# A GEMV of more programs than this launches without PDL: at the LM head's tile the PDL calls cost 114.7 ->
-# 152.2 us on an H200, and no tile is as fast with them; the overlap would hide only its first wave
-# (lab/pdl_variants_probe.py)
+# A GEMV of more programs than this launches without PDL: at the LM head's tile the PDL calls take it from
+# 114.7 us<!-- fig:code.linear.lm_head_tile.plain.us --> to 152.2 us<!-- fig:code.linear.lm_head_tile.pdl_calls.us -->
+# on an H200, and no tile is as fast with them; the overlap would hide only its first wave (lab/pdl_variants_probe.py)
 PDL_MAX_PROGRAMS = 64 * SMS
 
 

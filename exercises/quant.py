@@ -78,17 +78,25 @@ def gemv_config(N: int, K: int, group_size: int | None, interpreted: bool = Fals
     weights a thread).
 
     The LM head (enough programs to fill every SM many times over): 16 rows in steps of 256 on 4 warps, about
-    two thirds of the first pick's time and 80% (int8) to 88% (fp8) of its own floor. K up to 1024: 4 rows in
-    steps of 512 on 2 warps; wider K: 2 rows in steps of 2048 on 4 warps; each about a tenth faster than the
-    first pick, and still at 18-46% of their floors: at 2-8 MB a call, launch and ramp-up dominate.
+    two thirds of the first pick's time and 80%<!-- fig:ch31.lmhead.int8.best.pct --> (int8) to
+    88%<!-- fig:ch31.lmhead.fp8.best.pct --> (fp8) of its own floor. K up to 1024: 4 rows in steps of 512 on
+    2 warps; wider K: 2 rows in steps of 2048 on 4 warps; each about a tenth faster than the first pick, and still
+    at 18%<!-- fig:code.quant.small_gemvs.min_pct -->-46%<!-- fig:code.quant.small_gemvs.max_pct -->
+    of their floors: at 2-8 MB a call, launch and ramp-up dominate.
 
     Per group (lab/quant_group_probe.py, H100, 2026-12-06, int8 in groups of 128): where K is wide and the rows
     few (K > 1024 outside the LM head) the per-channel step stays and spans several groups, each column's scale
-    loaded beside its weight: 5.8 against 21.5 us at the down projection for steps of one group on 32 rows,
-    3.6 against 12.4 at o_proj (few programs: each step must move many bytes). Elsewhere a step lies inside one
-    group, on the per-channel rows: the LM head 90.7 against 95.3 us, 6.7-7.4 against 7.6-8.0 at K = 1024
-    (gathering the scales there was slower, 216.7 us at the LM head). Under the CPU interpreter programs run
-    one after another at a few ms each, whatever their size: 64 rows there, the same rule for groups.
+    loaded beside its weight: 5.8<!-- fig:ch31.group_probe.down.spans.us --> against
+    21.5 us<!-- fig:ch31.group_probe.down.as_is.us --> at the down projection for steps of one group on 32 rows,
+    3.6<!-- fig:ch31.group_probe.o_proj.spans.us --> against 12.4<!-- fig:ch31.group_probe.o_proj.as_is.us --> at
+    o_proj (few programs: each step must move many bytes). Elsewhere a step lies inside one group, on the
+    per-channel rows: the LM head 90.7<!-- fig:ch31.group_probe.lm_head.one_group.us --> against
+    95.3 us<!-- fig:ch31.group_probe.lm_head.as_is.us -->,
+    6.7<!-- fig:code.quant.group_probe.attention.one_group.us -->-7.4<!-- fig:ch31.group_probe.in_proj.one_group.us -->
+    against 7.6<!-- fig:code.quant.group_probe.attention.as_is.us -->-8.0<!-- fig:ch31.group_probe.in_proj.as_is.us -->
+    at K = 1024 (gathering the scales there was slower, 216.7 us<!-- fig:ch31.group_probe.lm_head.spans.us --> at
+    the LM head). Under the CPU interpreter programs run one after another at a few ms each, whatever their size:
+    64 rows there, the same rule for groups.
     """
     warps = None   # None: 32 weights a thread
     if interpreted:

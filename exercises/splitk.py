@@ -35,8 +35,8 @@ gemv_rows = kernels.jit_function("linear", "gemv_rows", __file__)
 # On the GPU: 4 rows x up to 512 columns per program and step (16 bf16 per thread at 4 warps: two 16-byte
 # loads), and at least 8 programs per SM (8 x 4 KB in flight per SM covers the latency of HBM).
 BLOCK_N, BLOCK_K, PROGRAMS_PER_SM = 4, 512, 8
-# Under the CPU interpreter every program costs ~1 ms whatever its size: big tiles, and a nominal GPU of
-# one SM (programs run one at a time), so that the tiny model's narrow projections still split.
+# Under the CPU interpreter every program costs about the same whatever its size: big tiles, and a nominal GPU
+# of one SM (programs run one at a time), so that the tiny model's narrow projections still split.
 INTERPRETER_BLOCK_N, INTERPRETER_BLOCK_K = 32, 64
 
 
@@ -86,7 +86,8 @@ def choose_split(N: int, K: int, sms: int, block_n: int = BLOCK_N, block_k: int 
 
     Enough pieces that row blocks x pieces reaches programs_per_sm x sms, where the rows alone do not; and
     never a piece narrower than one block_k step. That bound also keeps the partial sums small: one fp32
-    per piece and row is at most 4 bytes per block_k weights (under 0.4% of the weight bytes at 512).
+    per piece and row is at most 4 bytes per block_k weights (under 0.4%<!-- fig:ch24.splitk.partials_pct --> of
+    the weight bytes at 512).
     At the H200's 132 SMs: 1024 x 2048 -> 4, 1024 x 3584 -> 7, the 248,320-row LM head -> 1.
     """
     # BEGIN EXERCISE: pieces wanted = cdiv(programs_per_sm x sms, row blocks); whole block_k steps per piece

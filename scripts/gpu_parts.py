@@ -7,8 +7,9 @@ The other parts together run every GPU test and every chapter; each names its py
 limit it runs under (scripts/gpu_check.sh stops a part at its limit: a hung test fails its part, never the call).
 Test files that check host-side logic only (file tools, styles, exercise regions, planted-bug tables read as
 text, cross-compilation) are HOST_ONLY: the CPU suite runs them, a GPU adds nothing to them.
-Budgets are from the measured durations of 2026-12-04 (H200, 12 workers: the tests 10x faster than one
-worker, the chapters 8x); tests/measure/test_gpu_parts.py checks that every test file and chapter belongs somewhere.
+Budgets are from the measured durations of 2026-12-04 (H200, 12 workers: the tests 10x<!-- unsaved: 2026-12-04 -->
+faster than one worker, the chapters 8x<!-- unsaved: 2026-12-04 -->); tests/measure/test_gpu_parts.py checks that
+every test file and chapter belongs somewhere.
 
     python3 scripts/gpu_parts.py --list                      the parts, their workers and limits
     python3 scripts/gpu_parts.py args PART                   the pytest arguments of a part, one a line
@@ -85,9 +86,9 @@ PARTS: dict[str, Part] = {
                   notebooks=QUICK_CHAPTERS),
     "kernels": Part("every kernel family's tests at the real shapes, every slot's full check in bf16 and fp16",
                     workers=12, limit_s=480, tests=_files(KERNEL_TESTS)),
-    # 16 workers: a GPU machine's 16 cores compile the planted copies. With `checking.compare` on the host (its
-    # slowest tests compared 32,768-row caches there) the part took 468 s on an H200 (2026-12-05, a record since
-    # replaced); comparing on the GPU, 30 s on an H100 (results/gpu_check/planted.json, 2026-12-06)
+    # 16 workers: a GPU machine's 16 cores compile the planted copies. Its slowest tests compare 32,768-row caches,
+    # which `checking.compare` does on the GPU (on the host they held the part near its limit); the part's latest
+    # time is in results/gpu_check/planted.json
     "planted": Part("the planted bugs: the learner's check fails each one at the real shapes",
                     workers=16, limit_s=480, tests=("tests/planted/test_planted_bugs.py",)),
     "model": Part("the model, the engine at every level, PDL, the ladder, the family, the command line",

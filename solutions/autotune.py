@@ -17,8 +17,8 @@ for that key; every later call with that key launches the cached one straight aw
 
 Under the CPU interpreter there is no GPU to time: the course patches a CPU timer into the autotuner
 (`runtime._install_cpu_benchmarker`), so the mechanics (pruning, benchmarking, caching) run as on a GPU,
-but the choice means nothing. Programs run one after another there at ~2 ms each whatever their size, so
-the interpreter tunes among a few big tiles (`INTERPRETER_*_CONFIGS`) instead of the GPU's small ones.
+but the choice means nothing. Programs run one after another there at about the same cost whatever their size,
+so the interpreter tunes among a few big tiles (`INTERPRETER_*_CONFIGS`) instead of the GPU's small ones.
 """
 import math
 import os
@@ -145,8 +145,8 @@ def _prune_gemm(configs, named_args, **kwargs):
 
 def _quick_bench(kernel_call, quantiles):
     """How the autotuner times one config: Triton's do_bench (L2 flushed before every run, CUDA-event times)
-    over 5 ms of warm-up and 25 ms of runs instead of its default 25 and 100. A kernel of a few
-    microseconds still gets hundreds of timed runs, and tuning a key takes a quarter of the time."""
+    with `warmup=5, rep=25` (milliseconds of warm-up and of runs) instead of its defaults `25` and `100`. A kernel
+    of a few microseconds still gets hundreds of timed runs, and tuning a key takes a quarter of the time."""
     return triton.testing.do_bench(kernel_call, warmup=5, rep=25, quantiles=quantiles)
 
 

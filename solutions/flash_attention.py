@@ -117,18 +117,23 @@ def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted
     T = 513 on: 2 KV heads x cdiv(4T, 64) row blocks >= 66), else 32 or 16, so a 128-token prompt has 64
     programs rather than 16. A [64, 256] fp32 accumulator is 128 registers a thread at 4 warps (64 at 8); the
     4-warp kernel fits in 255 registers without spilling on every GPU the course targets (`tritonllm-course
-    targets`) and is the faster one: 37.4 against 44.2 us at T = 1,024 (chapter 23_flash_attention's tile table,
-    H200, 2026-12-04), so every block size gets 4 warps but the long prompts' 128 rows. A third stage for the
-    64 x 64 tiles where the GPU's shared memory holds it (224 KB in bf16: an H100's or H200's, past SMEM_BUDGET):
-    29.9 against 36.6 us at T = 1,024 and 59.0 against 71.6 us at 2,048 (H200, 2026-12-05). Keys per step
-    (BLOCK_N): 64, halved until the q tile and
+    targets`) and is the faster one: 37.4<!-- fig:flash4.tiles.t1024.m64n64w4.us --> against
+    44.2 us<!-- fig:flash4.tiles.t1024.m64n64w8.us --> at T = 1,024 (chapter 23_flash_attention's tile table,
+    results/flash_nvidia-h200_2026-12-04.json), so every block size gets 4 warps but the long prompts' 128 rows.
+    A third stage for the 64 x 64 tiles where the GPU's shared memory holds it (224 KB in bf16: an H100's or
+    H200's, past SMEM_BUDGET): 29.9<!-- fig:flash5.tiles.t1024.m64n64w4s3.us --> against
+    36.6 us<!-- fig:flash5.tiles.t1024.m64n64w4s2.us --> at T = 1,024 and
+    59.0<!-- fig:flash5.tiles.t2048.m64n64w4s3.us --> against 71.6 us<!-- fig:flash5.tiles.t2048.m64n64w4s2.us -->
+    at 2,048 (results/flash_nvidia-h200_2026-12-05.json). Keys per step (BLOCK_N): 64, halved until the q tile and
     `num_stages` K and V tiles fit in SMEM_BUDGET: bf16 [64 + 2 x 2 x 64, 256] tiles are 160 KB of the
     H200's 227 KB; fp32 (the model-swap checks run in fp32) drops to 32- or 16-key steps. Under the CPU
     interpreter a program costs about the same whatever its size: there, 32 rows and 16 keys, so small
     tests still cross several blocks.
     Long prompts in bf16/fp16, once 128-row blocks alone make a full wave (Qwen3.5: T >= 2081), take
     128 x 64 tiles on 8 warps (192 KB of tiles, past the budget but within the H200's 227 KB): chapter
-    23_flash_attention's tile table measured 147 us at T = 4096 against 234-292 us for 64 x 64 (H200, 2026-12-04).
+    23_flash_attention's tile table measured 147 us<!-- fig:code.flash_attention.t4096.m128.us --> at T = 4096
+    against 234<!-- fig:code.flash_attention.t4096.m64w4.us -->-292 us<!-- fig:code.flash_attention.t4096.m64w8.us -->
+    for 64 x 64 (results/flash_nvidia-h200_2026-12-04.json).
     shared_bytes: the GPU's shared memory a block (None: an H200's). Where it is less than the budget (an
     A100's 163 KB, an RTX card's or an L4's 99 KB, a T4's 64 KB) the tiles fit in it instead: no 128-row
     tiles, fewer keys per step, down to 16, and where even those do not fit beside the q tile, fewer rows.

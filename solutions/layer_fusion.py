@@ -73,8 +73,8 @@ def gemv_residual_kernel(x_ptr, w_ptr, res_ptr, y_ptr, N, K, BLOCK_N: tl.constex
     ok = rows < N
     # each element of the stream is read, then written, by this program alone: y may alias res. Loaded
     # first, its latency overlaps the weights'; after the row sums' cross-warp reduction (a barrier) it
-    # adds a memory round trip to every program (H200, in the decode step: 4.08 -> 3.88 us a call; an unsaved
-    # run of 2026-11-30)
+    # adds a memory round trip to every program (an H200's decode step: loaded first, a call went from
+    # 4.08 to 3.88 us<!-- unsaved: 2026-11-30 -->)
     r = tl.load(res_ptr + rows, mask=ok, other=0.0).to(tl.float32)
     cols = tl.arange(0, BLOCK_K)
     acc = tl.zeros([BLOCK_N, BLOCK_K], dtype=tl.float32)       # one fp32 partial sum per lane
@@ -296,8 +296,9 @@ def gemm_residual_config(M: int, N: int, K: int, dtype: torch.dtype, device: tor
 
 
 # (BLOCK_N, BLOCK_K, stages) of the GEMM + residual's 128-row tiles from M = 256 on, widest first, 8 warps: on an
-# H200 the fastest 256- and 128-wide tiles at M = 4,096 (the 256-wide one within 0.2% of its 4-stage form) and the
-# fastest 64-wide one at M = 1,024 (lab/prompt_gemm_sweep.py, out- and down projections + residual, 2026-12-05)
+# H200 the fastest 256- and 128-wide tiles at M = 4,096 (the 256-wide one within
+# 0.15%<!-- fig:code.layer_fusion.wave_tiles.n256.stages_gap.pct --> of its 4-stage form) and the fastest 64-wide
+# one at M = 1,024 (lab/prompt_gemm_sweep.py, out- and down projections + residual, 2026-12-05)
 WAVE_TILES = ((256, 64, 3), (128, 64, 3), (64, 128, 4))
 
 

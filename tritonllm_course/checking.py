@@ -34,9 +34,9 @@ from . import kernels, slots
 from .runtime import runtime
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
-# Seconds per kernel call, by default. Under the interpreter the slowest correct call of the check takes
-# about 2 s (a whole slot's check under 10 s); on a GPU the first call compiles, and an autotuned one
-# benchmarks its configs: well under a minute.
+# Seconds per kernel call, by default. Under the interpreter the slowest correct call of the check took
+# about 2 s<!-- unsaved: 2026-12-04 --> (a whole slot's check under 10 s<!-- unsaved: 2026-12-04 -->); on a GPU
+# the first call compiles, and an autotuned one benchmarks its configs: well under a minute.
 DEFAULT_TIME_LIMIT = {"interpreter": 30.0, "gpu": 120.0}
 
 

@@ -287,7 +287,7 @@ TINY = Qwen35Config(
 )
 
 # The larger dense Qwen3.5 text decoders. Every field not given is the dataclass default (0.8B's): vocabulary
-# 248,320, head_dim 256, RoPE theta 1e7 over 25% of each head, 16 DeltaNet key heads of 128, value heads
+# 248,320, head_dim 256, RoPE theta 1e7 over a quarter of each head, 16 DeltaNet key heads of 128, value heads
 # of 128, 4 conv taps, RMSNorm eps 1e-6, 262,144 positions, a full-attention layer every 4th layer, token
 # ids 248044. Sources, field by field: PRESET_SOURCES (docs/family.md).
 QWEN35_2B = Qwen35Config(

@@ -9,11 +9,11 @@ from . import kernels
 from .config import Qwen35Config
 from .weights import expected_shapes, is_f32_tensor, random_weights
 
-WEIGHT_SCALE = 5.0   # as `swap.py`: at 5x transformers' initialisation a random model's greedy path is varied
+WEIGHT_SCALE = 5.0   # as `swap.py`: at five times transformers' initialisation a random model's greedy path is varied
 
 
 def varied_weights(config: Qwen35Config, dtype=torch.float32, device="cpu", seed: int = 0) -> dict:
-    """transformers' random initialisation with the matrices (and the embedding) scaled 5x: greedy decoding
+    """transformers' random initialisation with the matrices (and the embedding) scaled by 5: greedy decoding
     then wanders over the vocabulary instead of repeating one token, so identical tokens mean something."""
     weights = random_weights(config, dtype=dtype, device=device, seed=seed)
     for w in weights.values():

@@ -16,7 +16,7 @@ key (dotted, lowercase: ``decode.fast_pdl.ctx128.ms``) to an entry of one of two
 and date are read from the record's ``gpu`` and ``date`` fields, or from its file name.
 
 In prose (notebook markdown, ``docs/*.md``, ``README.md``) a figure is its text followed by a marker,
-``0.648 ms<!-- fig:decode.fast_pdl.ctx128.ms -->``; a bare number (``0.648<!-- fig:... -->``, for a table
+``0.648 ms<!-- fig:KEY -->``; a bare number (``0.648<!-- fig:KEY -->``, for a table
 whose header names the unit) is accepted too. ``check_markers`` is what ``tests/measure/test_figures.py`` runs over
 every such file: the key must exist, its record must resolve, and the number written must be the number
 ``text`` gives, so a stale quote fails as soon as its record changes.
@@ -25,10 +25,12 @@ every such file: the key must exist, its record must resolve, and the number wri
 from __future__ import annotations
 
 import ast
+import io
 import json
 import math
 import operator
 import re
+import tokenize
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -36,12 +38,13 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY_DIR = ROOT / "results" / "figures"
 
-# Units written flush against the number ("56.1%", "6.1x", a power of ten: "1.7e-3" from unit "e-3", the entry
-# scaling its value by the inverse power in `expr`); every other unit follows a space ("0.648 ms").
+# Units written flush against the number (``"56.1%"``, ``"6.1x"``, a power of ten: ``"1.7e-3"`` from unit
+# ``"e-3"``, the entry scaling its value by the inverse power in `expr`); every other unit follows a space
+# (``"0.648 ms"``).
 _FLUSH_UNITS = ("%", "x", "e-")
 
 _MARKER = re.compile(r"<!--\s*fig:([a-z0-9_.\-]+)\s*-->")
-# Thousands separators are allowed in prose ("4,260 GB/s"); they are dropped before comparing.
+# Thousands separators are allowed in prose (``"4,260 GB/s"``); they are dropped before comparing.
 _THOUSANDS = re.compile(r"(?<=\d),(?=\d{3}(?!\d))")
 # A minus sign only where a word could start ("| -4.0", "(-3)"); "618-622" is a range, not -622.
 _NUMBER_AT_END = re.compile(r"(?<![\d.])(?:(?<![^\s(|])-)?\d+(?:\.\d+)?$")
@@ -297,9 +300,9 @@ def check_markers(source: str, name: str = "<text>") -> list[str]:
     return problems
 
 
-# The units of a measurement: a time, a bandwidth, a throughput, a speed ratio written flush ("6.1x", never the
-# "128 x 64" of a shape) or a percentage. "s" alone is a time ("0.43 s"); "tokens/s" is tried before it; a
-# time per something counts ("0.648 ms/token").
+# The units of a measurement: a time, a bandwidth, a throughput, a speed ratio written flush (``"6.1x"``, never
+# the "128 x 64" of a shape) or a percentage. "s" alone is a time (``"0.43 s"``); "tokens/s" is tried before it;
+# a time per something counts (``"0.648 ms/token"``).
 _MEASURE_UNIT = (r"(?:\s?(?:TFLOP/s|GFLOP/s|TFLOPS|GFLOPS|GB/s|TB/s|MB/s|tokens/s|tok/s|ns|us|µs|μs|ms|s|%)"
                  r"(?!\w)|[x×](?!\w)(?!\s*\d))")
 # A number as prose writes it: thousands separated by commas ("4,262") or not, not part of a word ("H200",
@@ -312,16 +315,16 @@ _ANY_MARK = (r"<!--\s*(?:fig:[a-z0-9_.\-]+|not-measured:\s*[^\s>][^>]*?|unsaved:
 _DECLARATION_START = re.compile(r"<!--\s*(?:not-measured|unsaved)\b[^>]*-->")
 _DECLARATION = re.compile(r"<!--\s*(?:not-measured:\s*[^\s>][^>]*?|unsaved:\s*\d{4}-\d{2}-\d{2})\s*-->")
 _ITEM = rf"(?:{_PROSE_NUMBER})(?:{_MEASURE_UNIT})?(?:\s*{_ANY_MARK})?"
-# A range or a comparison shares the last number's unit ("8-20 us", "9.7 vs 10.7 us"): each number of it is a
-# figure. "and", "or" and commas join only figures that carry their own unit ("T = 128, 2.1 us" is a shape, then
-# a time).
+# A range or a comparison shares the last number's unit (``"8-20 us"``, ``"9.7 vs 10.7 us"``): each number of it
+# is a figure. "and", "or" and commas join only figures that carry their own unit (``"T = 128, 2.1 us"`` is a
+# shape, then a time).
 _JOINED = re.compile(rf"{_ITEM}(?:\s*(?:-|–|—|to|vs\.?)\s*{_ITEM}"
                      rf"|\s*(?:,|and|or)\s*(?=(?:{_PROSE_NUMBER})(?:{_MEASURE_UNIT})){_ITEM})*")
 _LISTING = {",", "and", "or"}
 _ITEM_RE = re.compile(rf"(?P<num>{_PROSE_NUMBER})(?P<unit>{_MEASURE_UNIT})?(?:\s*(?P<mark>{_ANY_MARK}))?")
 _CODE_BLOCK = re.compile(r"```.*?```|~~~.*?~~~", re.S)
 _CODE_SPAN = re.compile(r"(`+)[^`\n].*?\1", re.S)
-# Where a link points and an anchor's name are addresses, not prose ("(#gpt2-1381x)", '<a id="gelu-3x">').
+# Where a link points and an anchor's name are addresses, not prose (``"(#gpt2-1381x)"``, ``'<a id="gelu-3x">'``).
 _ADDRESS = re.compile(r"\]\([^)\s]*\)|<a\s[^>]*>")
 _OTHER_COMMENT = re.compile(r"<!--(?!\s*(?:fig:|not-measured|unsaved)).*?-->", re.S)
 
@@ -337,11 +340,10 @@ def unmarked_figures(source: str, name: str = "<text>") -> list[str]:
     A number followed by a measurement's unit (us, ms, s, GB/s, TFLOP/s, a flush "x", "%") must be followed
     by ``<!-- fig:KEY -->`` (its record; ``check_markers`` checks the number), or by a declaration:
     ``<!-- not-measured: REASON -->`` (a source article's figure, a data sheet's, an estimate) or
-    ``<!-- unsaved: YYYY-MM-DD -->`` (measured that day, its data not kept). A declaration after a range
-    ("8-20 us") covers each number of it; a ``fig:`` marker covers only the number it follows. Code spans
-    and code blocks are code, not prose, and are skipped; so are other HTML comments, link targets and
-    anchors. Each problem names
-    ``name``, the line and what is written.
+    ``<!-- unsaved: 2026-12-01 -->`` (measured that day, written YYYY-MM-DD, its data not kept). A declaration
+    after a range (``"8-20 us"``) covers each number of it; a ``fig:`` marker covers only the number it follows.
+    Code spans and code blocks are code, not prose, and are skipped; so are other HTML comments, link targets
+    and anchors. Each problem names ``name``, the line and what is written.
     """
     problems = []
     for bad in _DECLARATION_START.finditer(source):
@@ -367,7 +369,7 @@ def unmarked_figures(source: str, name: str = "<text>") -> list[str]:
             if not item.group("unit"):
                 continue
             # one figure: the numbers sharing this unit, then the unit; numbers after the last unit are not
-            # figures ("2.1 us<!-- fig:x -->, 2026")
+            # figures (``"2.1 us<!-- fig:KEY -->, 2026"``)
             figure, group = group, []
             closing = figure[-1].group("mark") or ""
             if closing and not re.match(r"<!--\s*fig:", closing):
@@ -379,6 +381,28 @@ def unmarked_figures(source: str, name: str = "<text>") -> list[str]:
             problems.append(f"{name}:{line}: '{written}' is a measured figure with no marker (add "
                             "<!-- fig:KEY -->, <!-- not-measured: REASON --> or <!-- unsaved: YYYY-MM-DD -->)")
     return problems
+
+
+def code_prose(source: str) -> str:
+    """The comments and docstrings of Python ``source`` (the prose a reader of the code takes as fact), everything
+    else blanked to spaces with its newlines kept, so that ``unmarked_figures`` and ``check_markers`` name the
+    file's own line numbers. A docstring is a string statement of its own (a module's, a class's, a function's
+    or one after an assignment); other strings are code."""
+    starts = [0]
+    for line in io.StringIO(source).readlines():          # split at "\n" only, as tokenize counts lines
+        starts.append(starts[-1] + len(line))
+    # a docstring's first token starts where its statement does (indentation is ASCII, so ast's byte column is
+    # tokenize's character column)
+    docstrings = {(node.lineno, node.col_offset) for node in ast.walk(ast.parse(source))
+                  if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+                  and isinstance(node.value.value, str)}
+    keep = [(token.start, token.end) for token in tokenize.generate_tokens(io.StringIO(source).readline)
+            if token.type == tokenize.COMMENT or (token.type == tokenize.STRING and token.start in docstrings)]
+    out = [c if c == "\n" else " " for c in source]
+    for (row0, col0), (row1, col1) in keep:
+        begin, end = starts[row0 - 1] + col0, starts[row1 - 1] + col1
+        out[begin:end] = source[begin:end]
+    return "".join(out)
 
 
 def _glued(text: str, start: int) -> bool:

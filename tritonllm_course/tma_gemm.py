@@ -10,12 +10,16 @@ arithmetic or masks in the loop (the hardware zero-fills past the matrix's edges
 the tensor cores while the copies of the next stages run. The epilogues stay the course's: the SwiGLU of two
 accumulators, the residual added in fp32 before the one rounding.
 
-Measured on an H200 in bf16 (lab/prompt_gemm_sweep.py, its record in lab/results/): at M = 1,024 and 4,096 this
-kernel is 1.2-1.4x faster than the pointer form at its best tiles, and level with or ahead of cuBLAS
-(`torch.addmm`) on the GEMM + residual from 1,024 tokens on (0.97-1.12x); at 128 and 512 tokens 0.64-0.96x of
-cuBLAS's speed. Over the 24 cases of the two H200 sweeps (M = 128 to 4,096), `config`'s pick is within 2% of the
-fastest TMA tiles measured
-(`tests/kernels/test_tma_gemm.py` holds it to 3%).
+Measured on an H200 in bf16 (lab/prompt_gemm_sweep.py, its records in lab/results/): at M = 1,024 and 4,096 this
+kernel is 1.2<!-- fig:code.tma_gemm.tma_over_pointer.min -->-1.4x<!-- fig:code.tma_gemm.tma_over_pointer.max -->
+faster than the pointer form at its best tiles, and level with or ahead of cuBLAS (`torch.addmm`) on the GEMM +
+residual from 1,024 tokens on
+(0.97<!-- fig:code.tma_gemm.residual_vs_addmm.min -->-1.12x<!-- fig:code.tma_gemm.residual_vs_addmm.max -->);
+at 128 and 512 tokens
+0.64<!-- fig:code.tma_gemm.vs_cublas.m128_512.min -->-0.96x<!-- fig:code.tma_gemm.vs_cublas.m128_512.max -->
+of cuBLAS's speed. In each of the 24 cases of the two H200 sweeps (M = 128 to 4,096), `config` picks tiles among
+the fastest TMA tiles measured: `tests/kernels/test_tma_gemm.py` holds them within
+3%<!-- not-measured: the test's tolerance --> of the fastest.
 
 Not taken (`usable`): below sm_90 (no TMA: a T4, an A100, an L4), on a triton without host tensor descriptors,
 under the interpreter unless asked for (the tests ask), for dtypes other than fp16/bf16, and for operands whose
@@ -199,8 +203,9 @@ def fp8_config(M: int, N: int, sms: int) -> dict:
     to shared memory at every K step. On the H200 (lab/quant_gemm_probe.py; its record in lab/results/, the figures
     in lab/README.md) W x^T at these tiles made the fast level's fp8 time to the first token shorter at 1,024
     and 4,096 tokens: 128 x 128 tiles, and 64 x 64 x 128 ones on 4 stages where 128 x 128 tiles make less than a
-    wave (at 1,024 tokens and more, within 5% of the fastest tiles measured at every shape). int8 keeps x W^T:
-    swapped, its time to the first token was no shorter."""
+    wave (at 1,024 tokens and more among the fastest tiles measured at every shape: `tests/kernels/test_tma_gemm.py`
+    holds them within 5%<!-- not-measured: the test's tolerance --> of the fastest). int8 keeps x W^T: swapped,
+    its time to the first token was no shorter."""
     cfg = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "num_warps": 4, "num_stages": 3, "SWAP_AB": True}
     if triton.cdiv(M, 128) * triton.cdiv(N, 128) < sms:
         cfg.update(BLOCK_M=64, BLOCK_N=64, BLOCK_K=128, num_stages=4)

@@ -48,12 +48,16 @@ def l2_normalize_rows(x, eps):
 # 16 warps hold at PDL_ROWS rows (K > 4,096: the larger sizes of the family) takes fewer rows a program
 # rather than more weights a thread (at 0.8B 64 a thread measured slower than 2 rows); past PDL_MAX_K,
 # one row on 16 warps, the tile is too wide and the GEMV walks K. So does a K that fills less than PDL_MIN_FILL of
-# its power-of-two tile: 27B's K = 5,120 and 6,144, padded to 8,192 lanes, made its fast level 5% slower than
-# walking both, where 9B's 12,288 in 16,384 (three quarters) gained 1% whole and 4B's 2,560 and 9,216 tied
+# its power-of-two tile: walking 27B's K = 5,120 and 6,144 (padded to 8,192 lanes) made its fast level
+# 5.2%<!-- fig:lab.family_tile_h100.27b.fast_4096_gain.pct --> faster, where 9B's 12,288 in 16,384 (three
+# quarters) gained 0.3%<!-- fig:code.triton_helpers.9b_whole_gain.pct --> whole (in a rerun
+# 0.9%<!-- fig:code.triton_helpers.9b_whole_gain_rerun.pct -->) and 4B's 2,560 and 9,216 tied
 # (lab/family_tile_probe.py, H100). The rule walks 5,120 (five eighths) and keeps 6,144 (three quarters) whole:
-# measured so, 27B took 3.7% less time than with both whole, 1.7% more than with both walking; 4B 0.5% more
-# than with its K whole (H100). A rule that walks 6,144 too would also walk 2B's down projection: 0.6% slower there
-# (lab/results/family_tile_probe_nvidia-h100-80gb-hbm3_2026-12-07_2b.json).
+# measured so, 27B took 3.7%<!-- fig:lab.family_tile_rule_h100.27b.gain.pct --> less time than with both whole,
+# 1.7%<!-- fig:lab.family_tile_rule_h100.27b.cap4096_gain.pct --> more than with both walking; 4B
+# 0.5%<!-- fig:lab.family_tile_rule_h100.4b.loss.pct --> more than with its K whole (H100). A rule that walks
+# 6,144 too would also walk 2B's down projection: 0.6%<!-- fig:lab.family_tile_2b_h100.cap4096.pct --> slower
+# there (lab/results/family_tile_probe_nvidia-h100-80gb-hbm3_2026-12-07_2b.json).
 PDL_ROWS, PDL_ELEMENTS, PDL_WARPS = 4, 32, 16
 PDL_MAX_K = PDL_WARPS * 32 * PDL_ELEMENTS
 PDL_MIN_FILL = 0.75

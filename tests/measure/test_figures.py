@@ -35,6 +35,17 @@ def prose_files(by_cell=False):
     return out
 
 
+# The code a learner reads beside the chapters: its comments and docstrings are prose too. lab/ is not here: each
+# probe's docstring is its write-up, quoting the record it wrote, and lab/README.md marks what it quotes.
+CODE_DIRS = ["solutions", "exercises", "tritonllm_course", "scripts"]
+
+
+def code_files():
+    """Every Python file of CODE_DIRS, with its comments and docstrings (`figures.code_prose`)."""
+    return [(path.relative_to(ROOT).as_posix(), figures.code_prose(path.read_text()))
+            for folder in CODE_DIRS for path in sorted((ROOT / folder).rglob("*.py"))]
+
+
 @pytest.fixture(autouse=True)
 def fresh_registry():
     figures.clear_cache()
@@ -69,6 +80,25 @@ def test_every_measured_figure_in_prose_has_a_record_or_a_declaration():
     for name, text in prose_files(by_cell=True):
         problems += figures.unmarked_figures(text, name)
     assert not problems, f"{len(problems)} figures without a marker:\n" + "\n".join(problems)
+
+
+def test_every_figure_in_the_codes_comments_and_docstrings_is_marked_and_its_records_number():
+    """A docstring or comment that quotes a measurement is held to the prose's rules: marked, and equal to its
+    record (a stale "3.2 us" in a solution's docstring is a figure quoted differently in two places)."""
+    problems, files = [], code_files()
+    assert len(files) > 50, [name for name, _ in files]
+    for name, text in files:
+        problems += figures.unmarked_figures(text, name) + figures.check_markers(text, name)
+    assert not problems, f"{len(problems)} figures in code comments:\n" + "\n".join(problems)
+
+
+def test_code_prose_keeps_comments_and_docstrings_on_their_lines():
+    source = ('"""Module: 3.2 us."""\nx = "4.0 us"  # took 5 ms\n\n\ndef f():\n    """A µs docstring,\n'
+              '    12 ms."""\n    return "7 ms"\n')
+    prose = figures.code_prose(source)
+    assert prose.count("\n") == source.count("\n") and len(prose) == len(source)
+    assert [p.split(" is a")[0] for p in figures.unmarked_figures(prose, "f.py")] == [
+        "f.py:1: '3.2 us'", "f.py:2: '5 ms'", "f.py:7: '12 ms'"]
 
 
 @pytest.mark.parametrize("prose, flagged", [

@@ -196,8 +196,9 @@ class Engine(Forward):
         return has if pdl is None else bool(pdl) and self.device.type != "meta"
 
     # longer prompt chunks launch without the overlap: their GEMMs fill every SM, and the next kernel's waiting
-    # programs would take shared memory and registers beside them (H200: 38 against 32 ms at 4,096 tokens, the
-    # 0.8B's time to the first token in results/family_nvidia-h200_2026-12-03, with and without PDL)
+    # programs would take shared memory and registers beside them (H200, the 0.8B's time to the first token at
+    # 4,096 tokens: 38.3 ms<!-- fig:family.0_8b.fast_pdl.ttft.ctx4096.ms --> with PDL against
+    # 31.6 ms<!-- fig:family.0_8b.fast_graph.ttft.ctx4096.ms --> without, results/family_nvidia-h200_2026-12-03)
     PDL_PROMPT_TOKENS = 128
 
     def _launches(self, tokens: int = 1) -> contextlib.ExitStack:
@@ -273,8 +274,8 @@ class Engine(Forward):
         return self._prefill(ids, sampling, seed)
 
     def _prefill(self, ids: list[int], sampling: Sampling | None, seed: int) -> torch.Tensor:
-        # through a buffer of C int64s: 0.1 ms at 4,000 tokens against torch.tensor's 0.4 ms (a list's items
-        # one by one); the copies below read it synchronously, so it outlives them
+        # through a buffer of C int64s: at 4,000 tokens 0.1 vs 0.4 ms<!-- unsaved: 2026-12-06 --> through
+        # torch.tensor (a list's items one by one); the copies below read it synchronously, so it outlives them
         host_ids = torch.frombuffer(array.array("q", ids), dtype=torch.int64)
         P = self.prefill_chunk
         for first in range(0, len(ids), P):

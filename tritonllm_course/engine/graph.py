@@ -89,9 +89,11 @@ def layer_pieces(n: int, split: bool = True) -> list[range]:
     """Layers 0..n-1 in pieces of 1, 2, 4, ... layers (the last cut short), each a CUDA graph of its own; with
     `split` False, one piece of all n.
 
-    Under the profiler, cudaGraphLaunch of one graph of a whole 128-token chunk kept an H100 idle 264-300 us
-    before its first kernel (lab/results/prefill_graph_probe_nvidia-h100-80gb-hbm3_2026-12-06_trace.json); in
-    doubling pieces the first starts after a few kernels' launch. Timed unprofiled, the pieces gave the first
+    Under the profiler, cudaGraphLaunch of one graph of a whole 128-token chunk kept an H100 idle from
+    264 us<!-- fig:lab.prefill_graph_trace_h100.launch_host.min_us --> to
+    300 us<!-- fig:lab.prefill_graph_trace_h100.launch_host.max_us --> before its first kernel
+    (lab/results/prefill_graph_probe_nvidia-h100-80gb-hbm3_2026-12-06_trace.json); in doubling pieces the first
+    starts after a few kernels' launch. Timed unprofiled, the pieces gave the first
     token no sooner (lab/prefill_graph_probe.py, H100): the profiler's launch time is mostly its own, so the
     engine keeps one graph (`Engine.PREFILL_PIECES` False) and the pieces stay an option."""
     if not split:

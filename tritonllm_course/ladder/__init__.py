@@ -47,9 +47,9 @@ def measure(config_name: str = "qwen3.5-0.8b", dtype=torch.bfloat16, device="cud
             log=sys.stderr) -> dict:
     """The ladder of a config (a preset name) on random weights, as a result dict (`results.result`).
 
-    check: on a GPU, a second run of every step in fp32 on weights 5x transformers' initialisation (a varied
-           greedy path), its tokens against the reference model's; on the CPU in fp32, the timed run's own
-           tokens on those weights. stem: write stem.{json,md,png} after every step.
+    check: on a GPU, a second run of every step in fp32 on weights five times transformers' initialisation (a
+           varied greedy path), its tokens against the reference model's; on the CPU in fp32, the timed run's
+           own tokens on those weights. stem: write stem.{json,md,png} after every step.
     steps: default all of them (`rungs.RUNGS`). The other arguments: `rungs.climb`.
     """
     from ..config import PRESETS

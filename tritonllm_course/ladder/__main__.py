@@ -5,8 +5,8 @@
 bf16, random weights of the real shapes, batch 1, greedy. Prefill: a 128-token prompt, time to the first
 token. Decode: mean time per token after it: a step with a KV cache generates 32 tokens, 3 runs, medians;
 a step without one generates 2 tokens once (its decode step runs all 129 tokens again, seconds on the naive
-steps). Every step is warmed up first (compiles, captures). Then each step runs again in fp32 on weights
-5x transformers' initialisation, 4 tokens after an 8-token prompt, its tokens against the reference model's.
+steps). Every step is warmed up first (compiles, captures). Then each step runs again in fp32 on weights five
+times transformers' initialisation, 4 tokens after an 8-token prompt, its tokens against the reference model's.
 The steps run from the fastest to the naive one; a step not begun within --budget-s is skipped (its row
 says so). The files are rewritten after every step, so a run cut short keeps what it measured.
 """

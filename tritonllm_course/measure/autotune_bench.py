@@ -201,8 +201,9 @@ def config_table(at, linear, N, K, dtype=torch.bfloat16) -> dict:
 
 def tuning_cost(at, N, K, dtype=torch.bfloat16, counts=CONFIG_COUNTS) -> dict:
     """Wall time of the first call at one shape against the number of configs (the first n that survive
-    pruning; already compiled, so this is benchmarking alone), with the course's do_bench (5 + 25 ms per
-    config) and Triton's default (25 + 100 ms); and of a cached call."""
+    pruning; already compiled, so this is benchmarking alone), with the course's do_bench
+    (5 + 25 ms<!-- not-measured: a setting --> per config) and Triton's default
+    (25 + 100 ms<!-- not-measured: a setting -->); and of a cached call."""
     import triton
     kernel = at.gemv_autotuned_kernel
     sms, _ = at.device_limits(torch.device(_device()))

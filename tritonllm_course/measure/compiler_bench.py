@@ -6,12 +6,13 @@
   without an activation (what the epilogue itself costs); at Qwen's two shapes also `torch.compile` of the pair
   in max-autotune mode (its failure recorded, not fatal); each form names its strongest baseline, the fastest
   of the implementations that are not the course's kernels;
-- `elementwise`: GELU alone, erf against tanh, PyTorch's and the course's kernels (the article: tanh "3x
-  faster");
+- `elementwise`: GELU alone, erf against tanh, PyTorch's and the course's kernels (the article: tanh
+  "3x<!-- not-measured: the source article's claim --> faster");
 - `sweep`: the course's projection (`solutions/linear.py`: chapter 05_projections's GEMV for one token, its GEMM
-  otherwise) against cuBLAS over a grid of shapes: the share within 5% (the article: "80% of shapes");
-- `peak`: one large square GEMM in TFLOP/s, cuBLAS and the course's GEMM (the article: cuBLAS at "95% of
-  the theoretical peak");
+  otherwise) against cuBLAS over a grid of shapes: the share within 5%<!-- not-measured: a threshold, WITHIN -->
+  (the article: "80%<!-- not-measured: the source article's claim --> of shapes");
+- `peak`: one large square GEMM in TFLOP/s, cuBLAS and the course's GEMM (the article: cuBLAS at
+  "95%<!-- not-measured: the source article's claim --> of the theoretical peak");
 - `inductor`: what `torch.compile` generates for the end of a Qwen3.5 layer (output gate, o_proj, residual +
   ln2, the MLP, residual) at one token and at 128, its Triton kernels and the calls it leaves to cuBLAS,
   written as source files; with mode "max-autotune", the GELU pair becomes one Triton template kernel.
@@ -51,7 +52,9 @@ SWEEP_M = (1, 16, 128, 1024)
 SWEEP_NK = [(5120, 1024), (8224, 1024), (7168, 1024), (3584, 1024), (1024, 3584), (1024, 2048),
             (4096, 8192), (32768, 128)]                           # Qwen's projections, the article's two
 PEAK_SHAPE = (8192, 8192, 8192)
-H200_DENSE_BF16_TFLOPS = 989.5       # NVIDIA's H200 datasheet: 1,979 TFLOPS bf16 with 2:4 sparsity, half dense
+# NVIDIA's H200 datasheet: 1,979 TFLOPS<!-- not-measured: the data sheet's figure --> bf16 with 2:4 sparsity,
+# half of it dense
+H200_DENSE_BF16_TFLOPS = 989.5
 WITHIN = 0.05
 BUDGET_S = 100.0                     # seconds: the max-autotune compile runs only if the rest took less
 DEVICE = "cuda"

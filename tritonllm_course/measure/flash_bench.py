@@ -51,10 +51,14 @@ def _time(fn, sets):
 
 
 # PyTorch's fused attention kernels take 4-D [batch, heads, T, D] inputs only: given 3-D tensors SDPA falls
-# back to its unfused math path, which materialises the scores: at T = 4096 on an H200 that fallback took 4,839 us
-# (results/flash_nvidia-h200_2026-11-30.json), 15x the flash backend's 327 us and 30x cuDNN's 164 us once pinned
-# (results/flash_nvidia-h200_2026-12-04.json). Each fused backend is pinned on its own, so a backend that
-# cannot run these shapes raises instead of falling back.
+# back to its unfused math path, which materialises the scores: at T = 4096 on an H200 that fallback took
+# 4,839.1 us<!-- fig:flash.prefill.t4096.sdpa_math_3d.us --> (results/flash_nvidia-h200_2026-11-30.json),
+# 15x<!-- fig:code.flash_bench.sdpa_math_over_flash.t4096 --> the flash backend's
+# 327.2 us<!-- fig:flash4.prefill.t4096.sdpa_flash.us --> and
+# 30x<!-- fig:code.flash_bench.sdpa_math_over_cudnn.t4096 --> cuDNN's
+# 163.7 us<!-- fig:flash4.prefill.t4096.sdpa_cudnn.us --> once pinned (results/flash_nvidia-h200_2026-12-04.json).
+# Each fused backend is pinned on its own, so a backend that cannot run these shapes raises instead of falling
+# back.
 SDPA_BACKENDS = {"SDPA flash": "FLASH_ATTENTION", "SDPA cuDNN": "CUDNN_ATTENTION",
                  "SDPA mem-efficient": "EFFICIENT_ATTENTION"}
 

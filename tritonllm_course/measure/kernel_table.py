@@ -25,7 +25,7 @@ from .benchmark import MAX_AUTOTUNE_LABEL, NOT_TRIED, BenchResult, bench, gpu_sc
 
 
 def _ratio(r, impl: str, t: float) -> str:
-    """"1.23x" against `impl`, "failed" where it failed at this shape, "not tried" where the slot rules it out
+    """`"1.23x"` against `impl`, "failed" where it failed at this shape, "not tried" where the slot rules it out
     there (`benchmark.max_autotune_refusal`), "-" where it was not timed."""
     if impl in r.times_us:
         return f"{r.times_us[impl] / t:.2f}x"

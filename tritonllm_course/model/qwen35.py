@@ -18,7 +18,9 @@ as transformers' default `sdpa` attention calls it, the delta rule in transforme
 operations (and q divided by sqrt(d_k) in decode, where the chunked form multiplies by d_k^-0.5). Not
 only the precision but the operations must match: with random weights one bf16 rounding that comes
 out differently early in the model grows, layer by layer, to ~1e-2 at the logits (transformers' own
-bf16 logits are 5-7% from its fp32 ones on an H200: results/hf_rounding_nvidia-h200_2026-12-05.json). So
+bf16 logits are 5.1%<!-- fig:results.hf_rounding.prefill.hf_bf16_vs_fp32_pct --> (prefill) and
+6.6%<!-- fig:results.hf_rounding.decode.hf_bf16_vs_fp32_pct --> (decode) from its fp32 ones on an H200:
+results/hf_rounding_nvidia-h200_2026-12-05.json). So
 matched, the bf16 logits equal transformers' bit for bit on the CPU (for a bf16 transformers model cast as
 `from_pretrained` casts it, RoPE frequencies in fp32: see `hf_compat.to_dtype`) and, in that record, on the
 GPU. In fp32 the operators' own forms run, within 4e-6 of transformers (the same record).

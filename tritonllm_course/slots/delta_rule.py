@@ -115,7 +115,7 @@ implement(
            Edge("chunks of 64, the last partial", _same, shape={"T": 600, "chunk": 64}, presets=("real",))],
     bytes=moved, flops=chunked_flops, dims=DIMS,
     # max-autotune tunes each product of the torch reference's loop over chunks: at T = 1,024 (16 chunks) the
-    # row ran past 500 s on an H100 (2026-12-06, the kernel table) without finishing
+    # row ran past 500 s<!-- unsaved: 2026-12-06 --> on an H100 (the kernel table) without finishing
     extra={"max_autotune_max": {"T": 128},
            "max_autotune_why": "the compile of the reference's loop over chunks ran past 500 s (H100, 2026-12-06)"},
 )

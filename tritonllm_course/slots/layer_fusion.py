@@ -167,7 +167,7 @@ implement(
     bytes=lambda inp: (tensor_bytes(inp["q"], inp["k"], inp["v"], inp["a"], inp["b"], inp["initial_state"])
                        + tensor_bytes(inp["v"]) + inp["v"].shape[1] * inp["k"].shape[-1] * inp["v"].shape[-1] * 4),
     # max-autotune tunes each product of the torch reference's loop over chunks: at T = 128 the row ran past
-    # 430 s on an H100 (2026-12-06, the kernel table) without finishing
+    # 430 s<!-- unsaved: 2026-12-06 --> on an H100 (the kernel table) without finishing
     extra={"max_autotune_max": {"T": 64},
            "max_autotune_why": "the compile of the reference's loop over chunks ran past 430 s (H100, 2026-12-06)"},
 )

@@ -58,8 +58,8 @@ def _zero_rows(inputs, shape, dtype, gen):
 
 
 def _one_big_weight(inputs, shape, dtype, gen):
-    """A weight of every row scaled up 100x before quantizing, in the row's last (partial) group: the group
-    that holds it gets a 100x scale, the others keep theirs. A kernel that takes one group's scale for
+    """A weight of every row scaled up by 100 before quantizing, in the row's last (partial) group: the group
+    that holds it gets a scale 100 times larger, the others keep theirs. A kernel that takes one group's scale for
     another's (or skips the last group) is then far off."""
     K, group = shape["K"], shape.get("group", 128)
     w = 0.02 * torch.randn(shape["N"], K, device=inputs["x"].device, generator=gen)
