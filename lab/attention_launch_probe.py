@@ -5,7 +5,8 @@
 
 Question: under PDL the fast level's attention layer runs three kernels at decode, chapter 22_layer_fusion's q/k norm +
 RoPE + cache write, FlashDecoding's split kernel and its merge, whose increments add up to ~10 us a layer
-at 128 cached tokens against a 0.5 us floor (`pdl_step_profile`, 2026-12-02). Can one launch do all three?
+at 128 cached tokens against a 0.08 us floor (0.5 us for the six layers; `pdl_step_profile`, 2026-12-02,
+lab/results/pdl_step_profile_nvidia-h200_2026-12-02.json). Can one launch do all three?
 `flash_decoding_fused` below: program (KV head, split) as the split kernel's; each split normalises and
 rotates its query heads itself, the split holding the new row writes k and v into the cache (then reads
 them back, after a CTA barrier), and the last split of each KV head to finish, counted with a GPU-wide

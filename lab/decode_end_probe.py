@@ -28,7 +28,7 @@ none here). The check passed on the GPU too (0.0).
 Verdict: not adopted: the norm in the LM head makes the step 15-16 us a token slower, where the final norm's own
 kernel takes 1.18 us of the graphed step (results/profile_nvidia-h100-80gb-hbm3_2026-12-06.md): every one of the
 LM head's 124,160 programs normalises the token again, reading it and the norm's weight. The advance in the merge
-is within the runs' spread (as it is moved 7.9 us between its own two runs at 128). The decode step ends as before
+is within the runs' spread (as it is moved 7.8 us between its own two runs at 128). The decode step ends as before
 (`Forward._decode_step`, tritonllm_course/engine/forward.py); what is left at the step's end is the argmax's
 partials, which only a GEMV with more rows a program could fold.
 """

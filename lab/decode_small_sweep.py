@@ -4,9 +4,10 @@
     DECODE_SWEEP_S bounds the run (default 300 s: 70 for the first case, 40 for the second, 190 for the
     three contexts)
 
-Question: at context 128 the fast level's decode step spends ~3.8 us in each DeltaNet output projection
+Question: at context 128 the fast level's decode step spent ~3.8 us in each DeltaNet output projection
 (gated RMSNorm + out_proj + residual, 1024 x 2048: 26% of the bandwidth), ~2.8 us in each recurrence (2 MB
-of state) and ~5.5 us in each attention layer's FlashDecoding (256 KB of cache). Their launch parameters
+of state) and ~5.7 us in each attention layer's FlashDecoding (256 KB of cache), in the engine's profile of
+that day (the recurrence on four warps; re-measured since: not kept). Their launch parameters
 were carried over from related kernels; are better ones to be had?
 Method: each kernel timed over its config space at Qwen3.5-0.8B's shapes in bf16, L2 cold, as the course
 times (`benchmark.time_calls`: a CUDA graph over enough copies of the inputs to pass L2), each config's
@@ -22,7 +23,7 @@ of each space timed). The recurrence runs faster on one warp: 3.37 against 3.63 
 / 9.31 us against 6.73 / 7.31 / 8.99 us for 32-row steps, 132 splits per KV head, 4 warps, 1 stage); the
 best of 108 at each context alone: 6.23 / 6.98 / 8.78 us (16-row steps at the shorter two).
 Verdict: adopted for the recurrence: `gated_delta_rule_recurrent_gates` (solutions/layer_fusion.py) launches on
-one warp (2.68 us a call in the engine's profile after it, results/profile_nvidia-h200_2026-11-30.md; the
+one warp (2.65 us a call in the engine's profile after it, results/profile_nvidia-h200_2026-11-30.md; the
 profile on four warps before it was not kept; first run: lab/results/engine_runs/one_ahead/). Not
 changed: the gated-norm out-projection (`gated_norm_linear_residual`) and FlashDecoding (`decoding_config`,
 solutions/flash_decoding.py), ~6 us a token in all (2.7 + 3.1 at 128 cached tokens), within the run-to-run

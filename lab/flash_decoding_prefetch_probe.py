@@ -5,7 +5,7 @@
 
 Question: under PDL, FlashDecoding's split kernel waits at its top (`pdl_enter`), so nothing of it overlaps
 the kernel before it, and its 12 launches a token cost 45 us at 128 cached tokens against a 0.5 us floor
-(`pdl_step_profile`). Every cache row but the newest was written by an earlier step, and a step starts
+(`pdl_step_profile`, 2026-12-02). Every cache row but the newest was written by an earlier step, and a step starts
 with a plainly launched kernel (the embedding), so those rows, and the length itself (advanced by the
 step before), are safe to read before the wait; only q and the newest row are this step's. Loading a
 split's first block of past keys and values before the wait: does the attention layer get shorter?

@@ -24,7 +24,8 @@ program storing one value: 0.76 us.
   1024 x 2048 (512)         1.13            2.32           2.32             2.89 (34%)
 From HBM rather than L2 adds 0.6-1.0 us a GEMV (`evict_first` or `evict_last`: the same, L2 keeps the
 weight either way); the rest is there without any weight: the launch, scheduling the grid's programs
-(2.5 us for 4112 of them) and each program's round trip to memory for x and back.
+(2.45 us for 4112 of them: the grid's 3.21 less one program's 0.76) and each program's round trip to
+memory for x and back.
 Verdict: nothing to adopt (a measurement): it showed that the bytes are not what a decode GEMV waits on,
 so the work went to fewer kernels (chapters 21_norm_fusion and 22_layer_fusion's fusions, solutions/*_fusion.py) and to
 kernels that keep more loads in flight (lab/gemv_tma_probe.py: not adopted; lab/unrolled_gemv_probe.py: adopted).

@@ -3,11 +3,12 @@
     python -m lab.prefill_graph_probe [OUTDIR]    (on a GPU; writes OUTDIR/prefill_graph_probe_<gpu>_<date>.json)
 
 Question: the engine replays a repeated prompt chunk from CUDA graphs (`Engine._prefill_graph`). A profile of the
-fast level's 128-token prompt put 250-310 us of its 1.8-2.0 ms outside any kernel (results/profile_*: "with the
-GPU idle"), where its decode step leaves 15-30 us. A profiled run of the one graph (NVIDIA H100 80GB HBM3,
-2026-12-06, at bdaacc4: lab/results/prefill_graph_probe_nvidia-h100-80gb-hbm3_2026-12-06_trace.json) found it
-before the first kernel: the host spent 264-300 us in cudaGraphLaunch and the first kernel started 1 us after the
-call returned; the GPU then ran the 237 kernels in 1,650-1,660 us. Unprofiled, `prefill` returned to the host
+fast level's 128-token prompt put 257.5-310.5 us of its 1.74-1.97 ms outside any kernel (results/profile_*: "with the
+GPU idle"), where its decode step at 128 cached tokens leaves 14.5-35.6 us. A profiled run of the one graph
+(NVIDIA H100 80GB HBM3, 2026-12-06, at bdaacc4:
+lab/results/prefill_graph_probe_nvidia-h100-80gb-hbm3_2026-12-06_trace.json) found it before the first kernel:
+the host spent 264-300 us in cudaGraphLaunch and the first kernel started 1 us after the call returned; the
+GPU then ran the 237 kernels in 1,650-1,660 us. Unprofiled, `prefill` returned to the host
 after 224 us and the first token came 1,767 us after `Engine.stream`'s call. A decode step hides its graph's
 launch behind the step ahead; a prompt has none ahead. Does a graph in pieces win that time back?
 Method: Qwen3.5-0.8B's shapes at the fast level (bf16, random weights, PDL where the GPU has it). For each

@@ -23,9 +23,9 @@ gate/up 5.50 against 7.27 us (24%); cuBLAS saves 37-62% (5.54 against 13.84 us f
 M = 128: 50-60% with the course's GEMM, 38-61% with cuBLAS. Over a decode token's 48 groups the merge
 saves 159 us with the course's GEMVs (349 us with cuBLAS), about 17% of the one-kernel-per-operator
 level's 0.955 ms a token (results/engine_nvidia-h200_2026-11-30/), which runs the merged weights, and 14% of
-the 1.11 ms it would take unmerged: the article's "about 12%" (a saving over the unmerged token) is the right
-size. Where it comes from: launches (each separate projection pays a launch and a partly empty last wave
-for a few MB), not bytes, contrary to the article's explanation that q, k and v stay in registers (the
+the 1.11 ms it would take unmerged (0.955 + 0.159): the article's "about 12%" (a saving over the unmerged
+token) is the right size. Where it comes from: launches (each separate projection pays a launch and a partly
+empty last wave for a few MB), not bytes, contrary to the article's explanation that q, k and v stay in registers (the
 merged projection still writes them to memory).
 Verdict: nothing to adopt (a measurement): the engine already merges every group at load
 (tritonllm_course/engine/merged.py); chapter 05_projections shows these figures.
