@@ -211,6 +211,11 @@ def _cast(name: str, t: torch.Tensor, dtype, match_hf_rounding: bool) -> torch.T
 # ---------------------------------------------------------------------------------------------------
 # finding and reading a checkpoint
 
+def is_hub_id(source: str | Path) -> bool:
+    """Whether `source` reads as a Hugging Face hub id ('Qwen/Qwen3.5-0.8B'), which `resolve_checkpoint` downloads."""
+    return bool(_HUB_ID.match(str(source)))
+
+
 def resolve_checkpoint(source: str | Path) -> Path:
     """A local checkpoint directory, or a hub id downloaded (with progress bars) into the HF cache."""
     path = Path(source).expanduser()
@@ -218,7 +223,7 @@ def resolve_checkpoint(source: str | Path) -> Path:
         if not path.is_dir():
             raise ValueError(f"{path} is a file; pass the checkpoint directory that holds config.json")
         return path
-    if not _HUB_ID.match(str(source)):
+    if not is_hub_id(source):
         raise CheckpointNotFound(f"no checkpoint directory {path}, and {str(source)!r} is not a hub id "
                                 "like 'Qwen/Qwen3.5-0.8B'")
     return _download(str(source))

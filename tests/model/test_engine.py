@@ -328,6 +328,21 @@ def test_bench_refuses_a_bad_number_before_any_work_on_any_machine(capsys, argv,
     assert len(err) == 1 and says in err[0], err
 
 
+@pytest.mark.parametrize("argv, says", [
+    (["--contexts", "300000"], "reach 300032 positions, more than the model's 262144"),
+    (["--config", "qwen3.5-2b", "--prompt-len", "262140"], "reach 262172 positions, more than the model's 262144"),
+    (["--model", "/nonexistent/ckpt"], "--model /nonexistent/ckpt: no checkpoint directory"),
+    (["--model", "FILE"], "is a file; pass the checkpoint directory")])
+def test_bench_refuses_a_missing_model_or_a_context_past_its_positions_before_any_work(capsys, tmp_path, argv, says):
+    """On a GPU the bench built the model and measured its first systems before either failed (a missing
+    checkpoint as a traceback); on a CPU it only said it was skipped."""
+    (tmp_path / "FILE").write_text("")
+    argv = [str(tmp_path / a) if a == "FILE" else a for a in argv]
+    assert cli.main(["bench", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+
+
 def test_bench_and_family_refuse_an_out_that_is_a_file_before_any_work(capsys, tmp_path):
     """On a GPU the bench measured for minutes and then could not write its folder."""
     (tmp_path / "taken").write_text("")

@@ -75,7 +75,7 @@ from ..reference import precision
 from ..runtime import no_launch_overlap, setup
 from ..safe_files import atomic_write_text, check_out_folder, results_folder, save_figure
 from ..validate import WEIGHT_FORMATS, check_weight_format
-from ..weights import load_weights, resolve_checkpoint
+from ..weights import is_hub_id, load_weights, resolve_checkpoint
 from .benchmark import ceiling_gbps, gpu_tag
 from .bytes_model import bytes_per_token
 
@@ -536,6 +536,26 @@ def add_bench_parser(subparsers) -> argparse.ArgumentParser:
     return p
 
 
+def _check_model_and_lengths(args) -> None:
+    """--model names a checkpoint folder or a hub id, and the longest decode (a context, then --steps tokens)
+    fits the model's positions: both said before the bench measures anything (a hub id's config is read only
+    once it is downloaded, on the GPU)."""
+    from ..config import get_config
+    if args.model == "random":
+        config = get_config(args.config or "qwen3.5-0.8b")
+    elif is_hub_id(args.model) and not Path(args.model).expanduser().exists():
+        config = None
+    else:
+        try:
+            config = get_config(resolve_checkpoint(args.model))   # a folder, or neither a folder nor a hub id
+        except (OSError, ValueError) as e:
+            raise ValueError(f"--model {args.model}: {e}") from None
+    longest = max([*args.contexts, args.prompt_len]) + args.steps
+    if config is not None and longest > config.max_position_embeddings:
+        raise ValueError(f"--contexts / --prompt-len with --steps reach {longest} positions, more than the "
+                         f"model's {config.max_position_embeddings}")
+
+
 def run_bench(args) -> int:
     """Run `tritonllm-course bench`; returns the exit status."""
     bad = [f"{name} must be {rule}" for name, rule, broken in (
@@ -553,6 +573,7 @@ def run_bench(args) -> int:
         check_weight_format(args.weights, "--weights")
         systems_named(args.systems, args.weights)
         check_out_folder(args.out)                # a file or a dangling link in the way: said before the minutes
+        _check_model_and_lengths(args)
     except ValueError as e:
         print(f"tritonllm-course bench: error: {e}", file=sys.stderr)
         return 2
