@@ -68,8 +68,8 @@ student-branch: $(STAMP)   ## the student version of HEAD as a new commit on the
 	$(VENV)/bin/tritonllm-course student-branch --branch $(or $(BRANCH),student)
 
 PART ?= quick
-OUT ?= gpu_results
-gpu-check:   ## on a GPU machine: one part of the GPU verification (PART=quick, kernels, ...) -> $(OUT)
+OUT ?= gpu_results/$(shell date +%Y-%m-%dT%H%M%S)
+gpu-check:   ## on a GPU machine: one part of the GPU verification (PART=quick, kernels, ...) -> a new $(OUT)
 	scripts/gpu_check.sh $(PART) $(OUT)
 
 clean:

@@ -40,6 +40,7 @@ def residual_add(x: torch.Tensor, residual: torch.Tensor, out: torch.Tensor | No
     out:      same shape, residual's dtype; may be `residual` itself (in-place update)
     block_size: elements per program; 1024 gives each of 128 threads 8 bf16 values (16-byte loads)
     """
+    block_size = validate.block_size(block_size)
     validate.tensor(x, "x", dtype=validate.FLOATS)
     stream_dtypes = (x.dtype,) if x.dtype == torch.float32 else (x.dtype, torch.float32)
     validate.tensor(residual, "residual", dtype=stream_dtypes, shape=tuple(x.shape))

@@ -52,8 +52,8 @@ def _launch(x: torch.Tensor, rows3: torch.Tensor, weight: torch.Tensor, eps: flo
     out = validate.output(out, "out", tuple(x.shape), x.dtype, device)
     validate.disjoint({"out": out}, {"x": x, "weight": weight}, same=("x",))
     if not 0 < dim <= MAX_DIM:
-        raise ValueError(f"the normalised dim is {dim}; this kernel keeps a row in registers and "
-                         f"supports 1 to {MAX_DIM}")
+        raise ValueError(f"x's last dim, the normalised dim, is {dim}; this kernel keeps a row in registers "
+                         f"and supports 1 to {MAX_DIM}")
     validate.positive(eps, "eps")
     rows = tokens * heads
     if rows == 0:
@@ -85,11 +85,12 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6,
             rounding at the end.
     """
     _unit_last_stride(x)
+    # the leading sizes given, not -1, which an empty last dim leaves undetermined
     if x.dim() <= 2:
-        rows3 = x.reshape(-1, 1, x.shape[-1])                    # [rows, 1, D]
+        rows3 = x.reshape(x.shape[:-1].numel(), 1, x.shape[-1])     # [rows, 1, D]
     else:
         try:
-            rows3 = x.view(-1, *x.shape[-2:])                     # [T, heads, D]
+            rows3 = x.view(x.shape[:-2].numel(), *x.shape[-2:])     # [T, heads, D]
         except RuntimeError:
             raise ValueError(f"x of shape {list(x.shape)} and strides {x.stride()}: its leading dims "
                              "cannot be merged without a copy; call .contiguous() first") from None

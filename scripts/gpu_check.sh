@@ -14,7 +14,9 @@
 # durations-<part>.tsv, every test's outcome and seconds), for bench and extra results.tgz (the files they
 # wrote) and, for a part, record_<part>.json: commit, date, GPU, versions, counts, and results.tgz holding
 # measured/<name>.json, the numbers of the tests that measure something (tests/helpers.py record_measured).
-# Copy a record that passed to results/gpu_check/ (the README's line reads them).
+# Copy a record that passed to results/gpu_check/ (the README's line reads them). DIR must be new or empty: the
+# run packs its results/ and logs/ into the archives and removes them, so a DIR holding anything else (a checkout,
+# its results/, an earlier run's files) is refused before any work rather than packed, removed or overwritten.
 # Environment: COMMIT=<sha> names the commit in the record (a device copy has no .git); TRITONLLM_DTYPE=float16
 # runs the part in a T4's dtype (its record gets the suffix _float16); JOBS=N overrides the part's workers;
 # LIMIT_S=seconds its time limit (to fit what is left of a lent GPU's time); PYTHON=... the interpreter.
@@ -29,9 +31,31 @@ PARTS=$(cd "$ROOT" && $PY scripts/gpu_parts.py --list | cut -d' ' -f1 | tr '\n' 
 usage="usage: scripts/gpu_check.sh {${PARTS// /|}full|bench|extra|PART,PART...} OUTDIR"
 if [ -z "$WHAT" ] || [ -z "$OUT" ]; then echo "$usage" >&2; exit 2; fi
 known=" $PARTS "; [[ $WHAT == *,* ]] || known+="full bench extra "   # a list (commas) holds parts only
-for one in ${WHAT//,/ }; do
-  [[ $known == *" $one "* ]] || { echo "scripts/gpu_check.sh: no part named '$one'; $usage" >&2; exit 2; }
+rest=$WHAT,
+while [ -n "$rest" ]; do   # each name between commas, an empty one (',' or 'quick,') too: a list that runs nothing
+  one=${rest%%,*}; rest=${rest#*,}
+  [ -n "$one" ] || { echo "scripts/gpu_check.sh: an empty part name in '$WHAT'; $usage" >&2; exit 2; }
+  [[ $one =~ ^[a-z0-9_]+$ && $known == *" $one "* ]] \
+    || { echo "scripts/gpu_check.sh: no part named '$one'; $usage" >&2; exit 2; }
 done
+if [ "$WHAT" = extra ] && [ -n "${EXTRAS:-}" ]; then   # a name it does not know would run nothing and pass
+  read -ra picked -d '' <<<"$EXTRAS"   # its words, on any line, never globbed
+  names=$(bash "$ROOT/scripts/gpu_extras.sh" --list)
+  [ ${#picked[@]} -gt 0 ] || { echo "scripts/gpu_check.sh: EXTRAS names no extra (one of: $names)" >&2; exit 2; }
+  for one in "${picked[@]}"; do
+    [[ " $names " == *" $one "* ]] \
+      || { echo "scripts/gpu_check.sh: EXTRAS: no extra named '$one' (one of: $names)" >&2; exit 2; }
+  done
+  EXTRAS="${picked[*]}"   # one space between names, as the step below matches them
+fi
+[[ $OUT == /* ]] || OUT="$PWD/$OUT"   # the caller's folder, not the course's (the steps run from the course's)
+if [ -e "$OUT" ] || [ -L "$OUT" ]; then   # new or empty only (the usage above says why)
+  if ! [ -d "$OUT" ] || [ -n "$(ls -A "$OUT" 2>/dev/null || echo unreadable)" ]; then
+    echo "scripts/gpu_check.sh: OUTDIR $OUT is not a new or empty folder: the run packs and removes its results/" \
+      "and logs/ there; name a fresh one" >&2
+    exit 2
+  fi
+fi
 for var in LIMIT_S JOBS BUDGET_S EXTRA_TIMEOUT; do   # numbers for timeout, pytest and bash's arithmetic
   val=${!var:-}; least=1; [ "$var" = EXTRA_TIMEOUT ] && least=0   # EXTRA_TIMEOUT=0: no bound
   if [ -n "$val" ] && { ! [[ $val =~ ^[0-9]+$ ]] || [ "$val" -lt "$least" ]; }; then
@@ -103,7 +127,7 @@ part() {  # part NAME: its pytest run under its time limit, then its record
   local threads=$(( $(nproc) / workers )); [ "$threads" -lt 1 ] && threads=1
   local tmo=()   # a hung test fails itself where pytest-timeout is installed; the part's limit bounds the rest
   $PY -c "import pytest_timeout" 2>/dev/null && tmo=(--timeout=300)
-  rm -f "$LOGS/durations-$tag.tsv"
+  : >"$LOGS/durations-$tag.tsv"   # there, even empty, when pytest ran no test: its record then says so
   t0=$SECONDS
   OMP_NUM_THREADS=${OMP_NUM_THREADS:-$threads} TRITONLLM_MEASURED="$OUT/results/measured" \
   TRITONLLM_FAILLOG="$LOGS/failures-$tag.log" TRITONLLM_DURATIONS="$LOGS/durations-$tag.tsv" \

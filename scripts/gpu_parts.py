@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +57,7 @@ MODEL_TESTS = (
     "measure/test_ladder", "model/test_family_gpu", "measure/test_family_bench", "model/test_generate_cli",
     "model/test_reference_model", "model/test_weights", "model/test_swap", "measure/test_profiling",
     "measure/test_layer_times", "tools/test_bad_inputs", "tools/test_foundation", "measure/test_eager_profile",
+    "tools/test_bad_inputs_api", "tools/test_bad_inputs_cli",
 )
 # checked on the CPU only: what they test does not run on the GPU
 HOST_ONLY = (
@@ -138,14 +140,17 @@ def counts(durations: Path) -> dict:
 
 
 def record(name: str, durations: Path, rc: int, seconds: float) -> dict:
+    """A part's record; passed_all only where pytest exited 0 with at least one test passed and none failed (a
+    run that collected nothing, or whose tests all skipped, exits 0 too and checked nothing)."""
     import platform
+    counted = counts(durations)
     rec = {"part": name, "commit": os.environ.get("COMMIT", "unknown"), "date": _today(), "rc": rc,
-           "passed_all": rc == 0, "seconds": round(seconds),
+           "passed_all": rc == 0 and counted["passed"] > 0 and counted["failed"] == 0, "seconds": round(seconds),
            # the limit and workers gpu_check.sh ran the part under
            "limit_s": int(os.environ.get("LIMIT_S") or PARTS[name].limit_s),
            "workers": int(os.environ.get("JOBS") or PARTS[name].workers),
            "dtype": os.environ.get("TRITONLLM_DTYPE", "bfloat16"),
-           **counts(durations), "python": platform.python_version()}
+           **counted, "python": platform.python_version()}
     try:
         import torch
         import triton
@@ -238,6 +243,31 @@ def write_readme() -> None:
                       + text[end:])
 
 
+def _write_record(name: str, durations: str, rc: str, seconds: str, out: str) -> int:
+    """`record`'s command: its arguments checked before anything is written (gpu_check.sh makes the durations
+    file before the part runs, so a missing one is a wrong path, never a part that ran nothing)."""
+    sys.path.append(str(ROOT))              # the course's safe writes, also where it is not installed
+    from tritonllm_course.safe_files import UnsafeWrite, atomic_write_text
+    error = None
+    if not Path(durations).is_file():
+        error = f"DURATIONS {durations} is not a file (the part's durations-<part>.tsv)"
+    elif not re.fullmatch(r"[0-9]+", rc):
+        error = f"RC must be pytest's exit status, a whole number, got {rc!r}"
+    elif not re.fullmatch(r"[0-9]+(\.[0-9]+)?", seconds):
+        error = f"SECONDS must be a number of seconds, got {seconds!r}"
+    if error is None:
+        rec = record(name, Path(durations), int(rc), float(seconds))
+        try:
+            atomic_write_text(out, json.dumps(rec, indent=1) + "\n")
+        except UnsafeWrite as e:
+            error = f"OUT.json: {e}"
+    if error is not None:
+        print(f"gpu_parts.py record: {error}", file=sys.stderr)
+        return 2
+    print(json.dumps(rec))
+    return 0
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -257,9 +287,7 @@ def main(argv: list[str]) -> int:
     elif cmd == "limit":
         print(PARTS[rest[0]].limit_s)
     elif cmd == "record" and len(rest) == 5 and rest[0] in PARTS:
-        rec = record(rest[0], Path(rest[1]), int(rest[2]), float(rest[3]))
-        Path(rest[4]).write_text(json.dumps(rec, indent=1) + "\n")
-        print(json.dumps(rec))
+        return _write_record(*rest)
     elif cmd == "fit" and len(rest) in (2, 3) and rest[0] in PARTS and rest[1].isdigit():
         limit, why = fit(rest[0], int(rest[1]), rest[2] if len(rest) == 3 else None)
         print(limit if limit is not None else why)

@@ -162,11 +162,23 @@ def window_venv(base: Path, version: str) -> Path:
     return venv
 
 
+def triton_version(text: str) -> str:
+    """--window's VERSION: digits and dots only (3.5.0), since it names a folder of the venv and a pin."""
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)*", text):
+        raise argparse.ArgumentTypeError(f"VERSION must be a triton version number such as 3.5.0, got {text!r}")
+    return text
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):   # one line naming the option, without the usage block
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = _Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--venv", help="create this virtual environment and install into it")
     ap.add_argument("--colab", action="store_true", help="install into the running Python, keep torch")
-    ap.add_argument("--window", metavar="VERSION",
+    ap.add_argument("--window", metavar="VERSION", type=triton_version,
                     help="with --venv (installed): a venv of its packages but triton==VERSION; prints its path")
     args = ap.parse_args()
     if args.window:

@@ -374,7 +374,7 @@ def _check(q, k, v, g, beta, initial_state, out, final_state):
     final_state = validate.output(final_state, "final_state", (HV, DK, DV), torch.float32, device)
     validate.disjoint({"out": out, "final_state": final_state},
                       {"q": q, "k": k, "v": v, "g": g, "beta": beta, "initial_state": initial_state},
-                      same=("initial_state",))
+                      same={"final_state": "initial_state"})
     return T, H, HV, DK, DV, device, out, final_state
 
 

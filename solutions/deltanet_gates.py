@@ -128,7 +128,7 @@ def l2norm_qk(q: torch.Tensor, k: torch.Tensor, eps: float = 1e-6,
     T, H, D = q.shape
     q_out = validate.output(q_out, "q_out", (T, H, D), q.dtype, device)
     k_out = validate.output(k_out, "k_out", (T, H, D), k.dtype, device)
-    validate.disjoint({"q_out": q_out, "k_out": k_out}, {"q": q, "k": k}, same=("q", "k"))
+    validate.disjoint({"q_out": q_out, "k_out": k_out}, {"q": q, "k": k}, same={"q_out": "q", "k_out": "k"})
     rows = T * H
     if rows == 0:
         return q_out, k_out

@@ -122,7 +122,10 @@ def kv_cache_read(k_cache: torch.Tensor, v_cache: torch.Tensor, length,
         validate.tensor(length, "length", dtype=validate.INTS, shape=(1,), device=device.type)
         length_t = length
     else:
-        length_t = torch.tensor([int(length)], dtype=torch.int32, device=device)
+        length = validate.check_count(length, "length")        # an int: True read one row, 2.5 two
+        if length > max_len:
+            raise ValueError(f"length is {length}: cannot read {length} rows from a cache of {max_len} rows")
+        length_t = torch.tensor([length], dtype=torch.int32, device=device)
     if k_out is None and v_out is None:
         rows = int(length_t[0])
     else:

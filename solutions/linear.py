@@ -180,6 +180,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None)
     N = weight.shape[0]
     out = validate.output(out, "out", (*x.shape[:-1], N), x.dtype, device)
     validate.disjoint({"out": out}, {"x": x, "weight": weight})
+    if N == 0 or K == 0:
+        return out.zero_()          # no output, or sums of no terms: nothing to launch
     cfg = gemv_config(N, K, runtime().interpreted)
     grid = (triton.cdiv(N, cfg["BLOCK_N"]),)
     pdl = pdl_args() if grid[0] <= PDL_MAX_PROGRAMS else {"PDL": False, "launch_pdl": False}
@@ -203,8 +205,8 @@ def gemm(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = None)
     M, N = x.shape[0], weight.shape[0]
     out = validate.output(out, "out", (M, N), x.dtype, device)
     validate.disjoint({"out": out}, {"x": x, "weight": weight})
-    if M == 0:
-        return out
+    if M == 0 or N == 0 or K == 0:
+        return out.zero_()          # no output, or sums of no terms: nothing to launch
     if tma_gemm.usable(x, weight):      # sm_90 on, from tritonllm_course.tma_gemm.MIN_M tokens: the TMA's copies
         return tma_gemm.launch(x, weight, out, pdl=pdl_args())
     cfg = gemm_config(M, N, K, x.dtype, device)
@@ -225,7 +227,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None = Non
     device = validate.same_device(x=x, weight=weight)
     out = validate.output(out, "out", (*x.shape[:-1], N), x.dtype, device)
     validate.disjoint({"out": out}, {"x": x, "weight": weight})
-    x2, out2 = x.reshape(-1, K), out.view(-1, N)                      # [M, K], [M, N]
+    M = x.shape[:-1].numel()                    # not -1, which an empty K or N leaves undetermined
+    x2, out2 = x.reshape(M, K), out.view(M, N)                        # [M, K], [M, N]
     if x2.shape[0] == 1:
         gemv(x2, weight, out2)
     else:

@@ -37,6 +37,7 @@ def swiglu_kernel(gate_ptr, up_ptr, out_ptr, inter, stride_gate, stride_up, stri
 
 
 def _launch(gate, up, out, block_size):
+    block_size = validate.block_size(block_size)
     rows, inter = out.shape
     grid = (rows, triton.cdiv(inter, block_size))
     swiglu_kernel[grid](gate, up, out, inter, gate.stride(0), up.stride(0), out.stride(0),

@@ -24,7 +24,8 @@ def add_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK_SIZE: tl.constexpr):
 
 def add(x: torch.Tensor, y: torch.Tensor, out: torch.Tensor | None = None,
         block_size: int = 1024) -> torch.Tensor:
-    """out = x + y for two contiguous tensors of the same shape and dtype."""
+    """out = x + y for two contiguous tensors of the same shape and dtype; block_size a power of two."""
+    block_size = validate.block_size(block_size)
     validate.tensor(x, "x", dtype=validate.FLOATS)
     validate.tensor(y, "y", dtype=x.dtype, shape=tuple(x.shape))
     device = validate.same_device(x=x, y=y)

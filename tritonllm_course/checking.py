@@ -38,10 +38,14 @@ TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
 # about 2 s<!-- unsaved: 2026-12-04 --> (a whole slot's check under 10 s<!-- unsaved: 2026-12-04 -->); on a GPU
 # the first call compiles, and an autotuned one benchmarks its configs: well under a minute.
 DEFAULT_TIME_LIMIT = {"interpreter": 30.0, "gpu": 120.0}
+# The longest limit TRITONLLM_CHECK_TIMEOUT may set: a day. A limit past what a thread's timer can wait
+# (`threading.TIMEOUT_MAX`) ends the watchdog's thread with an OverflowError: the call would run with no limit.
+MAX_TIME_LIMIT = 86400.0
 
 
 def time_limit_s() -> float:
-    """The time limit of one kernel call: TRITONLLM_CHECK_TIMEOUT seconds (0: none), else the default."""
+    """The time limit of one kernel call: TRITONLLM_CHECK_TIMEOUT seconds (0: none; at most a day), else the
+    default."""
     raw = os.environ.get("TRITONLLM_CHECK_TIMEOUT", "").strip()
     if not raw:
         return DEFAULT_TIME_LIMIT["interpreter" if runtime().interpreted else "gpu"]
@@ -51,6 +55,9 @@ def time_limit_s() -> float:
         value = float("nan")
     if not value >= 0 or value == float("inf"):
         raise ValueError(f"TRITONLLM_CHECK_TIMEOUT must be a number of seconds >= 0, got {raw!r}")
+    if value > MAX_TIME_LIMIT:
+        raise ValueError(f"TRITONLLM_CHECK_TIMEOUT must be at most {MAX_TIME_LIMIT:g} seconds (a day; 0: no limit), "
+                         f"got {raw!r}")
     return value
 
 

@@ -21,7 +21,8 @@ import sys
 
 from . import __version__, exercise_files, kernels, regions, student_version
 from .exercise_files import drifted  # noqa: F401  (`cli.drifted()`: what the tests call)
-from .runtime import NO_COURSE, course_folder, interpreter_unless_gpu, setup
+from .runtime import (DTYPE_NAMES, NO_COURSE, SetupError, course_folder, course_root_error, interpreter_unless_gpu,
+                      setup)
 
 
 def _setup():
@@ -59,13 +60,18 @@ def cmd_check(args) -> int:
     if args.trials < 1:
         print(f"--trials must be at least 1, got {args.trials}", file=sys.stderr)
         return 2
+    dtypes = None if args.dtype is None else args.dtype.split(",")
+    if dtypes is not None and (len(set(dtypes)) < len(dtypes)           # "," or "" ran the default, a repeat twice
+                               or not set(dtypes) <= set(DTYPE_NAMES)):
+        print(f"--dtype must be one of {', '.join(DTYPE_NAMES)}, or a comma-separated list of them, each once; "
+              f"got {args.dtype!r}", file=sys.stderr)
+        return 2
     _setup()
     from . import slots
     from .checking import check
     try:
         slots.get(args.slot)
-        dtypes = [d for d in (args.dtype or "").split(",") if d]
-        report = check(args.slot, args.source, trials=args.trials, dtype=dtypes or None, verbose=False)
+        report = check(args.slot, args.source, trials=args.trials, dtype=dtypes, verbose=False)
     except (KeyError, ValueError) as e:
         print(str(e).strip('"'), file=sys.stderr)
         return 2
@@ -153,9 +159,11 @@ def cmd_sync_notebooks(args) -> int:
 
 
 def cmd_colab_links(args) -> int:
-    from .colab import colab_url
+    from .colab import colab_url, github_repo
     from .notebooks_tools import notebooks
     try:
+        if args.repo_url is not None:   # named as the option it came from, not as colab.py's constant
+            github_repo(args.repo_url, "--repo-url")
         for path in notebooks():
             print(f"{path.name}: {colab_url(path.name, args.repo_url)}")
     except ValueError as e:
@@ -247,20 +255,27 @@ def version_line() -> str:
             found.append(f"{dist} {metadata.version(dist)}")
         except metadata.PackageNotFoundError:
             found.append(f"{dist} not installed")
-    folder = course_folder()
-    where = f"course folder {folder}" if folder else "no course folder: run from it or set TRITONLLM_COURSE_ROOT"
+    folder, why = course_folder(), course_root_error()
+    where = why or (f"course folder {folder}" if folder else
+                    "no course folder: run from it or set TRITONLLM_COURSE_ROOT")
     return f"tritonllm-course {__version__} ({', '.join(found)}; {where})"
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv[0] if argv and not argv[0].startswith("-") else "").parse_args(argv)
+    if (why := course_root_error()) is not None:
+        print(f"tritonllm-course: error: {why}", file=sys.stderr)
+        return 2
     if course_folder() is None:   # every command reads the course's kernels, chapters or exercises
         print(f"tritonllm-course: {NO_COURSE}", file=sys.stderr)
         return 2
     try:
         rc = args.func(args) or 0
         sys.stdout.flush()       # a pipe closed early breaks here, not in the interpreter's exit
+    except SetupError as e:      # TRITONLLM_DTYPE and the like, read by whichever command sets the runtime up
+        print(f"tritonllm-course: error: {e}", file=sys.stderr)
+        return 2
     except BrokenPipeError:
         # the reader went away (`tritonllm-course progress | head`): stop quietly, as a Unix tool does, with
         # stdout pointed at /dev/null so that the exit's own flush has nowhere to fail

@@ -4,21 +4,38 @@
 repository is published, then run `tritonllm-course sync-notebooks` to write it into every notebook's
 first cell (a test checks that the cells agree with `SETUP_CELL`).
 """
+import re
+
 REPO_URL = ""  # the course's git address (https://...); empty until the repository is published
+
+# A repository's address on GitHub and nothing more: an owner (letters, digits and single inner hyphens, at most 39)
+# and a repository name (letters, digits, '.', '-', '_'; at most 100; not '.', '..' or a name ending in .git), then
+# at most ".git" and a slash. A space, a query, a fragment or a deeper path (/tree/dev) would break every link.
+_GITHUB_REPO = re.compile(r"https://github\.com/(?P<owner>[A-Za-z0-9](?:-?[A-Za-z0-9]){0,38})"
+                          r"/(?P<repo>[A-Za-z0-9._-]{1,100}?)(?:\.git)?/?")
+
+
+def github_repo(url, name: str = "REPO_URL", hint: str = "") -> str:
+    """The "OWNER/REPO" of a GitHub repository's address (https://github.com/OWNER/REPO, with or without .git or a
+    trailing slash), or a ValueError naming `name`, the setting or option it came from, and ending in `hint`."""
+    found = _GITHUB_REPO.fullmatch(url) if isinstance(url, str) else None
+    if found is None or len(found["owner"]) > 39 or found["repo"] in (".", "..") or found["repo"].endswith(".git"):
+        raise ValueError(f"{name} must be a GitHub address (https://github.com/OWNER/REPO) for Colab links; "
+                         f"it is {url!r}{hint}")
+    return f"{found['owner']}/{found['repo']}"
 
 
 def colab_url(notebook: str, repo_url: str | None = None, branch: str = "main") -> str:
-    """The "Open in Colab" address of a chapter, for a repository on GitHub.
+    """The "Open in Colab" address of a chapter, for a repository on GitHub (`repo_url`, default `REPO_URL`).
 
     colab_url("01_triton_basics.ipynb", "https://github.com/OWNER/REPO") ->
     https://colab.research.google.com/github/OWNER/REPO/blob/main/notebooks/01_triton_basics.ipynb
     """
-    repo_url = (repo_url if repo_url is not None else REPO_URL).removesuffix(".git").rstrip("/")
-    prefix = "https://github.com/"
-    if not repo_url.startswith(prefix):
-        raise ValueError(f"REPO_URL must be a GitHub address ({prefix}OWNER/REPO) for Colab links; "
-                         f"it is {repo_url!r} (set it in tritonllm_course/colab.py)")
-    return f"https://colab.research.google.com/github/{repo_url[len(prefix):]}/blob/{branch}/notebooks/{notebook}"
+    if repo_url is None:
+        repo = github_repo(REPO_URL, hint=" (set it in tritonllm_course/colab.py)")
+    else:
+        repo = github_repo(repo_url, hint=" (the repo_url given)")
+    return f"https://colab.research.google.com/github/{repo}/blob/{branch}/notebooks/{notebook}"
 
 
 COLAB_ROOT = "/content/tritonllm-course"   # where the first cell clones the course in Colab

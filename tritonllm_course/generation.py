@@ -10,7 +10,7 @@ import torch
 
 from . import reference as R
 from .model import Qwen35Model
-from .validate import check_count, check_decoding, check_ids, check_seed, eos_set, nonfinite_error
+from .validate import check_count, check_decoding, check_ids, check_seed, eos_ids, nonfinite_error
 
 
 def check_prompt(model: Qwen35Model, prompt_ids, max_new_tokens: int) -> list[int]:
@@ -44,8 +44,7 @@ def stream(model: Qwen35Model, prompt_ids, max_new_tokens: int, *, greedy: bool 
     ids = check_prompt(model, prompt_ids, max_new_tokens)
     check_decoding(greedy, temperature, top_k, top_p)
     seed = check_seed(seed)
-    eos = eos_set(model.config.eos_token_id if isinstance(eos_token_id, str) and eos_token_id == "config"
-                  else eos_token_id)
+    eos = eos_ids(eos_token_id, model.config)
     return _stream(model, ids, max_new_tokens, greedy, temperature, top_k, top_p, eos, seed)
 
 

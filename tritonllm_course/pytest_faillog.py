@@ -4,6 +4,9 @@ only at the end); with $TRITONLLM_DURATIONS set, every test's outcome and second
 tear-down together) are appended there as a tab-separated line when it ends, the data that
 scripts/gpu_parts.py splits the GPU suite by. Used by scripts/gpu_check.sh as `-p tritonllm_course.pytest_faillog`."""
 import os
+from pathlib import Path
+
+import pytest
 
 _controller = False   # under pytest-xdist the controller sees every worker's reports again: workers write
 _spent: dict[str, float] = {}
@@ -12,7 +15,35 @@ _outcome: dict[str, str] = {}
 
 def pytest_configure(config):
     global _controller
+    for name in ("TRITONLLM_FAILLOG", "TRITONLLM_DURATIONS"):   # refused at the start, not at the first test's end
+        _check_log(name)
     _controller = bool(getattr(config.option, "numprocesses", None)) and not hasattr(config, "workerinput")
+
+
+def _check_log(name: str) -> None:
+    """A pytest.UsageError (one line, no INTERNALERROR) when the file that the variable `name` names cannot be
+    appended to: its folder missing or read-only, a folder, a symbolic link (never written through), a fifo or a
+    device."""
+    value = os.environ.get(name)
+    if not value:
+        return
+    path = Path(value)
+    try:
+        if path.is_symlink():
+            why = "is a symbolic link: name a regular file"
+        elif path.is_dir():
+            why = "is a folder: name the file to append to"
+        elif path.exists() and not path.is_file():
+            why = "is not a regular file: name a file to append to"
+        elif not path.parent.is_dir():
+            why = f"cannot be written: its folder {path.parent} does not exist"
+        elif not os.access(path if path.exists() else path.parent, os.W_OK):
+            why = "cannot be written: it or its folder is read-only"
+        else:
+            return
+    except OSError as e:   # a name too long, a folder that cannot be searched
+        why = f"cannot be written: {e.strerror or e}"
+    raise pytest.UsageError(f"{name}={value} {why}")
 
 
 def _append(path: str, text: str) -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .config import PRESETS, Qwen35Config
 
-_DTYPE_NAMES = ("float32", "float16", "bfloat16")
+DTYPE_NAMES = ("float32", "float16", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,11 @@ class Runtime:
 _RUNTIME: Runtime | None = None
 
 
+class SetupError(ValueError):
+    """What `setup` refuses (a dtype, a preset, TRITONLLM_COURSE_ROOT), in one line naming where it came from: the
+    command line prints it as its error, never a traceback."""
+
+
 def _is_course(folder: Path) -> bool:
     return (folder / "exercises").is_dir() and (folder / "tritonllm_course").is_dir()
 
@@ -81,12 +86,34 @@ def course_folder() -> Path | None:
     return None
 
 
+def course_root_error() -> str | None:
+    """Why TRITONLLM_COURSE_ROOT, where it is set, names no course folder, in one line; None when it does or is
+    unset. A course folder holds exercises/ or solutions/ (a student copy has no solutions/, a scratch course
+    of the tests or of chapter 30_troubleshooting no notebooks/): a path to nothing, a file or an empty folder
+    would otherwise show every slot "to do" and every chapter missing, as if the course were there."""
+    root = os.environ.get("TRITONLLM_COURSE_ROOT")
+    if not root:
+        return None
+    folder = Path(root)
+    try:
+        if folder.is_dir() and any((folder / kind).is_dir() for kind in ("exercises", "solutions")):
+            return None
+        what = "a folder without exercises/ or solutions/" if folder.is_dir() else \
+            "not a folder" if folder.exists() else "not there"
+    except OSError as e:   # a name too long, a folder that cannot be searched
+        what = f"unreadable ({e.strerror or e})"
+    return (f"TRITONLLM_COURSE_ROOT={root} is {what}: set it to the course's folder (the one with exercises/ "
+            "and notebooks/) or unset it")
+
+
 NO_COURSE = ("no course folder found: tritonllm_course is installed without one (a plain `pip install .`); "
              "run from the course folder (the one with exercises/ and notebooks/) or a folder inside it, or set "
              "TRITONLLM_COURSE_ROOT to it")
 
 
-def _cuda_available() -> bool:
+def gpu_available() -> bool:
+    """Whether `setup` chooses a GPU here (one is visible and TRITONLLM_FORCE_CPU is not 1), asked without setting
+    anything up: a GPU script says it needs one even after its imports loaded triton."""
     if os.environ.get("TRITONLLM_FORCE_CPU") == "1":
         return False
     import torch
@@ -96,7 +123,7 @@ def _cuda_available() -> bool:
 def interpreter_unless_gpu() -> None:
     """Before triton's first import in a process that may have no GPU (the CLI's torch commands import it with
     their modules): switch on the CPU interpreter there, as `setup` would, so that setup finds triton ready."""
-    if "triton" not in sys.modules and not _cuda_available():
+    if "triton" not in sys.modules and not gpu_available():
         os.environ["TRITON_INTERPRET"] = "1"
 
 
@@ -106,9 +133,13 @@ def setup(dtype: str | None = None, preset: str | None = None, quiet: bool = Fal
     dtype: None picks $TRITONLLM_DTYPE where set, else bfloat16 on sm_80+, float16 on older GPUs (Colab's T4),
     float32 on the CPU.
     preset: None picks the real Qwen3.5-0.8B shapes on a GPU and `tiny` on the CPU.
+    A dtype or preset it cannot run, or a TRITONLLM_COURSE_ROOT that names no course, raises SetupError (a
+    ValueError) naming it, before anything is set up.
     """
     global _RUNTIME
-    gpu = _cuda_available()
+    if (why := course_root_error()) is not None:   # before any work: every kernel and chapter is read from it
+        raise SetupError(why)
+    gpu = gpu_available()
     if not gpu:
         if "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
             raise RuntimeError(
@@ -123,16 +154,17 @@ def setup(dtype: str | None = None, preset: str | None = None, quiet: bool = Fal
     dtype = dtype or os.environ.get("TRITONLLM_DTYPE") or None
     if dtype is None:
         dtype = ("bfloat16" if cap >= (8, 0) else "float16") if gpu else "float32"
-    if dtype not in _DTYPE_NAMES:
-        raise ValueError(f"{source} must be one of {_DTYPE_NAMES}, got {dtype!r}")
+    if dtype not in DTYPE_NAMES:
+        raise SetupError(f"{source} must be one of {DTYPE_NAMES}, got {dtype!r}")
+    given = f" ({source}={dtype})" if source != "dtype" else ""
     if gpu and dtype == "bfloat16" and cap < (8, 0):
-        raise ValueError(f"bfloat16 needs sm_80 or newer; this GPU is sm_{cap[0]}{cap[1]}: use float16")
+        raise SetupError(f"bfloat16 needs sm_80 or newer{given}; this GPU is sm_{cap[0]}{cap[1]}: use float16")
     if not gpu and dtype == "bfloat16":
-        raise ValueError("bfloat16 arithmetic is wrong under Triton's CPU interpreter; "
+        raise SetupError(f"bfloat16 arithmetic is wrong under Triton's CPU interpreter{given}; "
                          "use float32 or float16 on the CPU")
     preset = preset or ("qwen3.5-0.8b" if gpu else "tiny")
     if preset not in PRESETS:
-        raise ValueError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
+        raise SetupError(f"preset must be one of {sorted(PRESETS)}, got {preset!r}")
 
     _RUNTIME = Runtime(mode="gpu" if gpu else "interpreter", device="cuda" if gpu else "cpu",
                        dtype_name=dtype, preset=preset,

@@ -23,19 +23,25 @@ import torch
 
 from . import reference as R
 from .runtime import runtime
+from .validate import MAX_SEED
 
 _PATCHED_PACKAGES = ("tritonllm_course.reference", "tritonllm_course.model", "tritonllm_course.generation")
 
 
-@contextlib.contextmanager
-def swapped(**ops):
-    """Replace reference ops by name (e.g. `rms_norm=kernel`) inside the model for a `with` block."""
-    unknown = [n for n in ops if not callable(getattr(R, n, None))]
+def check_ops(ops: dict) -> None:
+    """Each name a reference op's, each value callable, else a KeyError / TypeError naming it."""
+    unknown = [n for n in ops if not (isinstance(n, str) and callable(getattr(R, n, None)))]
     if unknown:
         raise KeyError(f"no reference op named {unknown}; see tritonllm_course.reference")
     for name, fn in ops.items():
         if not callable(fn):
             raise TypeError(f"{name}={fn!r} is not callable: pass the function that replaces {name}")
+
+
+@contextlib.contextmanager
+def swapped(**ops):
+    """Replace reference ops by name (e.g. `rms_norm=kernel`) inside the model for a `with` block."""
+    check_ops(ops)
     undo = []
     for name, fn in ops.items():
         original = getattr(R, name)
@@ -102,10 +108,17 @@ def compare_greedy(ops: dict, n_new: int = 8, prompt_len: int = 11, seed: int = 
     for name, value, least in (("n_new", n_new, 0), ("prompt_len", prompt_len, 1), ("seed", seed, 0)):
         if type(value) is not int or value < least:
             raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
+    if seed > MAX_SEED:                                 # torch.Generator's seed is 64 bits
+        raise ValueError(f"seed must be a whole number in [0, 2**63 - 1], got {seed}")
     from .config import PRESETS
     rt = runtime()
     if prompt_len + n_new > (room := PRESETS[rt.preset].max_position_embeddings):
         raise ValueError(f"prompt_len + n_new is {prompt_len + n_new}, more than the model's {room} positions")
+    if not isinstance(ops, dict):
+        raise TypeError(f"ops must be a dict of {{reference op name: kernel}}, got {type(ops).__name__}")
+    if not ops:                                         # nothing swapped: a pass that tests no kernel
+        raise ValueError("ops is empty: give at least one {reference op name: kernel} to swap in")
+    check_ops(ops)
     model = _model(rt.preset, rt.device)
     gen = torch.Generator().manual_seed(seed)
     prompt = torch.randint(0, model.config.vocab_size, (prompt_len,), generator=gen).tolist()

@@ -34,6 +34,8 @@ import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from .safe_files import UnreadableFile, UnsafeWrite, atomic_write_text, check_writable, read_regular, resolved
+
 LEVELS = ("operators", "fused", "fast")
 PROMPT_CHUNK = 4096           # the engine's default prefill chunk (arguments.PREFILL_CHUNK; a test holds them equal)
 PROMPT = PROMPT_CHUNK + 128   # two chunks: a full one and a short one after it
@@ -275,6 +277,10 @@ def _checked(archs, dtypes, levels, names=("archs", "dtypes", "levels")):
         bad = [v for v in given if v not in known]
         if bad or not given:
             raise ValueError(f"{name} {bad or 'empty'}: choose from {known}")
+    if not any(d in GPUS[a].dtypes for a in lists[0] for d in lists[1]):   # a T4 in bf16: nothing to compile
+        runs = "; ".join(f"sm_{a} runs {', '.join(GPUS[a].dtypes)}" for a in lists[0])
+        raise ValueError(f"{names[0]} {lists[0]} and {names[1]} {lists[1]} leave nothing to compile: no GPU asked "
+                         f"for runs a dtype asked for ({runs})")
     return lists
 
 
@@ -329,6 +335,39 @@ def _list(text: str, name: str, convert=str, what: str = "names") -> list:
         raise ValueError(f"--{name}: expected a comma-separated list of {what}, got {text!r}") from None
 
 
+def _is_targets_json(path: Path) -> bool:
+    """Whether `path` holds what `--json` writes: a list of kernels, each naming its kernel, arch and dtype."""
+    try:
+        data = json.loads(read_regular(path))
+    except (UnreadableFile, ValueError):
+        return False
+    return isinstance(data, list) and all(isinstance(k, dict) and {"name", "arch", "dtype"} <= set(k) for k in data)
+
+
+def _check_json(name: str) -> None:
+    """`--json` refused before the survey, with a ValueError naming it: a folder that is missing or
+    read-only, a symbolic link, a path in the learner's exercises/, solutions/ or notebooks/, or an existing
+    file that is not an earlier `--json` (what the learner wrote is kept)."""
+    path = Path(name)
+    if not name.strip():   # '' was taken for no --json: the figures asked for were never written
+        raise ValueError(f"--json: {name!r} names no file; name the file to write")
+    if not path.parent.is_dir():
+        raise ValueError(f"--json: the folder of {name} does not exist")
+    if path.is_dir():
+        raise ValueError(f"--json: {name} is a folder; name the file to write")
+    try:
+        real = check_writable(path, path.parent)   # a link (dangling or not) or a read-only folder: refused
+    except UnsafeWrite as e:
+        raise ValueError(f"--json: {e}") from None
+    from .kernels import course_root
+    root = resolved(course_root())
+    for kept in ("exercises", "solutions", "notebooks"):
+        if real.is_relative_to(root / kept):
+            raise ValueError(f"--json: {name} is in the course's {kept}/ folder; write the figures elsewhere")
+    if real.exists() and not _is_targets_json(real):
+        raise ValueError(f"--json: {name} exists and is not an earlier `targets --json` file: not overwritten")
+
+
 def add_targets_parser(sub):
     p = sub.add_parser("targets", help="compile every kernel for sm_75/80/86/89/90 and check its limits (CPU)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -350,11 +389,8 @@ def run_targets(args) -> int:
         dtypes = None if args.dtype is None else _list(args.dtype, "dtype")
         levels = _list(args.level, "level")
         _checked(archs, dtypes, levels, names=("--arch", "--dtype", "--level"))
-        if args.json:                                   # refused before the survey's minutes, not after
-            if not Path(args.json).parent.is_dir():
-                raise ValueError(f"--json: the folder of {args.json} does not exist")
-            if Path(args.json).is_dir():
-                raise ValueError(f"--json: {args.json} is a folder; name the file to write")
+        if args.json is not None:                       # refused before the survey's minutes, not after
+            _check_json(args.json)
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
@@ -362,8 +398,12 @@ def run_targets(args) -> int:
     print(table(found))
     bad = [k for k in found if k.problems]
     print(f"\n{len(found)} kernel compilations, {len(bad)} beyond their GPU's limits")
-    if args.json:
-        Path(args.json).write_text(json.dumps([asdict(k) for k in found], indent=1))
+    if args.json is not None:
+        try:
+            atomic_write_text(args.json, json.dumps([asdict(k) for k in found], indent=1) + "\n")
+        except UnsafeWrite as e:   # changed during the survey (checked before it)
+            print(f"--json: {e}", file=sys.stderr)
+            return 2
     return 1 if bad else 0
 
 

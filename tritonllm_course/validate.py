@@ -5,14 +5,15 @@ not an exception inside the kernel but garbage or a crash. Every wrapper therefo
 its arguments first.
 
 The checks of the generation API's arguments live here too (`check_ids`, `check_count`, `check_seed`,
-`check_sampling`, `check_decoding`, `eos_set`, `nonfinite_error`): the reference model, its generation loop
-and the engine all take the same prompt, counts and sampling options, and all sit above this module.
+`check_sampling`, `check_decoding`, `eos_set`, `eos_ids`, `nonfinite_error`): the reference model, its generation
+loop and the engine all take the same prompt, counts and sampling options, and all sit above this module.
 """
 from __future__ import annotations
 
 import contextlib
 import math
 import operator
+from collections import abc
 
 import torch
 
@@ -65,8 +66,24 @@ def positive(value, name: str) -> float:
     return value
 
 
+MAX_BLOCK = 2**20   # triton.language.TRITON_MAX_TENSOR_NUMEL: a block of more elements does not compile
+
+
+def block_size(value, name: str = "block_size") -> int:
+    """A block's element count as an int, a power of two from 1 to MAX_BLOCK (`tl.arange` takes no other), else
+    a TypeError / ValueError naming `name`: a negative one launched no program and returned the output as it was
+    allocated, 0 divided by zero, 3 or 1.5 failed inside the kernel."""
+    n = _index(value)
+    if n is None:
+        raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
+    if not (0 < n <= MAX_BLOCK and n & (n - 1) == 0):
+        raise ValueError(f"{name} must be a power of two from 1 to 2**20, got {n}")
+    return n
+
+
 def same_device(**tensors: torch.Tensor) -> torch.device:
-    """All tensors on one device, and a device Triton can launch on in the current mode."""
+    """All tensors on one device, and a device Triton can launch on in the current mode: meta tensors only while
+    launches are recorded, not run (`targets.py`), as they hold no data to read."""
     devices = {n: t.device for n, t in tensors.items() if t is not None}
     first = next(iter(devices.values()))
     for n, d in devices.items():
@@ -74,6 +91,9 @@ def same_device(**tensors: torch.Tensor) -> torch.device:
             listing = ", ".join(f"{k} on {v}" for k, v in devices.items())
             raise ValueError(f"tensors must share one device: {listing}")
     from .runtime import runtime
+    if first.type == "meta" and runtime().mode != "compile":
+        raise ValueError(f"inputs on meta ({', '.join(devices)}): a meta tensor holds no data for a kernel to "
+                         "read; give cpu or cuda tensors")
     if runtime().on_gpu and first.type != "cuda":
         raise ValueError(f"inputs are on {first}; on the GPU runtime they must be CUDA tensors")
     return first
@@ -128,18 +148,23 @@ def _same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
             and a.stride() == b.stride() and a.dtype == b.dtype)
 
 
-def disjoint(outputs: dict, inputs: dict, same: tuple = ()) -> None:
+def disjoint(outputs: dict, inputs: dict, same: tuple | dict = ()) -> None:
     """Raise ValueError, naming both, when an output buffer shares memory with an input or with another
     output. A kernel's programs read their inputs while others write: an `out=` that overlaps an input
     (`x = buf[:64]`, `out = buf[1:]`) is overwritten before it is read, and the result is wrong without an
     error. `same` names the inputs an output may be exactly (the same view: in place), where every element
-    is read by the program that writes it, before it writes it (a residual add, a row's norm)."""
+    is read by the program that writes it, before it writes it (a residual add, a row's norm): a tuple of
+    input names for any output, or {output: input name or tuple of them} where there are several outputs and
+    each may be only its own input (q_out may be q, never k, which the programs of k_out still read)."""
     outs = [(n, t) for n, t in outputs.items() if isinstance(t, torch.Tensor)]
     ins = [(n, t) for n, t in inputs.items() if isinstance(t, torch.Tensor)]
     for i, (name, out) in enumerate(outs):
+        own = same.get(name, ()) if isinstance(same, dict) else same
+        own = (own,) if isinstance(own, str) else own
         for other, t in ins + outs[i + 1:]:
-            if _overlap(out, t) and not (other in same and _same_view(out, t)):
-                how = " (in place is allowed only as the same view)" if other in same else ""
+            if _overlap(out, t) and not (other in own and _same_view(out, t)):
+                how = (" (in place is allowed only as the same view)" if other in own else
+                       f" ({name} may be {' or '.join(own)} itself, in place)" if own else "")
                 raise ValueError(f"{name} overlaps {other} in memory{how}: the kernel would overwrite what "
                                  "it still has to read; give a separate output buffer")
 
@@ -270,7 +295,7 @@ def delta_rule_gate_inputs(q, k, v, a, b, A_log, dt_bias, initial_state, out, fi
     out = output(out, "out", (T, HV, DV), v.dtype, device)
     final_state = output(final_state, "final_state", (HV, DK, DV), torch.float32, device)
     disjoint({"out": out, "final_state": final_state}, {"q": q, "k": k, "v": v, "a": a, "b": b, "A_log": A_log,
-             "dt_bias": dt_bias, "initial_state": initial_state}, same=("initial_state",))
+             "dt_bias": dt_bias, "initial_state": initial_state}, same={"final_state": "initial_state"})
     return T, H, HV, DK, DV, device, out, final_state
 
 
@@ -292,13 +317,13 @@ def _index(value):
         return None
 
 
-def check_count(value, name: str) -> int:
-    """`value` as an int >= 0, else a TypeError / ValueError naming `name` (max_new_tokens, max_seq_len...)."""
+def check_count(value, name: str, least: int = 0) -> int:
+    """`value` as an int >= least, else a TypeError / ValueError naming `name` (max_new_tokens, max_seq_len...)."""
     n = _index(value)
     if n is None:
         raise TypeError(f"{name} must be an int, got {value!r} ({type(value).__name__})")
-    if n < 0:
-        raise ValueError(f"{name} must be >= 0, got {n}")
+    if n < least:
+        raise ValueError(f"{name} must be >= {least}, got {n}")
     return n
 
 
@@ -319,6 +344,9 @@ def check_ids(ids, name: str = "prompt_ids", device=None) -> list[int]:
     if isinstance(ids, (str, bytes)):
         raise TypeError(f"{name} must be token ids (a list of ints or a 1-D int tensor), got a "
                         f"{type(ids).__name__}: encode text with a tokenizer first")
+    if isinstance(ids, (abc.Set, abc.Mapping)):     # a set runs in hash order, a dict as its keys
+        raise TypeError(f"{name} must be token ids in order (a list of ints or a 1-D int tensor), got a "
+                        f"{type(ids).__name__}, which has no order of its own")
     if isinstance(ids, torch.Tensor):
         if ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dtype.is_complex:
             raise TypeError(f"{name} must hold integer token ids, got a {str(ids.dtype).replace('torch.', '')} "
@@ -366,6 +394,18 @@ def eos_set(eos_token_id, name: str = "eos_token_id") -> set[int]:
         if None not in ids:
             return set(ids)
     raise TypeError(f"{name} must be a token id (int), a list of them, None or 'config', got {eos_token_id!r}")
+
+
+def eos_ids(eos_token_id, config, name: str = "eos_token_id") -> set[int]:
+    """`eos_set` of eos_token_id, "config" meaning the config's own, each id checked against its vocabulary: an
+    id outside it is never generated, so the stop asked for would never come (a ValueError naming `name`)."""
+    ids = eos_set(config.eos_token_id if isinstance(eos_token_id, str) and eos_token_id == "config"
+                  else eos_token_id, name)
+    bad = sorted(i for i in ids if not 0 <= i < config.vocab_size)
+    if bad:
+        raise ValueError(f"{name} {bad[0]} is outside the vocabulary [0, {config.vocab_size}): it is never "
+                         "generated, so it would never stop the sequence")
+    return ids
 
 
 def check_decoding(greedy, temperature, top_k, top_p) -> None:

@@ -92,6 +92,52 @@ def test_gpu_check_refuses_a_bad_setting_in_one_line_before_any_step(tmp_path, e
     assert name in r.stderr and not (tmp_path / "out").exists()
 
 
+def _gpu_check(argv, env=None, cwd=None):
+    """gpu_check.sh with the course's Python and a 1 s limit: a run the checks should have refused ends at once."""
+    return subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), *argv], capture_output=True, text=True,
+                          timeout=120, cwd=cwd, env={**os.environ, "PYTHON": sys.executable, "LIMIT_S": "1",
+                                                     **(env or {})})
+
+
+@pytest.mark.parametrize("argv, env, says", [
+    ([","], {}, "empty part name"), (["quick,"], {}, "empty part name"), ([",quick"], {}, "empty part name"),
+    (["quick,,kernels"], {}, "empty part name"), (["quick kernels"], {}, "no part named 'quick kernels'"),
+    (["extra"], {"EXTRAS": "bogusname"}, "EXTRAS: no extra named 'bogusname'"),
+    (["extra"], {"EXTRAS": "engine *"}, "EXTRAS: no extra named '*'"), (["extra"], {"EXTRAS": " "}, "EXTRAS")])
+def test_gpu_check_refuses_an_empty_part_name_or_an_unknown_extra_in_one_line(tmp_path, argv, env, says):
+    """Each ran nothing and passed (exit 0, an empty summary)."""
+    r = _gpu_check([*argv, str(tmp_path / "out")], env)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [r.stderr.strip()], (r.returncode, r.stderr)
+    assert says in r.stderr and not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("held", ["results/data.csv", "logs/x.log", "results.tgz", "logs.tgz", "summary.md",
+                                  "record_quick.json", ".hidden"])
+def test_gpu_check_refuses_an_outdir_that_holds_anything_and_leaves_it_as_it_was(tmp_path, held):
+    """The run packs its OUTDIR's results/ and logs/ into archives and removes them: given a folder of the user's
+    (the course's own, whose results/ holds the measured data), it took and deleted what it had not written."""
+    out = tmp_path / "out"
+    (out / held).parent.mkdir(parents=True, exist_ok=True)
+    (out / held).write_text("the user's")
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    r = _gpu_check(["quick", str(out)])
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [r.stderr.strip()], (r.returncode, r.stderr)
+    assert "OUTDIR" in r.stderr and "not a new or empty folder" in r.stderr
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before
+    assert (out / held).read_text() == "the user's"
+
+
+def test_gpu_check_takes_a_new_or_empty_outdir_and_reads_a_relative_one_from_the_callers_folder(tmp_path):
+    (tmp_path / "empty").mkdir()
+    for out in (tmp_path / "empty", tmp_path / "new"):   # past the OUTDIR check, to the next one
+        r = _gpu_check(["quick", str(out)], {"LIMIT_S": "abc"})
+        assert r.returncode == 2 and "LIMIT_S" in r.stderr and "OUTDIR" not in r.stderr, r.stderr
+    (tmp_path / "results").mkdir()     # the caller's results/, not the course's
+    (tmp_path / "results" / "data.csv").write_text("1")
+    r = _gpu_check(["quick", "results"], cwd=tmp_path)
+    assert r.returncode == 2 and f"OUTDIR {tmp_path}/results is not" in r.stderr, r.stderr
+
+
 def test_a_part_fits_what_is_left_of_a_call_by_its_last_pass(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu_parts, "RECORDS", tmp_path)
     limit = gpu_parts.PARTS["chapters"].limit_s
@@ -115,6 +161,27 @@ def test_a_record_counts_the_durations_log(tmp_path):
     log.write_text("a\tpassed\t1.0\nb\tfailed\t2.0\nc\tskipped\t0.1\nd\tpassed\t0.2\n")
     rec = gpu_parts.record("quick", log, 1, 12.0)
     assert (rec["passed"], rec["failed"], rec["skipped"], rec["passed_all"]) == (2, 1, 1, False)
+
+
+def test_a_record_passes_only_where_a_test_passed_and_none_failed(tmp_path):
+    """pytest exits 0 where it collected nothing: such a part's record said it passed, with 0 tests."""
+    log = tmp_path / "d.tsv"
+    for text, passed in (("", False), ("a\tskipped\t0.1\n", False), ("a\tpassed\t1.0\n", True)):
+        log.write_text(text)
+        assert gpu_parts.record("quick", log, 0, 12.0)["passed_all"] is passed, text
+    # gpu_check.sh makes the durations file before its part runs: there, even where no test ends
+    assert ': >"$LOGS/durations-$tag.tsv"' in (ROOT / "scripts" / "gpu_check.sh").read_text()
+
+
+@pytest.mark.parametrize("args, says", [(["missing.tsv", "0", "10"], "DURATIONS"), (["d.tsv", "x", "10"], "RC"),
+                                        (["d.tsv", "0", "inf"], "SECONDS")])
+def test_the_record_command_refuses_a_missing_durations_file_or_a_bad_number_in_one_line(tmp_path, args, says):
+    (tmp_path / "d.tsv").write_text("a\tpassed\t1.0\n")
+    args = [str(tmp_path / args[0]), *args[1:], str(tmp_path / "rec.json")]
+    r = subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_parts.py"), "record", "quick", *args],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stderr.strip().splitlines() == [r.stderr.strip()], (r.returncode, r.stderr)
+    assert f"record: {says}" in r.stderr and not (tmp_path / "rec.json").exists()
 
 
 def test_the_records_are_whole_and_the_readme_says_what_they_say():

@@ -398,3 +398,24 @@ def test_the_supported_window_is_one_statement():
         assert version in SpecifierSet(ranges[dist].removeprefix(dist)), (dist, version, ranges[dist])
     make = (ROOT / "Makefile").read_text()
     assert "WINDOW ?= 3.5.0 3.9.0" in make and "make test-window" in (ROOT / ".ci" / "run").read_text()
+
+
+@pytest.mark.parametrize("version", ["1/../../../../tmp/escaped_venv", "", "3.5.0\n", "3.5.0rc1", "latest"])
+def test_window_refuses_a_version_that_is_not_a_number_in_one_line_before_any_venv(version, tmp_path, monkeypatch,
+                                                                                     capsys):
+    """VERSION names the window's folder (base/window/triton-VERSION): with a '/' and '..' in it, a venv was made
+    outside the base; '' installed the whole course instead."""
+    inst = _installer()
+    made = []
+    monkeypatch.setattr(inst, "window_venv", lambda base, v: made.append(v) or base / "window" / f"triton-{v}")
+    monkeypatch.setattr(inst, "subprocess", None)             # nothing is run, no venv made, whatever main does
+    (tmp_path / ".tritonllm-installed").write_text("")
+    monkeypatch.setattr(sys, "argv", ["install.py", "--venv", str(tmp_path), "--window", version])
+    with pytest.raises(SystemExit) as e:
+        inst.main()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.strip().splitlines() == [err.strip()] and "--window" in err, err
+    assert made == []
+    monkeypatch.setattr(sys, "argv", ["install.py", "--venv", str(tmp_path), "--window", "3.5.0"])
+    inst.main()                                                # a version number goes on to make its venv
+    assert made == ["3.5.0"]

@@ -1,12 +1,13 @@
-"""The Engine's arguments, checked before any work: the two sizes, the level and weight format, and fp8 against
-the GPU. Each refusal is one line naming the argument. `Engine`, `Engine.from_pretrained` and `Engine.random`
-all call `check_arguments`, the last two before any weight is loaded or made; the defaults live here so that
-the three agree."""
+"""The Engine's arguments, checked before any work: the config, the two sizes, the switches, the level and weight
+format, the dtype and device, and fp8 against the GPU. Each refusal is one line naming the argument. `Engine`,
+`Engine.from_pretrained` and `Engine.random` all call `check_arguments`, the last two before any weight is loaded
+or made; the defaults live here so that the three agree."""
 from __future__ import annotations
 
 import torch
 
-from ..validate import check_count
+from ..config import Qwen35Config
+from ..validate import FLOATS, check_count
 from .merged import check_fp8
 from .plan import check_weight_format
 
@@ -21,20 +22,60 @@ WEIGHT_FORMAT = "native"
 def check_sizes(max_seq_len, prefill_chunk) -> tuple[int, int]:
     """The two sizes as ints >= 1, else a TypeError / ValueError naming the argument (1.5 or True would
     otherwise fail deep in an allocation, or run as 1)."""
-    sizes = (check_count(max_seq_len, "max_seq_len"), check_count(prefill_chunk, "prefill_chunk"))
-    for name, n in zip(("max_seq_len", "prefill_chunk"), sizes):
-        if n < 1:
-            raise ValueError(f"{name} must be >= 1, got {n}")
-    return sizes
+    return check_count(max_seq_len, "max_seq_len", least=1), check_count(prefill_chunk, "prefill_chunk", least=1)
+
+
+def check_flags(cuda_graph=True, prefill_graph=True, pdl=None) -> None:
+    """The switches True or False (pdl None too: where the GPU has it); a string such as "no" would be true."""
+    for name, value in (("cuda_graph", cuda_graph), ("prefill_graph", prefill_graph), ("pdl", pdl)):
+        if not (isinstance(value, bool) or (name == "pdl" and value is None)):
+            raise TypeError(f"{name} must be True or False{' or None' if name == 'pdl' else ''}, got {value!r}")
+
+
+def check_dtype(dtype, name: str = "dtype") -> None:
+    """A dtype the engine's kernels take (`random_weights` makes float64 too, for the reference model alone)."""
+    if dtype not in FLOATS:
+        raise TypeError(f"{name} must be float32, float16 or bfloat16 for the engine, got {dtype!r}")
+
+
+def check_device(device) -> torch.device:
+    """A device the weights can be made or loaded on: a CUDA one only where there is one; not meta, which holds no
+    values to generate from (an engine of `demo.meta_weights`, built directly, sizes its buffers)."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda', got {device!r}") from None
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device {str(device)!r} is not available: {torch.cuda.device_count()} CUDA GPU(s) here")
+    if device.type == "meta":
+        raise ValueError("device 'meta' makes weights without values, nothing to generate from: use 'cpu' or 'cuda'")
+    return device
+
+
+_NOT_GIVEN = object()   # from_pretrained's config: read from the checkpoint, after these checks
 
 
 def check_arguments(max_seq_len=MAX_SEQ_LEN, prefill_chunk=PREFILL_CHUNK, level=LEVEL, weight_format=WEIGHT_FORMAT,
-                    device: torch.device | str | None = None, **_) -> tuple[int, int]:
-    """The sizes as ints (`check_sizes`), after the level and weight format are checked and, where `device` is
-    given, fp8 against its GPU. Takes an Engine's keyword arguments whole (the others are not its to check).
-    device=None: the constructor, whose device is the weights', checks fp8 once their own check has passed."""
+                    device: torch.device | str | None = None, *, config=_NOT_GIVEN, dtype=None, cuda_graph=True,
+                    prefill_graph=True, pdl=None, **_) -> tuple[int, int]:
+    """The sizes as ints (`check_sizes`), after the config, the switches, the level and weight format are checked
+    and, where given, the dtype, the device and fp8 against its GPU. Takes an Engine's keyword arguments whole
+    (the others are not its to check). device=None: the constructor, whose device and dtype are the weights',
+    checks those (`check_weights_dtype`) once their own check has passed."""
+    if config is not _NOT_GIVEN and not isinstance(config, Qwen35Config):
+        raise TypeError(f"config must be a Qwen35Config (tritonllm_course.config.PRESETS holds some), got "
+                        f"{type(config).__name__}")
     sizes = check_sizes(max_seq_len, prefill_chunk)
+    check_flags(cuda_graph, prefill_graph, pdl)
     check_weight_format(level, weight_format)
+    if dtype is not None and not (isinstance(dtype, torch.dtype) and not dtype.is_floating_point):
+        check_dtype(dtype)          # float64, fp8, a string: the loaders name an integer dtype in their own words
     if device is not None:
-        check_fp8(weight_format, torch.device(device))
+        check_fp8(weight_format, check_device(device))
     return sizes
+
+
+def check_weights_dtype(weight_format: str, dtype: torch.dtype, device: torch.device) -> None:
+    """What the weights given to the constructor decide: their dtype one the kernels take, fp8 against their GPU."""
+    check_dtype(dtype, "the weights' dtype")
+    check_fp8(weight_format, device)

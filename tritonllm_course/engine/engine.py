@@ -37,13 +37,13 @@ from .. import validate
 from ..config import Qwen35Config
 from ..model.cache import Qwen35Cache
 from ..runtime import no_launch_overlap, programmatic_launches
-from ..validate import check_count, check_decoding, check_ids, check_seed, eos_set, nonfinite_error
+from ..validate import check_count, check_decoding, check_ids, check_seed, eos_ids, nonfinite_error
 from ..weights import check_memory, check_weights, load_weights, random_weights
-from .arguments import LEVEL, MAX_SEQ_LEN, PREFILL_CHUNK, WEIGHT_FORMAT, check_arguments
+from .arguments import LEVEL, MAX_SEQ_LEN, PREFILL_CHUNK, WEIGHT_FORMAT, check_arguments, check_weights_dtype
 from .buffers import Activations, Counters
 from .forward import Forward, Sampling
 from .graph import GraphedStep, graphed_pieces, layer_pieces
-from .merged import EngineWeights, check_fp8, merge_bytes, merge_weights
+from .merged import EngineWeights, merge_bytes, merge_weights
 from .ops import OpTable
 from .plan import check_limits, fitted_plan
 
@@ -130,13 +130,14 @@ class Engine(Forward):
                  prefill_chunk: int = PREFILL_CHUNK, level: str = LEVEL, prefill_graph: bool = True,
                  pdl: bool | None = None, merged: EngineWeights | None = None, weight_format: str = WEIGHT_FORMAT,
                  own_weights: bool = False):
-        max_seq_len, prefill_chunk = check_arguments(max_seq_len, prefill_chunk, level, weight_format)
+        max_seq_len, prefill_chunk = check_arguments(max_seq_len, prefill_chunk, level, weight_format, config=config,
+                                                     cuda_graph=cuda_graph, prefill_graph=prefill_graph, pdl=pdl)
         check_weights(config, weights)
         check_limits(config)            # shapes no level takes: refused before anything is allocated
         embed = weights["embed_tokens.weight"]
         c = self.config = config
         self.dtype, self.device = embed.dtype, embed.device
-        check_fp8(weight_format, self.device)   # check_arguments' last check: the device is the weights'
+        check_weights_dtype(weight_format, self.dtype, self.device)   # check_arguments' last: the weights decide
         if merged is None:   # a second copy of the projections (own_weights: one layer's at a time)
             check_memory(merge_bytes(c, weights, weight_format, consume=own_weights), self.device,
                          "the engine's merged projections")
@@ -221,14 +222,14 @@ class Engine(Forward):
         """From a checkpoint directory or hub id (`weights.load_weights`); kwargs as `Engine`. Each layer's loaded
         projections are dropped as they are merged (`own_weights`): with 8-bit `weight_format` the engine keeps
         their 8-bit copies and the embedding table."""
-        check_arguments(**kwargs, device=device)    # before the weights load
+        check_arguments(**kwargs, device=device, dtype=dtype)    # before the weights load
         config, weights = load_weights(source, dtype=dtype, device=device)
         return cls(config, weights, **{"own_weights": True, **kwargs})
 
     @classmethod
     def random(cls, config: Qwen35Config, dtype=torch.float32, device="cpu", seed: int = 0, **kwargs) -> "Engine":
         """Random weights of the config's shapes (transformers' initialisation), dropped as merged (`own_weights`)."""
-        check_arguments(**kwargs, device=device)    # before any weight
+        check_arguments(**kwargs, device=device, dtype=dtype, config=config)    # before any weight
         return cls(config, random_weights(config, dtype=dtype, device=device, seed=seed),
                    **{"own_weights": True, **kwargs})
 
@@ -403,8 +404,7 @@ class Engine(Forward):
         check_decoding(greedy, temperature, top_k, top_p)
         seed = check_seed(seed)
         sampling = None if greedy or temperature == 0 else Sampling(float(temperature), int(top_k), float(top_p))
-        eos = eos_set(self.config.eos_token_id if isinstance(eos_token_id, str) and eos_token_id == "config"
-                      else eos_token_id)
+        eos = eos_ids(eos_token_id, self.config)
         self.streams += 1             # an older stream, resumed, raises StreamSuperseded
         if reset:
             self._reset()

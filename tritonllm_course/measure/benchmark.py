@@ -29,7 +29,7 @@ import torch
 
 from .. import kernels, slots
 from ..engine.graph import capture
-from ..runtime import runtime, setup
+from ..runtime import gpu_available, runtime, setup
 from ..safe_files import UnsafeWrite, atomic_write_text, check_out_folder, results_folder
 
 MAX_AUTOTUNE_LABEL = "torch.compile max-autotune"
@@ -354,8 +354,7 @@ def gpu_script(doc: str, argv=None, add_args=None):
     except UnsafeWrite as e:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
-    rt = setup()
-    if not rt.on_gpu:
+    if not gpu_available():   # said before `setup`, which on a CPU refuses the triton these scripts import first
         print(f"{doc.strip().splitlines()[0]}\nneeds a GPU: nothing measured")
         return None
-    return args, rt
+    return args, setup()

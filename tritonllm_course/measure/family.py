@@ -193,6 +193,10 @@ def main(argv=None) -> int:
             status |= run_size(size, args.out, args.budget_s)
             print(f"== {size}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     family = collect(args.out)
+    if not family["sizes"]:   # an empty table, then a traceback from `write`: said in one line instead
+        print(f"family: error: no bench of a family size under {args.out}: run `tritonllm-course bench --config "
+              "...` (or this module without --collect) first", file=sys.stderr)
+        return 2 if args.collect else status or 1   # without --collect: every size's bench failed
     print(markdown(family))
     print(f"written to {write(family, args.out)}", file=sys.stderr)
     return status

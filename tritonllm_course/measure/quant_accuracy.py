@@ -36,7 +36,8 @@ import torch
 from ..config import PRESETS
 from ..model.qwen35 import Qwen35Model
 from ..reference.quant import FORMATS, dequantize, quantize
-from ..safe_files import atomic_write_text, results_folder
+from ..safe_files import atomic_write_text, check_out_folder, results_folder
+from ..validate import check_seed
 from ..weights import load_weights, random_weights
 
 GROUP_SIZE = 128
@@ -161,9 +162,18 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--small-only", action="store_true", help="leave out the full-size random model")
     args = ap.parse_args(argv)
-    out = results_folder(args.out, make=False)
+    most = PRESETS["tiny"].max_position_embeddings   # the small checkpoint runs every time: its limit holds
+    try:                  # each refused before the models are built, in one line naming the option
+        if not 1 <= args.tokens <= most:
+            raise ValueError(f"--tokens must be from 1 to {most} (the small checkpoint's max_position_embeddings), "
+                             f"got {args.tokens}")
+        check_seed(args.seed, "--seed")
+        check_out_folder(args.out)
+    except ValueError as e:   # UnsafeWrite is one
+        print(f"quant_accuracy: error: {e}", file=sys.stderr)
+        return 2
     record = run(args.tokens, args.seed, full=not args.small_only)
-    results_folder(out)
+    out = results_folder(args.out)
     stem = out / f"quant_accuracy_cpu_{record['date']}"
     atomic_write_text(stem.with_suffix(".json"), json.dumps(record, indent=1) + "\n")
     atomic_write_text(stem.with_suffix(".md"), markdown(record))
