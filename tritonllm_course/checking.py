@@ -528,7 +528,7 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
     slot = slots.get(name)
     if not slot.ready:
         raise NotImplementedError(f"slot {name!r} is planned: its kernel is not written yet")
-    if not isinstance(trials, int) or trials < 1:
+    if type(trials) is not int or trials < 1:                 # as check_fn: True is no count
         raise ValueError(f"trials must be a whole number >= 1, got {trials!r}")
     if seed is not None and type(seed) is not int:
         raise TypeError(f"seed must be a whole number or None, got {seed!r}")

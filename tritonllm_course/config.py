@@ -440,7 +440,7 @@ def get_config(name_or_path: str | Path) -> Qwen35Config:
     if str(name_or_path) in PRESETS:
         return PRESETS[str(name_or_path)]
     path = Path(name_or_path)
-    if path.exists():
+    if str(name_or_path) and path.exists():          # "" is no name (Path("") is the working folder)
         return Qwen35Config.from_json(path)
     raise ValueError(f"unknown config {name_or_path!r}: use one of {sorted(PRESETS)} "
                      "or a checkpoint directory")

@@ -206,6 +206,8 @@ def test_the_command_line(tmp_path, capsys, rt):
     assert cli.main(["layers", "--budget-s", "nan"]) == 2
     assert "--budget-s must be above 0" in capsys.readouterr().err
     assert cli.main(["layers", "--config", "nope"]) == 2
+    assert cli.main(["layers", "--config", ""]) == 2          # not the default: "" was the working folder's config
+    assert "unknown config ''" in capsys.readouterr().err
     assert cli.main(["layers", "--config", "qwen3.5-0.8b"]) == 1
     assert "needs a GPU: nothing measured" in capsys.readouterr().err
     args = ["layers", "--levels", "fast", "--prompt-len", "4", "--contexts", "4", "--steps", "1", "--prompts", "1"]

@@ -711,6 +711,7 @@ def test_random_weights_name_a_bad_dtype_or_seed_in_one_line(kwargs, error, says
     (lambda tc: tc.check(3), TypeError, "a slot is named by a str, e.g. 'embedding'; got 3"),
     (lambda tc: tc.check("embedding", "nope"), ValueError, "source must be one of auto, exercises, solutions"),
     (lambda tc: tc.check("embedding", "solutions", dtype=[]), ValueError, "dtype=[] names no dtype"),
+    (lambda tc: tc.check("embedding", "solutions", trials=True), ValueError, "trials must be a whole number >= 1"),
     (lambda tc: tc.check("embedding", "solutions", fail_fast="x"), TypeError, "fail_fast must be True or False"),
     (lambda tc: tc.check("embedding", "solutions", verbose="x"), TypeError, "verbose must be True or False"),
     (lambda tc: tc.bench("embedding", "nope"), ValueError, "source must be one of auto, exercises, solutions"),

@@ -184,8 +184,9 @@ def test_an_eos_token_id_outside_the_vocabulary_is_named(weights, eos):
     (lambda w: Engine.random(TINY, device=f"cuda:{torch.cuda.device_count()}"), ValueError,
      "is not available"),
     (lambda w: Engine.from_pretrained("no/checkpoint", dtype="float32"), TypeError,
-     "dtype must be float32, float16 or bfloat16 for the engine, got 'float32'")], ids=["float64", "float64 weights", "random None", "None", "prefill_chunk", "meta", "nowhere",
-                         "no such GPU", "a string"])
+     "dtype must be float32, float16 or bfloat16 for the engine, got 'float32'")],
+    ids=["float64", "float64 weights", "random None", "None", "prefill_chunk", "meta", "nowhere", "no such GPU",
+         "a string"])
 def test_engine_construction_names_a_bad_dtype_config_or_device(weights, build, error, says):
     """float64 was built and refused at the first kernel; None was an AttributeError; -5 said '>= 0' where 0
     is refused too; meta, a device with no CUDA GPU behind it, a misspelt one and a dtype given by its name were

@@ -465,7 +465,7 @@ def run_layers(args) -> int:
     from .benchmark import results_stem
 
     rt = setup(quiet=True)
-    name = args.config or ("qwen3.5-0.8b" if rt.on_gpu else "tiny")
+    name = ("qwen3.5-0.8b" if rt.on_gpu else "tiny") if args.config is None else args.config   # "" is no name
     bad = [f"--{k.replace('_', '-')} must be >= 1" for k in ("prompt_len", "steps", "prompts")
            if getattr(args, k) < 1] + (["--contexts must be >= 1"] if min(args.contexts) < 1 else []) \
         + (["--budget-s must be above 0"] if not args.budget_s > 0 else [])                       # NaN: refused
