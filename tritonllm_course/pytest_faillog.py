@@ -22,28 +22,16 @@ def pytest_configure(config):
 
 def _check_log(name: str) -> None:
     """A pytest.UsageError (one line, no INTERNALERROR) when the file that the variable `name` names cannot be
-    appended to: its folder missing or read-only, a folder, a symbolic link (never written through), a fifo or a
-    device."""
+    appended to, by the course's own rule for a file a tool writes (`safe_files.check_writable`: no symbolic
+    link, no folder, fifo or device, nothing read-only), and its folder must already be there."""
+    from .safe_files import UnsafeWrite, check_writable
     value = os.environ.get(name)
     if not value:
         return
-    path = Path(value)
     try:
-        if path.is_symlink():
-            why = "is a symbolic link: name a regular file"
-        elif path.is_dir():
-            why = "is a folder: name the file to append to"
-        elif path.exists() and not path.is_file():
-            why = "is not a regular file: name a file to append to"
-        elif not path.parent.is_dir():
-            why = f"cannot be written: its folder {path.parent} does not exist"
-        elif not os.access(path if path.exists() else path.parent, os.W_OK):
-            why = "cannot be written: it or its folder is read-only"
-        else:
-            return
-    except OSError as e:   # a name too long, a folder that cannot be searched
-        why = f"cannot be written: {e.strerror or e}"
-    raise pytest.UsageError(f"{name}={value} {why}")
+        check_writable(value, Path(value).parent)
+    except UnsafeWrite as e:
+        raise pytest.UsageError(f"{name}: {e}") from None
 
 
 def _append(path: str, text: str) -> None:

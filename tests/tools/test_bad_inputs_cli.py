@@ -166,14 +166,15 @@ def test_the_plugin_refuses_a_log_it_cannot_append_to_at_startup(name, tmp_path,
     target = tmp_path / "target.tsv"
     target.write_text("")
     (tmp_path / "link.tsv").symlink_to(target)
-    for value, says in ((tmp_path / "missing" / "x.tsv", f"cannot be written: its folder {tmp_path / 'missing'} "
-                                                         "does not exist"),
-                        (tmp_path, "is a folder: name the file to append to"),
-                        (tmp_path / "link.tsv", "is a symbolic link: name a regular file")):
+    for value, says in ((tmp_path / "missing" / "x.tsv", f"its folder {tmp_path / 'missing'} is not a directory"),
+                        (tmp_path, "is a directory, not a file: move it away first"),
+                        (tmp_path / "link.tsv", f"is a symbolic link (to {target}): it is never written through; "
+                                                "replace it with a regular file or folder")):
         monkeypatch.setenv(name, str(value))
         with pytest.raises(pytest.UsageError) as refused:
             pytest_faillog.pytest_configure(config)
-        assert str(refused.value) == f"{name}={value} {says}"
+        sep = ":" if says.startswith("its folder") else ""
+        assert str(refused.value) == f"{name}: {value}{sep} {says}"
     monkeypatch.setenv(name, str(tmp_path / "new.tsv"))
     pytest_faillog.pytest_configure(config)
 
