@@ -97,9 +97,9 @@ def test_an_output_may_alias_only_its_own_input():
 def test_the_delta_rules_output_may_not_be_its_initial_state():
     """out may not be initial_state (only final_state may): shapes that coincide (T = HV = DK) let it through."""
     n = 4
-    q = k = torch.randn(n, n, n)
-    v, a = torch.randn(n, n, n), torch.randn(n, n)
-    state = torch.zeros(n, n, n)
+    q = k = torch.randn(n, n, n, device=DEV)
+    v, a = torch.randn(n, n, n, device=DEV), torch.randn(n, n, device=DEV)
+    state = torch.zeros(n, n, n, device=DEV)
     _raises(ValueError, "out overlaps initial_state in memory",
             lambda: validate.delta_rule_gate_inputs(q, k, v, a, a, a[0], a[0], state, state, None, 128))
     validate.delta_rule_gate_inputs(q, k, v, a, a, a[0], a[0], state, None, state, 128)   # in place: allowed
