@@ -219,13 +219,13 @@ def readme_line() -> str:
     text += f"full suite in bfloat16: {done}"
     if missing:
         text += f" (to run: {', '.join(missing)})"
-    half = {}                                   # gpu -> the parts passed in fp16, in the parts' order
+    half = {}                                   # (gpu, date) -> the parts passed in fp16, in the parts' order
     for p in ("quick", *FULL):
         r = recs.get(f"{p}_float16")
         if r is not None and r["passed_all"]:
-            half.setdefault(r["gpu"], []).append(f"{p} ({r['date']})")
-    for gpu, parts in sorted(half.items()):
-        text += f"; in float16 on {gpu}: {', '.join(parts)}"
+            half.setdefault((r["gpu"], r["date"]), []).append(p)
+    for (gpu, date), parts in sorted(half.items()):
+        text += f"; in float16 on {gpu} ({date}): {', '.join(parts)}"
     return text + "."
 
 
