@@ -32,22 +32,23 @@ test: $(STAMP)
 	$(TEST_KERNELS) $(PY) -m pytest -q -m "timing or alone" || [ $$? -eq 5 ]
 
 # The supported window (pyproject.toml): the kernels and the engine under the interpreter with its oldest and
-# newest triton, each in a venv of .venv's packages but triton ($(VENV)/window/triton-X; only triton is
-# downloaded, no pip cache). CI runs it after `make test`; without the network it fails, saying so.
-WINDOW ?= 3.5.0 3.9.0
+# newest triton and transformers (TRITON/TRANSFORMERS), each in a venv of .venv's packages but those two
+# ($(VENV)/window/triton-X-transformers-Y; only they are downloaded, no pip cache). CI runs it after `make test`;
+# without the network it fails, saying so.
+WINDOW ?= 3.5.0/5.23.0 3.9.0/5.25.0
 # the kernels' families whole; of the engine, the runs end to end (tokens against transformers through the
 # command line, a chat's chunks and turns, seeded sampling): a few minutes a version on two cores
 WINDOW_TESTS ?= tests/kernels/test_rmsnorm.py tests/kernels/test_rope.py tests/kernels/test_attention.py \
 	tests/kernels/test_delta_rule.py tests/kernels/test_quant.py tests/kernels/test_tma_gemm.py \
-	tests/model/test_engine.py::test_cli_triton_backend_gives_transformers_greedy_tokens \
+	tests/model/test_weights.py tests/model/test_engine.py::test_cli_triton_backend_gives_transformers_greedy_tokens \
 	tests/model/test_engine.py::test_prompt_chunks_and_chat_turns_continue_the_same_sequence \
 	tests/model/test_engine.py::test_sampling_is_seeded_through_the_sampling_kernel
 test-window: $(STAMP)
-	@set -e; for v in $(WINDOW); do \
-		$(PY) scripts/install.py --venv $(VENV) --window $$v; \
-		echo "== triton $$v: $(WINDOW_TESTS)"; \
-		$(TEST_KERNELS) $(VENV)/window/triton-$$v/bin/python -m pytest -q -p no:cacheprovider -o addopts= \
-			-n $(JOBS) $(WINDOW_TESTS); \
+	@set -e; for v in $(WINDOW); do t=$${v%/*}; h=$${v#*/}; \
+		$(PY) scripts/install.py --venv $(VENV) --window $$t --transformers $$h; \
+		echo "== triton $$t, transformers $$h: $(WINDOW_TESTS)"; \
+		$(TEST_KERNELS) $(VENV)/window/triton-$$t-transformers-$$h/bin/python -m pytest -q -p no:cacheprovider \
+			-o addopts= -n $(JOBS) $(WINDOW_TESTS); \
 	done
 
 # before committing chapters (instructors): the notebooks as they are on disk carry no outputs, every line is

@@ -4,7 +4,8 @@ but torch and triton (which are kept as they are).
 
   python3 scripts/install.py --venv .venv   # what `make lab` / `make test` run: creates the venv first
   python scripts/install.py --colab         # Colab's first cell: into the running Python, torch untouched
-  python3 scripts/install.py --venv .venv --window 3.5.0   # `make test-window`: .venv's set with triton 3.5.0
+  python3 scripts/install.py --venv .venv --window 3.5.0 --transformers 5.23.0   # `make test-window`: .venv's set
+                                                        # with triton 3.5.0 and transformers 5.23.0
 
 On Colab every package of the skip list that the runtime has stays as it is (torch, triton, its notebook
 stack), and the rest comes from pyproject.toml's ranges, not the exact pins: a transformers inside the
@@ -132,33 +133,39 @@ def site_packages(python: str) -> str:
                           capture_output=True, text=True, check=True).stdout.strip()
 
 
-def window_venv(base: Path, version: str) -> Path:
-    """A venv inside `base` (base/window/triton-VERSION) that sees every package of `base` but triton, which
-    is VERSION: the pinned set beside another triton of the supported window, for the interpreter.
+def window_venv(base: Path, version: str, transformers: str | None = None) -> Path:
+    """A venv inside `base` (base/window/triton-VERSION[-transformers-T]) that sees every package of `base` but
+    triton, which is VERSION, and transformers, which is T where given: the pinned set beside another end of the
+    supported window, for the interpreter (transformers' ends change its loader and its delta-rule functions,
+    which the tests compare against).
 
-    Only triton is downloaded (no pip cache, nothing outside the clone). Where it cannot be (offline, no
-    such release), the error says so and the window is not tested: never a silent pass."""
-    venv = base / "window" / f"triton-{version}"
+    Only those are downloaded (no pip cache, nothing outside the clone). Where one cannot be (offline, no such
+    release), the error says so and the window is not tested: never a silent pass."""
+    name = f"triton-{version}" + (f"-transformers-{transformers}" if transformers else "")
+    venv = base / "window" / name
     python = str(venv / "bin" / "python")
     stamp = venv / ".tritonllm-window"
-    if stamp.exists() and stamp.read_text() == version:
+    if stamp.exists() and stamp.read_text() == name:
         return venv
     if not (venv / "bin" / "python").exists():
         subprocess.run([str(base / "bin" / "python"), "-m", "venv", str(venv)], check=True)
     # the new venv's own site-packages come first on sys.path, base's after (and the course's folder)
     Path(site_packages(python), "tritonllm-base.pth").write_text(
         f"{site_packages(str(base / 'bin' / 'python'))}\n{ROOT}\n")
+    wanted = {"triton": version, **({"transformers": transformers} if transformers else {})}
+    pins = [f"{dist}=={v}" for dist, v in wanted.items()]
     cmd = [python, "-m", "pip", "install", "--disable-pip-version-check", "--no-cache-dir", "--no-deps",
-           "--quiet", f"triton=={version}"]
+           "--quiet", *pins]
     print("+", " ".join(cmd), flush=True)
     if subprocess.run(cmd).returncode != 0:
-        sys.exit(f"install.py: could not install triton=={version} into {venv} (offline, or no such release "
+        sys.exit(f"install.py: could not install {' '.join(pins)} into {venv} (offline, or no such release "
                  "for this Python): the supported window is NOT tested")
-    found = subprocess.run([python, "-c", "import triton; print(triton.__version__)"], capture_output=True,
-                           text=True).stdout.strip()
-    if found != version:
-        sys.exit(f"install.py: {venv} imports triton {found or '(none)'}, not {version}")
-    stamp.write_text(version)
+    for dist, want in wanted.items():
+        found = subprocess.run([python, "-c", f"import {dist}; print({dist}.__version__)"], capture_output=True,
+                               text=True).stdout.strip()
+        if found != want:
+            sys.exit(f"install.py: {venv} imports {dist} {found or '(none)'}, not {want}")
+    stamp.write_text(name)
     return venv
 
 
@@ -166,6 +173,14 @@ def triton_version(text: str) -> str:
     """--window's VERSION: digits and dots only (3.5.0), since it names a folder of the venv and a pin."""
     if not re.fullmatch(r"[0-9]+(\.[0-9]+)*", text):
         raise argparse.ArgumentTypeError(f"VERSION must be a triton version number such as 3.5.0, got {text!r}")
+    return text
+
+
+def transformers_version(text: str) -> str:
+    """--transformers' VERSION: digits and dots only (5.23.0), for the same reasons as --window's."""
+    if not re.fullmatch(r"[0-9]+(\.[0-9]+)*", text):
+        raise argparse.ArgumentTypeError(f"VERSION must be a transformers version number such as 5.23.0, got "
+                                         f"{text!r}")
     return text
 
 
@@ -180,11 +195,15 @@ def main() -> None:
     ap.add_argument("--colab", action="store_true", help="install into the running Python, keep torch")
     ap.add_argument("--window", metavar="VERSION", type=triton_version,
                     help="with --venv (installed): a venv of its packages but triton==VERSION; prints its path")
+    ap.add_argument("--transformers", metavar="VERSION", type=transformers_version,
+                    help="with --window: transformers==VERSION in that venv too")
     args = ap.parse_args()
+    if args.transformers and not args.window:
+        ap.error("--transformers goes with --window VERSION")
     if args.window:
         if not args.venv or not (Path(args.venv) / ".tritonllm-installed").exists():
             ap.error("--window needs --venv DIR of an installed course (make install)")
-        print(window_venv(Path(args.venv).resolve(), args.window))
+        print(window_venv(Path(args.venv).resolve(), args.window, args.transformers))
         return
     if args.colab:
         install(sys.executable, None, colab=True)

@@ -39,6 +39,15 @@ def hf_model(config: Qwen35Config, dtype=torch.float32, device="cpu", seed: int 
     return model
 
 
+def hf_from_pretrained(path, dtype=None):
+    """transformers' `Qwen3_5ForCausalLM` read from a checkpoint folder, on its own PyTorch (and, where it is
+    installed, flash-linear-attention) path: `use_kernels=False`. From transformers 5.25 `from_pretrained` turns
+    the hub's kernels on by default and refuses to load without the `kernels` package; those kernels come from the
+    hub at load time, which the course's GPU machines cannot reach, and they are not the baseline a table names."""
+    from transformers import Qwen3_5ForCausalLM
+    return Qwen3_5ForCausalLM.from_pretrained(path, dtype=dtype, use_kernels=False)
+
+
 def to_dtype(model, dtype):
     """`model.to(dtype)`, in place, but with the rotary tables' inverse frequencies left in fp32.
 

@@ -9,7 +9,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tritonllm_course.config import QWEN35_0_8B, TINY, Qwen35Config
-from tritonllm_course.hf_compat import hf_model, weights_from_hf
+from tritonllm_course.hf_compat import hf_from_pretrained, hf_model, weights_from_hf
 from tritonllm_course.model import Qwen35Model
 from tritonllm_course.weights import (CheckpointNotFound, WeightError, count_parameters, expected_shapes,
                                       load_weights, random_weights, resolve_checkpoint, write_hub_checkpoint)
@@ -55,10 +55,9 @@ def test_load_hub_layout(hf_dir, tmp_path, shards):
 
 def test_transformers_reads_the_hub_layout_we_write(hf_dir, tmp_path):
     """The writer's layout is the one transformers expects of the real checkpoint."""
-    from transformers import Qwen3_5ForCausalLM
     path, hf = hf_dir
     hub = write_hub_checkpoint(path, tmp_path / "hub", num_shards=2)
-    again = Qwen3_5ForCausalLM.from_pretrained(hub)
+    again = hf_from_pretrained(hub)
     ids = torch.arange(10)[None]
     with torch.no_grad():
         assert torch.equal(again(ids).logits, hf(ids).logits)

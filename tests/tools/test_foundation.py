@@ -397,7 +397,17 @@ def test_the_supported_window_is_one_statement():
         version = pins[dist].split("==")[1]
         assert version in SpecifierSet(ranges[dist].removeprefix(dist)), (dist, version, ranges[dist])
     make = (ROOT / "Makefile").read_text()
-    assert "WINDOW ?= 3.5.0 3.9.0" in make and "make test-window" in (ROOT / ".ci" / "run").read_text()
+    assert "make test-window" in (ROOT / ".ci" / "run").read_text()
+    ends = [end.split("/") for end in re.search(r"^WINDOW \?= (.*)$", make, re.M).group(1).split()]
+    assert len(ends) == 2 and all(len(end) == 2 for end in ends), ends        # each end: TRITON/TRANSFORMERS
+    (old_triton, old_hf), (new_triton, new_hf) = ends
+    assert old_triton.startswith("3.5.") and old_hf.startswith("5.23."), ends  # the oldest end is the floors
+    for dist, version in (("triton", old_triton), ("transformers", old_hf), ("triton", new_triton),
+                          ("transformers", new_hf)):
+        assert version in SpecifierSet(ranges[dist].removeprefix(dist)), (dist, version, ranges[dist])
+    one_line = " ".join(readme.split())                                         # the README names both ends
+    assert (f"triton {old_triton} with transformers {old_hf} and triton {new_triton} with transformers {new_hf}"
+            in one_line)
 
 
 @pytest.mark.parametrize("version", ["1/../../../../tmp/escaped_venv", "", "3.5.0\n", "3.5.0rc1", "latest"])
@@ -407,7 +417,7 @@ def test_window_refuses_a_version_that_is_not_a_number_in_one_line_before_any_ve
     outside the base; '' installed the whole course instead."""
     inst = _installer()
     made = []
-    monkeypatch.setattr(inst, "window_venv", lambda base, v: made.append(v) or base / "window" / f"triton-{v}")
+    monkeypatch.setattr(inst, "window_venv", lambda base, v, hf: made.append(v) or base / "window" / f"triton-{v}")
     monkeypatch.setattr(inst, "subprocess", None)             # nothing is run, no venv made, whatever main does
     (tmp_path / ".tritonllm-installed").write_text("")
     monkeypatch.setattr(sys, "argv", ["install.py", "--venv", str(tmp_path), "--window", version])
@@ -419,3 +429,27 @@ def test_window_refuses_a_version_that_is_not_a_number_in_one_line_before_any_ve
     monkeypatch.setattr(sys, "argv", ["install.py", "--venv", str(tmp_path), "--window", "3.5.0"])
     inst.main()                                                # a version number goes on to make its venv
     assert made == ["3.5.0"]
+
+
+@pytest.mark.parametrize("args, says", [(["--window", "3.5.0", "--transformers", "../5.23"], "--transformers"),
+                                        (["--window", "3.5.0", "--transformers", "latest"], "--transformers"),
+                                        (["--transformers", "5.23.0"], "--transformers goes with --window")])
+def test_window_refuses_a_transformers_version_that_is_not_a_number_or_alone(args, says, tmp_path, monkeypatch,
+                                                                             capsys):
+    """--transformers names the window's folder too (triton-X-transformers-Y), and means nothing without --window
+    (it would have installed the whole course)."""
+    inst = _installer()
+    made = []
+    monkeypatch.setattr(inst, "window_venv", lambda base, v, hf=None: made.append((v, hf)) or base)
+    monkeypatch.setattr(inst, "subprocess", None)             # nothing is run, no venv made, whatever main does
+    (tmp_path / ".tritonllm-installed").write_text("")
+    monkeypatch.setattr(sys, "argv", ["install.py", "--venv", str(tmp_path), *args])
+    with pytest.raises(SystemExit) as e:
+        inst.main()
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.strip().splitlines() == [err.strip()] and says in err, err
+    assert made == []
+    monkeypatch.setattr(sys, "argv", ["install.py", "--venv", str(tmp_path), "--window", "3.5.0", "--transformers",
+                                      "5.23.0"])
+    inst.main()
+    assert made == [("3.5.0", "5.23.0")]

@@ -69,7 +69,7 @@ from ..config import FAMILY, PRESETS, QWEN35_0_8B
 from ..demo import meta_weights
 from ..engine import Engine
 from ..engine.plan import levels_markdown, runs_weights
-from ..hf_compat import hf_model, weights_from_hf
+from ..hf_compat import hf_from_pretrained, hf_model, weights_from_hf
 from ..model import Qwen35Model
 from ..reference import precision
 from ..runtime import no_launch_overlap, setup
@@ -399,9 +399,8 @@ def read_checkpoint(source: str, device) -> tuple:
     """(transformers model, weights dict, config), each side reading the files itself: transformers through its
     `from_pretrained`, the engines and the reference model through the course's loader in bf16
     (`weights.load_weights`, what `Engine.from_pretrained` runs), so the bench runs the path a user runs."""
-    from transformers import Qwen3_5ForCausalLM
     root = resolve_checkpoint(source)
-    hf = Qwen3_5ForCausalLM.from_pretrained(root, dtype=torch.bfloat16).to(device).eval()
+    hf = hf_from_pretrained(root, dtype=torch.bfloat16).to(device).eval()
     config, weights = load_weights(root, dtype=torch.bfloat16, device=device)
     return hf, weights, config
 
