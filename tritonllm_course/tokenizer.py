@@ -32,7 +32,13 @@ class Tokenizer:
         return list(self._impl.encode(text))
 
     def decode(self, ids) -> str:
-        return self._impl.decode([i for i in map(int, ids) if i < self.known])
+        """The text of `ids`; one at or past `known` decodes to nothing, a negative one is refused (a BPE table
+        indexed from the end would give some other token's text)."""
+        ids = [int(i) for i in ids]
+        bad = [i for i in ids if i < 0]
+        if bad:
+            raise ValueError(f"token ids must be >= 0, got {bad[0]}")
+        return self._impl.decode([i for i in ids if i < self.known])
 
 
 def load_tokenizer(source: str | Path | None = None) -> Tokenizer:

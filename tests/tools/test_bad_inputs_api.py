@@ -184,11 +184,15 @@ def test_an_eos_token_id_outside_the_vocabulary_is_named(weights, eos):
     (lambda w: Engine.random(TINY, device=f"cuda:{torch.cuda.device_count()}"), ValueError,
      "is not available"),
     (lambda w: Engine.from_pretrained("no/checkpoint", dtype="float32"), TypeError,
-     "dtype must be float32, float16 or bfloat16 for the engine, got 'float32'")],
+     "dtype must be float32, float16 or bfloat16 for the engine, got 'float32'"),
+    (lambda w: Engine.from_pretrained("no/checkpoint", dtype=torch.int32), TypeError,
+     "dtype must be float32, float16 or bfloat16 for the engine, got torch.int32"),
+    (lambda w: Engine(TINY, w, own_weights="no"), TypeError, "own_weights must be True or False, got 'no'")],
     ids=["float64", "float64 weights", "random None", "None", "prefill_chunk", "meta", "nowhere", "no such GPU",
-         "a string"])
+         "a string", "an integer", "own_weights"])
 def test_engine_construction_names_a_bad_dtype_config_or_device(weights, build, error, says):
     """float64 was built and refused at the first kernel; None was an AttributeError; -5 said '>= 0' where 0
     is refused too; meta, a device with no CUDA GPU behind it, a misspelt one and a dtype given by its name were
-    torch's errors (the last once the checkpoint had been read)."""
+    torch's errors (the last once the checkpoint had been read); an integer dtype read the whole checkpoint and
+    listed every tensor, one line each; own_weights="no" dropped the caller's projections."""
     _raises(error, says, lambda: build(weights))

@@ -185,6 +185,19 @@ def test_family_collect_of_no_bench_is_one_line_before_the_table(tmp_path, capsy
     assert _one_line(capsys).startswith(f"family: error: no bench of a family size under {tmp_path / 'none'}: ")
 
 
+@pytest.mark.parametrize("text, says", [("{\"rows\": [", "not a readable bench record (JSONDecodeError"),
+                                        ("[1, 2]", "not a bench record (missing or malformed: rows, gpu"),
+                                        ("{\"rows\": 3, \"gpu\": 1, \"date\": 1, \"ceiling_gbps\": 1, "
+                                         "\"contexts\": []}", "not a bench record (missing or malformed: rows)")])
+def test_family_collect_names_a_bench_record_that_is_not_one(text, says, tmp_path, capsys):
+    """A bench.json cut off mid-write (or any stray one) under --out was a traceback from inside the table."""
+    (tmp_path / "engine_x_2026-01-01").mkdir()
+    (tmp_path / "engine_x_2026-01-01" / "bench.json").write_text(text)
+    assert family.main(["--collect", "--out", str(tmp_path)]) == 2
+    line = _one_line(capsys)
+    assert line.startswith(f"family: error: {tmp_path / 'engine_x_2026-01-01' / 'bench.json'}: {says}"), line
+
+
 @pytest.mark.parametrize("argv, says", [
     (["--tokens", "0"], "--tokens must be from 1 to 4096 (the small checkpoint's max_position_embeddings), got 0"),
     (["--tokens", "100000"], "--tokens must be from 1 to 4096"),

@@ -25,9 +25,10 @@ def check_sizes(max_seq_len, prefill_chunk) -> tuple[int, int]:
     return check_count(max_seq_len, "max_seq_len", least=1), check_count(prefill_chunk, "prefill_chunk", least=1)
 
 
-def check_flags(cuda_graph=True, prefill_graph=True, pdl=None) -> None:
+def check_flags(cuda_graph=True, prefill_graph=True, pdl=None, own_weights=False) -> None:
     """The switches True or False (pdl None too: where the GPU has it); a string such as "no" would be true."""
-    for name, value in (("cuda_graph", cuda_graph), ("prefill_graph", prefill_graph), ("pdl", pdl)):
+    for name, value in (("cuda_graph", cuda_graph), ("prefill_graph", prefill_graph), ("pdl", pdl),
+                        ("own_weights", own_weights)):
         if not (isinstance(value, bool) or (name == "pdl" and value is None)):
             raise TypeError(f"{name} must be True or False{' or None' if name == 'pdl' else ''}, got {value!r}")
 
@@ -57,7 +58,7 @@ _NOT_GIVEN = object()   # from_pretrained's config: read from the checkpoint, af
 
 def check_arguments(max_seq_len=MAX_SEQ_LEN, prefill_chunk=PREFILL_CHUNK, level=LEVEL, weight_format=WEIGHT_FORMAT,
                     device: torch.device | str | None = None, *, config=_NOT_GIVEN, dtype=None, cuda_graph=True,
-                    prefill_graph=True, pdl=None, **_) -> tuple[int, int]:
+                    prefill_graph=True, pdl=None, own_weights=False, **_) -> tuple[int, int]:
     """The sizes as ints (`check_sizes`), after the config, the switches, the level and weight format are checked
     and, where given, the dtype, the device and fp8 against its GPU. Takes an Engine's keyword arguments whole
     (the others are not its to check). device=None: the constructor, whose device and dtype are the weights',
@@ -66,10 +67,10 @@ def check_arguments(max_seq_len=MAX_SEQ_LEN, prefill_chunk=PREFILL_CHUNK, level=
         raise TypeError(f"config must be a Qwen35Config (tritonllm_course.config.PRESETS holds some), got "
                         f"{type(config).__name__}")
     sizes = check_sizes(max_seq_len, prefill_chunk)
-    check_flags(cuda_graph, prefill_graph, pdl)
+    check_flags(cuda_graph, prefill_graph, pdl, own_weights)
     check_weight_format(level, weight_format)
-    if dtype is not None and not (isinstance(dtype, torch.dtype) and not dtype.is_floating_point):
-        check_dtype(dtype)          # float64, fp8, a string: the loaders name an integer dtype in their own words
+    if dtype is not None:
+        check_dtype(dtype)          # float64, fp8, an integer, a string: before any file is read
     if device is not None:
         check_fp8(weight_format, check_device(device))
     return sizes

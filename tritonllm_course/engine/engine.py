@@ -131,7 +131,8 @@ class Engine(Forward):
                  pdl: bool | None = None, merged: EngineWeights | None = None, weight_format: str = WEIGHT_FORMAT,
                  own_weights: bool = False):
         max_seq_len, prefill_chunk = check_arguments(max_seq_len, prefill_chunk, level, weight_format, config=config,
-                                                     cuda_graph=cuda_graph, prefill_graph=prefill_graph, pdl=pdl)
+                                                     cuda_graph=cuda_graph, prefill_graph=prefill_graph, pdl=pdl,
+                                                     own_weights=own_weights)
         check_weights(config, weights)
         check_limits(config)            # shapes no level takes: refused before anything is allocated
         embed = weights["embed_tokens.weight"]

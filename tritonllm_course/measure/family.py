@@ -41,11 +41,27 @@ def run_size(size: str, out: str, budget_s: float, steps: int = 16, repeats: int
     return subprocess.run(cmd).returncode
 
 
+BENCH_KEYS = ("rows", "gpu", "date", "ceiling_gbps", "contexts")
+
+
+def _bench(path: Path) -> dict:
+    """A bench.json, or a ValueError naming the file: a run cut off mid-write or a stray file under --out gave a
+    traceback from deep inside the table before."""
+    try:
+        res = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"{path}: not a readable bench record ({type(e).__name__}: {e})") from None
+    missing = [k for k in BENCH_KEYS if not isinstance(res, dict) or k not in res]
+    if missing or not isinstance(res["rows"], list) or not all(isinstance(r, dict) for r in res["rows"]):
+        raise ValueError(f"{path}: not a bench record (missing or malformed: {', '.join(missing) or 'rows'})")
+    return res
+
+
 def _folder(out: Path, size: str) -> Path | None:
     """The newest bench folder of `size` under `out` (any GPU, any date), or None."""
     named = "" if size == "qwen3.5-0.8b" else f"{size}_"
     found = sorted((p for p in out.glob(f"engine_{named}*") if (p / "bench.json").exists()
-                    and json.loads((p / "bench.json").read_text()).get("config", "qwen3.5-0.8b") == size),
+                    and _bench(p / "bench.json").get("config", "qwen3.5-0.8b") == size),
                    key=lambda p: p.name[-10:])
     return found[-1] if found else None
 
@@ -59,7 +75,7 @@ def collect(out: str | Path) -> dict:
         folder = _folder(out, size)
         if folder is None:
             continue
-        res = json.loads((folder / "bench.json").read_text())
+        res = _bench(folder / "bench.json")
         rows = {r["system"]: r for r in res["rows"]}
         sizes[size] = {"folder": folder.name, "gpu": res["gpu"], "date": res["date"],
                        "ceiling_gbps": res["ceiling_gbps"],
@@ -192,7 +208,12 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             status |= run_size(size, args.out, args.budget_s)
             print(f"== {size}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
-    family = collect(args.out)
+    try:
+        family = collect(args.out)
+    except (ValueError, KeyError, TypeError) as e:     # a bench.json that is not one: named, in one line
+        print(f"family: error: {e if isinstance(e, ValueError) else f'a bench record under {args.out}: {e!r}'}",
+              file=sys.stderr)
+        return 2
     if not family["sizes"]:   # an empty table, then a traceback from `write`: said in one line instead
         print(f"family: error: no bench of a family size under {args.out}: run `tritonllm-course bench --config "
               "...` (or this module without --collect) first", file=sys.stderr)
