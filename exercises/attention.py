@@ -3,11 +3,11 @@
 Shapes (batch 1, tokens first): q [T, heads, head_dim] = [T, 8, 256]; k, v [S, kv_heads, head_dim] =
 [S, 2, 256]; scores and probabilities [heads, T, S]; the static cache [max_len, 2, 256].
 
-GQA as rows. Query head h reads KV head g = h // G (G = heads / kv_heads = 4). Every kernel here gives
-one program one KV head and stacks the G query heads that share it as the rows of its tiles: row
-r = t * G + j is token t, query head g * G + j. A K or V tile loaded once then serves all G heads
-through one `tl.dot`, and a decode token (T = 1) still has G = 4 rows (padded to the 16 that `tl.dot`
-needs) instead of 1.
+GQA as rows. Query head h reads KV head g = h // G (G = heads / kv_heads = 4). Every kernel here that
+multiplies with `tl.dot` (the scores, P.V and the fused kernels) gives one program one KV head and stacks
+the G query heads that share it as the rows of its tiles: row r = t * G + j is token t, query head
+g * G + j. A K or V tile loaded once then serves all G heads through one `tl.dot`, and a decode token
+(T = 1) still has G = 4 rows (padded to the 16 that `tl.dot` needs) instead of 1.
 
 Numerics: `tl.dot` takes the operands in their input dtype (bf16/fp16 on the tensor cores; "ieee"
 keeps fp32 inputs in full fp32) and accumulates in fp32. Everything elementwise (scaling, softmax,

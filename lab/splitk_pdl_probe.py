@@ -5,7 +5,7 @@
 Question: `msaroufim/megakernels-vs-cuda-graphs` runs Llama-3.2-1B's down projection (K = 8,192) split 4
 ways along K with a small reduce kernel after it. Here, under PDL, the fast level's down projection
 (1,024 x 3,584, plus the residual) holds each program's 4 whole rows in registers: 256 programs of 16
-warps, two waves on 132 SMs, 79 us a token for it and the other out-projections (`pdl_step_profile`,
+warps, two waves on 132 SMs, 79 us a token for it and o_proj (`fused_linear_residual` in `pdl_step_profile`,
 2026-12-02). Do more, shorter programs (the K range split S ways) pay for the partials' round trip, with
 the sum in a reduce kernel of its own (the anchor's way) or done by each row block's last program to
 finish (counted with an atomic, no extra launch)? And o_proj (K = 2,048) split the same way?

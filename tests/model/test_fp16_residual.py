@@ -1,4 +1,4 @@
-"""fp16 mode: the residual stream in fp32 (Qwen's stream outgrows fp16's 65,504), in the reference model and
+"""fp16 mode: the residual stream in fp32 (Qwen's stream can outgrow fp16's 65,504), in the reference model and
 in the engine at every level; bf16 and fp32 keep the model dtype (tests/model/test_reference_model.py,
 tests/model/test_engine*.py cover them unchanged).
 
