@@ -46,6 +46,18 @@ def code_files():
             for folder in CODE_DIRS for path in sorted((ROOT / folder).rglob("*.py"))]
 
 
+def notebook_code_cells():
+    """Every code cell of the chapters, with its comments and docstrings (a comment in a cell is read beside the
+    markdown around it), named by its cell so that a line number points into the cell."""
+    out = []
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for i, cell in enumerate(json.loads(path.read_text())["cells"]):
+            if cell["cell_type"] == "code":
+                name = f"{path.relative_to(ROOT).as_posix()} cell {i} (id {cell.get('id')})"
+                out.append((name, figures.code_prose("".join(cell["source"]))))
+    return out
+
+
 @pytest.fixture(autouse=True)
 def fresh_registry():
     figures.clear_cache()
@@ -83,11 +95,12 @@ def test_every_measured_figure_in_prose_has_a_record_or_a_declaration():
 
 
 def test_every_figure_in_the_codes_comments_and_docstrings_is_marked_and_its_records_number():
-    """A docstring or comment that quotes a measurement is held to the prose's rules: marked, and equal to its
-    record (a stale "3.2 us" in a solution's docstring is a figure quoted differently in two places)."""
-    problems, files = [], code_files()
-    assert len(files) > 50, [name for name, _ in files]
-    for name, text in files:
+    """A docstring or comment (of the code, or of a chapter's code cell) that quotes a measurement is held to the
+    prose's rules: marked, and equal to its record (a stale "3.2 us" in a solution's docstring is a figure quoted
+    differently in two places)."""
+    problems, files, cells = [], code_files(), notebook_code_cells()
+    assert len(files) > 50 and len(cells) > 300, [name for name, _ in files]
+    for name, text in files + cells:
         problems += figures.unmarked_figures(text, name) + figures.check_markers(text, name)
     assert not problems, f"{len(problems)} figures in code comments:\n" + "\n".join(problems)
 
