@@ -51,6 +51,19 @@ def test_chapters_are_committed_without_outputs():
                        "them with nbformat, before committing")
 
 
+def test_chapters_are_committed_in_the_form_sync_notebooks_writes():
+    """nbformat's own serialisation (sorted keys, one-space indent, a final newline): a chapter saved in another
+    key order made `sync-notebooks` rewrite it with nothing changed, a diff for every author who ran it."""
+    committed = _committed_chapters(course_root())
+    if committed is None:
+        pytest.skip("not a git checkout: the release check reads the working files")
+    assert committed, "no chapters found"
+    for name, text in committed.items():
+        canonical = nbformat.writes(nbformat.reads(text, as_version=4))
+        canonical += "" if canonical.endswith("\n") else "\n"
+        assert text == canonical, f"{name} is not in nbformat's form: run `tritonllm-course sync-notebooks`"
+
+
 def test_the_outputs_check_reads_the_commit_not_the_learners_files(tmp_path):
     """A chapter run in JupyterLab after its commit: HEAD is still clean, and HEAD's outputs are found."""
     nb = nbformat.v4.new_notebook()
