@@ -212,8 +212,7 @@ def causal_mask(pos: torch.Tensor, kv_len: int, out: torch.Tensor | None = None)
     """
     validate.tensor(pos, "pos", dtype=validate.INTS, ndim=1)
     T = pos.shape[0]
-    if kv_len < 0:
-        raise ValueError(f"kv_len must be >= 0, got {kv_len}")
+    kv_len = validate.check_count(kv_len, "kv_len")      # None or "3" failed in a comparison, 1.5 in the shape
     device = validate.same_device(pos=pos)
     if out is None:
         out = torch.empty((T, kv_len), dtype=torch.bool, device=device)
@@ -227,6 +226,7 @@ def causal_mask(pos: torch.Tensor, kv_len: int, out: torch.Tensor | None = None)
 
 
 def _softmax(scores, mask, scale, out):
+    validate.finite(scale, "scale")
     S = scores.shape[-1]
     device = validate.same_device(scores=scores, mask=mask)
     out = validate.output(out, "out", tuple(scores.shape), scores.dtype, device)
@@ -329,11 +329,12 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     validate.tensor(k_cache, "k_cache", shape=(max_len, KV, D))
     validate.tensor(v_cache, "v_cache", dtype=q.dtype, shape=(max_len, KV, D))
     G = _heads(H, KV)
+    validate.finite(scale, "scale")
     device = validate.same_device(q=q, k_cache=k_cache, v_cache=v_cache)
     if isinstance(length, torch.Tensor):
         validate.tensor(length, "length", dtype=validate.INTS, shape=(1,), device=device.type)
-    else:
-        length = torch.tensor([int(length)], dtype=torch.int32, device=device)
+    else:                                                   # an int: 2.5 attended to 2 rows, True to 1
+        length = torch.tensor([validate.check_count(length, "length")], dtype=torch.int32, device=device)
     validate.device_range(length, 1, max_len, "length", f"a decode step attends to 1 .. {max_len} cached tokens")
     out = validate.output(out, "out", (H, D), q.dtype, device)
     validate.disjoint({"out": out}, {"q": q, "k_cache": k_cache, "v_cache": v_cache, "length": length})
@@ -352,6 +353,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torch.Tens
     pos: [T] int positions, each in [0, S); out: [T, heads, head_dim] in q's dtype.
     """
     T, H, D, S, KV, device = validate.causal_attention(q, k, v, pos)
+    validate.finite(scale, "scale")
     G = H // KV
     out = validate.output(out, "out", (T, H, D), q.dtype, device)
     validate.disjoint({"out": out}, {"q": q, "k": k, "v": v, "pos": pos})

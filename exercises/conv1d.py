@@ -148,6 +148,9 @@ def _check_inputs(x, weight, conv_state, tokens=None):
         raise ValueError(f"weight has shape {list(weight.shape)}; expected [{C}, K] for x of shape "
                          f"{list(x.shape)} (squeeze the checkpoint's [C, 1, K])")
     K = weight.shape[1]
+    if C == 0 or K == 0:          # no channel divided by zero in the grid; no tap convolved nothing, unrefused
+        raise ValueError(f"x has shape {list(x.shape)} and weight {list(weight.shape)}: give at least one channel "
+                         "and one tap (C, K >= 1)")
     if conv_state is not None:
         validate.tensor(conv_state, "conv_state", dtype=x.dtype, shape=(C, K))
     device = validate.same_device(x=x, weight=weight, conv_state=conv_state)
@@ -224,14 +227,16 @@ def _buffer(buf, name, shape, dtype, device):
     return validate.tensor(buf, name, dtype=validate.FLOATS, shape=shape, device=device.type)
 
 
-def _qkv_buffers(T, C, key_heads, head_dim, value_head_dim, x, device, q, k, v):
+def _qkv_buffers(T, C, key_heads, head_dim, value_head_dim, eps, x, device, q, k, v):
     """Check the head split of C; the q and k (fp32 by default) and v (x's dtype) buffers; the grid size.
 
     One program per q head and k head (the L2 norm needs a whole head), and one per head_dim channels of
-    v: v needs no norm, so its chunks need not be its heads, and every program has the same width."""
-    if min(key_heads, head_dim, value_head_dim) < 1:
-        raise ValueError(f"key_heads, head_dim and value_head_dim must be positive, got {key_heads}, "
-                         f"{head_dim} and {value_head_dim}")
+    v: v needs no norm, so its chunks need not be its heads, and every program has the same width. value_head_dim
+    None is head_dim (0 is refused: it ran as that default); eps is checked here for both wrappers."""
+    value_head_dim = head_dim if value_head_dim is None else value_head_dim
+    for value, name in ((key_heads, "key_heads"), (head_dim, "head_dim"), (value_head_dim, "value_head_dim")):
+        validate.check_count(value, name, least=1)     # None or "2" failed in a comparison, 1.5 in a shape
+    validate.positive(eps, "eps")                      # a negative one was a NaN norm, None failed in the launch
     value_dim = C - 2 * key_heads * head_dim
     if value_dim <= 0 or value_dim % value_head_dim:
         raise ValueError(f"C = {C} channels do not split into q and k of {key_heads} x {head_dim} and a v "
@@ -256,7 +261,7 @@ def conv1d_l2norm_prefill(x: torch.Tensor, weight: torch.Tensor, conv_state: tor
     """
     C, K, device = _check_inputs(x, weight, conv_state)
     T = x.shape[0]
-    q, k, v, heads = _qkv_buffers(T, C, key_heads, head_dim, value_head_dim or head_dim, x, device, q, k, v)
+    q, k, v, heads = _qkv_buffers(T, C, key_heads, head_dim, value_head_dim, eps, x, device, q, k, v)
     new_state = _new_state_buffer(new_state, conv_state, C, K, x.dtype, device)
     validate.disjoint({"q": q, "k": k, "v": v, "new_state": new_state},
                       {"x": x, "weight": weight, "conv_state": conv_state})
@@ -280,7 +285,7 @@ def conv1d_l2norm_decode(x: torch.Tensor, weight: torch.Tensor, conv_state: torc
     value_head_dim as `conv1d_l2norm_prefill`.
     """
     C, K, device = _check_inputs(x, weight, conv_state, tokens=1)
-    q, k, v, heads = _qkv_buffers(1, C, key_heads, head_dim, value_head_dim or head_dim, x, device, q, k, v)
+    q, k, v, heads = _qkv_buffers(1, C, key_heads, head_dim, value_head_dim, eps, x, device, q, k, v)
     validate.disjoint({"q": q, "k": k, "v": v}, {"x": x, "weight": weight, "conv_state": conv_state})
     conv1d_l2norm_decode_kernel[(heads,)](x, weight, conv_state, q, k, v, C, key_heads, head_dim,
                                           head_dim ** -0.5, eps, K=K,

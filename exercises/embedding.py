@@ -53,7 +53,7 @@ def embedding(ids: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None 
     validate.disjoint({"out": out}, {"ids": ids, "weight": weight})
     if check_ids:
         validate.device_range(ids, 0, vocab - 1, "token id", "outside the vocabulary")
-    if ids.numel() == 0:
+    if out.numel() == 0:          # no token, or rows of no column (hidden 0 divided by zero in the grid)
         return out
     block = min(triton.next_power_of_2(hidden), MAX_BLOCK_H)
     grid = (ids.shape[0], triton.cdiv(hidden, block))

@@ -125,13 +125,10 @@ def flash_config(T: int, G: int, KV: int, D: int, element_size: int, interpreted
 
 
 def _check_config(config: dict) -> dict:
+    """Tile sizes given by hand: exactly these four keys, each value as `validate.tile_config` takes it."""
     keys = {"BLOCK_M", "BLOCK_N", "num_warps", "num_stages"}
-    if set(config) != keys:
+    if set(validate.tile_config(config)) != keys:
         raise ValueError(f"config must have exactly the keys {sorted(keys)}, got {sorted(config)}")
-    for key in ("BLOCK_M", "BLOCK_N"):
-        b = config[key]
-        if b < 16 or b & (b - 1):
-            raise ValueError(f"config {key} = {b}: tl.dot tiles need a power of two >= 16")
     return config
 
 
@@ -147,6 +144,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torc
           column slice of the merged projection): out = attention * sigmoid(gate), Qwen's output gate.
     """
     T, H, D, S, KV, device = validate.causal_attention(q, k, v, pos)
+    validate.finite(scale, "scale")
     if D > MAX_HEAD_DIM:
         raise ValueError(f"head_dim {D} is larger than {MAX_HEAD_DIM}: the kernel keeps a whole head in one tile")
     s_gate = _check_gate(gate, (T, H, D), q.dtype, device)
@@ -154,7 +152,7 @@ def flash_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: torc
     validate.disjoint({"out": out}, {"q": q, "k": k, "v": v, "pos": pos, "gate": gate})
     G = H // KV
     gpu = helpers.gpu_of(device)
-    cfg = _check_config(dict(config)) if config else flash_config(T, G, KV, D, q.element_size(),
+    cfg = dict(_check_config(config)) if config else flash_config(T, G, KV, D, q.element_size(),
                                                                   runtime().interpreted,
                                                                   None if gpu is None else gpu.shared_bytes)
     if out.numel():

@@ -136,14 +136,15 @@ def flash_decoding(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
     validate.tensor(v_cache, "v_cache", dtype=q.dtype, shape=(max_len, KV, D))
     if KV == 0 or H % KV:
         raise ValueError(f"{H} query heads are not a multiple of {KV} KV heads (GQA)")
+    validate.finite(scale, "scale")
     device = validate.same_device(q=q, k_cache=k_cache, v_cache=v_cache)
     if isinstance(length, torch.Tensor):
         validate.tensor(length, "length", dtype=validate.INTS, shape=(1,), device=device.type)
-    else:
-        length = torch.tensor([int(length)], dtype=torch.int32, device=device)
+    else:                                                   # an int: 2.5 attended to 2 rows, True to 1
+        length = torch.tensor([validate.check_count(length, "length")], dtype=torch.int32, device=device)
     validate.device_range(length, 1, max_len, "length", f"a decode step attends to 1 .. {max_len} cached tokens")
     cfg = decoding_config(max_len, KV, D, q.element_size(), device, runtime().interpreted)
-    splits = cfg["num_splits"] if num_splits is None else num_splits
+    splits = cfg["num_splits"] if num_splits is None else validate.check_count(num_splits, "num_splits")
     if not 1 <= splits <= MAX_SPLITS:
         raise ValueError(f"num_splits must be in [1, {MAX_SPLITS}], got {splits}")
     if partials is None:

@@ -137,7 +137,7 @@ def linear_act(x: torch.Tensor, weight: torch.Tensor, act: str = "gelu", out: to
     M, N = x.shape[0], weight.shape[0]
     out = validate.output(out, "out", (M, N), x.dtype, device)
     validate.disjoint({"out": out}, {"x": x, "weight": weight})
-    if config is not None and not {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= set(config):
+    if config is not None and not {"BLOCK_M", "BLOCK_N", "BLOCK_K"} <= set(validate.tile_config(config)):
         raise ValueError(f"config must give BLOCK_M, BLOCK_N and BLOCK_K, got {sorted(config)}")
     if M == 0 or N == 0:
         return out

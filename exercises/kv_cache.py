@@ -80,9 +80,9 @@ def kv_cache_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_ca
     validate.disjoint({"k_cache": k_cache, "v_cache": v_cache}, {"k": k, "v": v, "pos": pos})
     validate.device_range(pos, 0, max_len - 1, "position",
                 f"the KV cache holds {max_len} rows; the sequence is longer than it was allocated for")
-    if T == 0:
-        return k_cache, v_cache
     row = kv_heads * head_dim
+    if T == 0 or row == 0:        # nothing to store (a row of no element failed in the kernel's arange)
+        return k_cache, v_cache
     kv_cache_write_kernel[(T,)](k, v, k_cache, v_cache, pos, max_len, k.stride(0), v.stride(0), ROW=row,
                                 BLOCK=triton.next_power_of_2(row), num_warps=4, **pdl_args())
     return k_cache, v_cache

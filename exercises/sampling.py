@@ -217,6 +217,7 @@ def _split(vocab: int, num_blocks: int | None) -> tuple[int, int, int]:
     """(tile, chunk, n_blocks): each of n_blocks programs reads `chunk` logits, `tile` at a time."""
     if num_blocks is None:
         num_blocks = triton.cdiv(vocab, TARGET_BLOCK)
+    num_blocks = validate.check_count(num_blocks, "num_blocks")   # "1" or 1.5 failed unnamed, True ran as 1
     if not 1 <= num_blocks <= MAX_BLOCKS:
         raise ValueError(f"num_blocks must be in [1, {MAX_BLOCKS}], got {num_blocks}")
     per_block = triton.cdiv(vocab, num_blocks)
@@ -231,6 +232,7 @@ def _seed_tensor(seed, device) -> torch.Tensor:
         return seed
     if not isinstance(seed, int):
         raise TypeError(f"seed must be an int or a 1-element int64 tensor, got {type(seed).__name__}")
+    seed = validate.check_seed(seed)          # the int64 the kernels read: 2**70 was an OverflowError, True a 1
     return torch.full((1,), seed, dtype=torch.int64, device=device)     # a fill on the device, no copy
 
 

@@ -13,23 +13,30 @@ import torch
 
 import tritonllm_course
 from tritonllm_course.config import PRESETS
-from tritonllm_course.engine import Engine
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--level", default="operators")
-    p.add_argument("--preset", default=None)
+    p.add_argument("--preset", default=None, choices=sorted(PRESETS))
     p.add_argument("--prompt", type=int, default=16, help="prompt length")
     p.add_argument("--steps", type=int, default=3, help="decode steps")
     p.add_argument("--graph", action="store_true", help="decode from a CUDA graph")
     args = p.parse_args()
+    if args.prompt < 1 or args.steps < 0:
+        p.error(f"--prompt must be >= 1 and --steps >= 0, got {args.prompt} and {args.steps}")
     rt = tritonllm_course.setup()
+    # imported after setup, which on a CPU switches the interpreter on before triton's import: imported above,
+    # it made every run there a RuntimeError traceback
+    from tritonllm_course.engine import Engine
     config = PRESETS[args.preset or rt.preset]
     dtype = rt.dtype if rt.on_gpu else torch.float32
     t0 = time.perf_counter()
-    engine = Engine.random(config, dtype, rt.device, seed=0, max_seq_len=args.prompt + args.steps + 8,
-                           level=args.level, cuda_graph=args.graph)
+    try:   # the engine's own checks (a level it does not have, a prompt past the positions): one line each
+        engine = Engine.random(config, dtype, rt.device, seed=0, max_seq_len=args.prompt + args.steps + 8,
+                               level=args.level, cuda_graph=args.graph)
+    except ValueError as e:
+        p.error(str(e))
     ids = [(7 * i + 3) % config.vocab_size for i in range(args.prompt)]
     engine.prefill(ids)
     tokens = [int(engine.counters.ids.reshape(-1)[0])]

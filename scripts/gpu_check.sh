@@ -58,8 +58,11 @@ if [ -e "$OUT" ] || [ -L "$OUT" ]; then   # new or empty only (the usage above s
 fi
 for var in LIMIT_S JOBS BUDGET_S EXTRA_TIMEOUT; do   # numbers for timeout, pytest and bash's arithmetic
   val=${!var:-}; least=1; [ "$var" = EXTRA_TIMEOUT ] && least=0   # EXTRA_TIMEOUT=0: no bound
-  if [ -n "$val" ] && { ! [[ $val =~ ^[0-9]+$ ]] || [ "$val" -lt "$least" ]; }; then
-    echo "scripts/gpu_check.sh: $var must be a whole number of at least $least, got '$val'" >&2; exit 2
+  # no leading zero (bash's arithmetic reads 010 as octal 8, and 08 ends the run with nothing run and exit 0) and
+  # at most 9 digits (past 2^63, `[` fails with an error line and lets the value through)
+  if [ -n "$val" ] && { ! [[ $val =~ ^(0|[1-9][0-9]{0,8})$ ]] || [ "$val" -lt "$least" ]; }; then
+    echo "scripts/gpu_check.sh: $var must be a whole number from $least to 999999999 (no leading zero), got" \
+      "'$val'" >&2; exit 2
   fi
 done
 case ${TRITONLLM_DTYPE:-bfloat16} in bfloat16|float16|float32) ;;

@@ -243,6 +243,14 @@ def write_readme() -> None:
                       + text[end:])
 
 
+def _is_record(path: Path) -> bool:
+    """Whether `path` holds what `record` writes (a JSON object naming its part), to be replaced by a new one."""
+    try:
+        return isinstance(rec := json.loads(path.read_bytes()), dict) and "part" in rec
+    except (OSError, ValueError, RecursionError):
+        return False
+
+
 def _write_record(name: str, durations: str, rc: str, seconds: str, out: str) -> int:
     """`record`'s command: its arguments checked before anything is written (gpu_check.sh makes the durations
     file before the part runs, so a missing one is a wrong path, never a part that ran nothing)."""
@@ -255,6 +263,8 @@ def _write_record(name: str, durations: str, rc: str, seconds: str, out: str) ->
         error = f"RC must be pytest's exit status, a whole number, got {rc!r}"
     elif not re.fullmatch(r"[0-9]+(\.[0-9]+)?", seconds):
         error = f"SECONDS must be a number of seconds, got {seconds!r}"
+    elif Path(out).is_file() and not _is_record(Path(out)):   # gpu_check.sh's OUTDIR is new: never the user's
+        error = f"OUT.json: {out} exists and is not a part's record: not overwritten"
     if error is None:
         rec = record(name, Path(durations), int(rc), float(seconds))
         try:

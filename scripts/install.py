@@ -198,6 +198,8 @@ def main() -> None:
     ap.add_argument("--transformers", metavar="VERSION", type=transformers_version,
                     help="with --window: transformers==VERSION in that venv too")
     args = ap.parse_args()
+    if args.venv is not None and not args.venv.strip():   # Path("") is ".": a venv made in the course's folder
+        ap.error("--venv is empty: name the virtual environment's folder (e.g. .venv)")
     if args.transformers and not args.window:
         ap.error("--transformers goes with --window VERSION")
     if args.window:

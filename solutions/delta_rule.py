@@ -397,8 +397,9 @@ def gated_delta_rule_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     results/delta_rule_nvidia-h200_2026-11-29.json).
     """
     T, H, HV, DK, DV, _, out, final_state = _check(q, k, v, g, beta, initial_state, out, final_state)
-    if block_v not in (4, 8, 16, 32, 64):
+    if validate.check_count(block_v, "block_v") not in (4, 8, 16, 32, 64):   # 16.0 passed `in`, to fail in the launch
         raise ValueError(f"block_v must be 4, 8, 16, 32 or 64, got {block_v}")
+    validate.warps(num_warps)
     grid = (HV, triton.cdiv(DV, block_v))
     recurrent_kernel[grid](q, k, v, g, beta, initial_state, out, final_state, T, q.stride(0), k.stride(0),
                            v.stride(0), H=H, HV=HV, DK=DK, DV=DV, BK=_pow2(DK), BV=block_v,
@@ -527,9 +528,9 @@ def gated_delta_rule_chunked(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 def _chunked(q, k, v, g, beta, gates, initial_state, out, final_state, chunk_size, block_v, norm=None):
     """The three (at chunks of 64, four) kernels on validated inputs (chunk_size None: by T)."""
     chunk_size = chunk_size_for(q.shape[0]) if chunk_size is None else chunk_size
-    if chunk_size not in CHUNK_SIZES:
+    if validate.check_count(chunk_size, "chunk_size") not in CHUNK_SIZES:       # 64.0 passed `in`, as 16.0 did
         raise ValueError(f"chunk_size must be one of {CHUNK_SIZES}, got {chunk_size}")
-    if block_v not in (16, 32, 64):
+    if validate.check_count(block_v, "block_v") not in (16, 32, 64):
         raise ValueError(f"block_v must be 16, 32 or 64, got {block_v}")
     if q.dtype != v.dtype:        # the products pair q and k with v-dtype tiles: one dtype throughout
         q, k = q.to(v.dtype), k.to(v.dtype)

@@ -130,7 +130,7 @@ def l2norm_qk(q: torch.Tensor, k: torch.Tensor, eps: float = 1e-6,
     k_out = validate.output(k_out, "k_out", (T, H, D), k.dtype, device)
     validate.disjoint({"q_out": q_out, "k_out": k_out}, {"q": q, "k": k}, same={"q_out": "q", "k_out": "k"})
     rows = T * H
-    if rows == 0:
+    if rows == 0 or D == 0:       # heads of no element: nothing to normalise (D ** -0.5 divided by zero)
         return q_out, k_out
     block_d = triton.next_power_of_2(D)
     block_r = min(triton.next_power_of_2(rows), max(1, 2048 // block_d))   # 16 rows of 128 per program

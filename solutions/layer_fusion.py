@@ -343,10 +343,12 @@ def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tenso
     device = validate.same_device(x=x, weight=weight, residual=residual)
     out = validate.output(out, "out", tuple(residual.shape), residual.dtype, device)
     validate.disjoint({"out": out}, {"x": x, "weight": weight, "residual": residual}, same=("residual",))
-    x2, r2, out2 = x.reshape(-1, K), residual.view(-1, N), out.view(-1, N)       # [M, K], [M, N], [M, N]
-    M = x2.shape[0]
-    if M == 0:
+    M = x.shape[:-1].numel()                    # not -1, which an empty K or N leaves undetermined
+    x2, r2, out2 = x.reshape(M, K), residual.view(M, N), out.view(M, N)          # [M, K], [M, N], [M, N]
+    if M == 0 or N == 0:
         return out
+    if K == 0:                                  # a projection of no term adds 0: out is the residual
+        return out.copy_(residual)
     if M == 1:
         pdl = pdl_args()
         cfg = gemv_residual_config(N, K, runtime().interpreted, pdl["PDL"])

@@ -340,10 +340,12 @@ def _project(x, weight, up_weight, norm_weight, eps, out, conv=None, scales=None
     conv = (conv_weight [C, KC], conv_state [C, KC]): the conv's step on outputs 0..C-1 (one token only).
     scales = (scale [N], up's scale [N] or None): 8-bit weights' row scales (one token only)."""
     K, N = x.shape[-1], weight.shape[0]
-    x2, out2 = x.reshape(-1, K), out.view(-1, N)                        # [M, K], [M, N]
-    M = x2.shape[0]
-    if M == 0:
+    M = x.shape[:-1].numel()                    # not -1, which an empty K or N leaves undetermined
+    x2, out2 = x.reshape(M, K), out.view(M, N)                          # [M, K], [M, N]
+    if M == 0 or N == 0:
         return out
+    if K == 0:                                  # sums of no term (a norm of none is refused): silu(0) * 0 = 0
+        return out.zero_()
     has_norm, gated = norm_weight is not None, up_weight is not None
     weights = (weight, up_weight) if gated else (weight,)
     if M > 1 and not has_norm and tma_gemm.usable(x2, *weights):   # sm_90 on, long prompts: the TMA's copies
@@ -382,6 +384,9 @@ def _scale_args(scales) -> dict:
 
 
 def _check_norm(norm_weight: torch.Tensor, K: int, eps: float, name: str = "norm_weight") -> None:
+    """The norm's weight and eps; K = 0 refused (the RMS of no element is 0 / 0), as `rms_norm` refuses it."""
+    if K == 0:
+        raise ValueError("x's last dim, the normalised dim, is 0: the RMS of no element is undefined")
     validate.tensor(norm_weight, name, dtype=validate.FLOATS, shape=(K,))
     validate.positive(eps, "eps")
 

@@ -234,6 +234,8 @@ def quant_gemv(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, group
     device = x.device
     out = validate.output(out, "out", (*x.shape[:-1], N), x.dtype, device)
     validate.disjoint({"out": out}, {"x": x, "weight": weight, "scale": scale})
+    if N == 0 or K == 0:                        # no output, or sums of no term: no launch (a grid of 0, or K = 0)
+        return out.zero_()
     cfg = gemv_config(N, K, group_size, runtime().interpreted)
     grid = (triton.cdiv(N, cfg["BLOCK_N"]),)
     pdl = pdl_args() if grid[0] <= PDL_MAX_PROGRAMS else {"PDL": False, "launch_pdl": False}
@@ -255,8 +257,8 @@ def quant_gemm(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, group
     M, device = x.shape[0], x.device
     out = validate.output(out, "out", (M, N), x.dtype, device)
     validate.disjoint({"out": out}, {"x": x, "weight": weight, "scale": scale})
-    if M == 0:
-        return out
+    if M == 0 or N == 0 or K == 0:              # no output, or sums of no term
+        return out.zero_()
     if group_size is None and tma_gemm.usable(x, weight):   # sm_90 on, long prompts: the TMA's copies
         return tma_gemm.launch(x, weight, out, scale=scale, pdl=pdl_args())
     cfg = gemm_config(M, N, group_size, x.dtype, device)
@@ -276,7 +278,8 @@ def quant_linear(x: torch.Tensor, weight: torch.Tensor, scale: torch.Tensor, gro
     N, K, _ = _check(x, weight, scale, group_size)
     out = validate.output(out, "out", (*x.shape[:-1], N), x.dtype, x.device)
     validate.disjoint({"out": out}, {"x": x, "weight": weight, "scale": scale})
-    x2, out2 = x.reshape(-1, K), out.view(-1, N)                      # [M, K], [M, N]
+    M = x.shape[:-1].numel()                    # not -1, which an empty K or N leaves undetermined
+    x2, out2 = x.reshape(M, K), out.view(M, N)                        # [M, K], [M, N]
     if x2.shape[0] == 1:
         quant_gemv(x2, weight, scale, group_size, out2)
     else:

@@ -32,6 +32,7 @@ import torch
 
 from . import kernels, slots
 from .runtime import runtime
+from .validate import check_seed, number
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
 # Seconds per kernel call, by default. Under the interpreter the slowest correct call of the check took
@@ -408,13 +409,23 @@ def run_case(fn, reference, make_inputs, make_out, case: Case, *, dtype, device,
         s = seed + trial if seed is not None else int.from_bytes(os.urandom(4), "little")
         case.seeds.append(s)
         gen = torch.Generator(device=device).manual_seed(s)
-        inputs = make_inputs(dict(case.shape), dtype, device, gen)
+        inputs = _returned(make_inputs(dict(case.shape), dtype, device, gen), "make_inputs")
         if edge is not None:
             inputs = edge.apply(inputs, dict(case.shape), dtype, gen)
+        missing = [k for k in mutated if k not in inputs]
+        if missing:
+            raise ValueError(f"mutated names {missing}, which make_inputs does not return")
         ref_inputs = {k: _to_reference(v) for k, v in inputs.items()}
         expected = _as_tuple(reference(**ref_inputs))
-        outs = make_out(inputs) if make_out else {}
-        for buf in outs.values():
+        if not all(isinstance(e, torch.Tensor) for e in expected):
+            raise TypeError(f"reference must return a tensor or a tuple of tensors, got {type(expected[0]).__name__}"
+                            if len(expected) == 1 else "reference must return a tensor or a tuple of tensors")
+        outs = _returned(make_out(inputs), "make_out") if make_out else {}
+        for what, buf in outs.items():
+            if buf.dtype == torch.bool or buf.is_complex():   # "torch.bool is not supported by torch.iinfo"
+                raise TypeError(f"make_out's {what} is a {_dtype_name(buf.dtype)} buffer, which the check cannot "
+                                "poison (an element never written would pass): use int8 for a mask, as the "
+                                "causal_mask slot does, or a real floating dtype")
             if buf.is_floating_point():
                 buf.fill_(float("nan"))
             else:
@@ -439,6 +450,33 @@ def run_case(fn, reference, make_inputs, make_out, case: Case, *, dtype, device,
     return case
 
 
+def _returned(value, name: str) -> dict:
+    """What make_inputs / make_out returned, a dict of keyword arguments (a list was an AttributeError)."""
+    if not isinstance(value, dict):
+        raise TypeError(f"{name} must return a dict of the kernel's keyword arguments, got {type(value).__name__}")
+    return value
+
+
+def _check_fn_arguments(functions: dict, seed, tol, exact, mutated, shape) -> None:
+    """check_fn's arguments, each named when wrong: the functions callable (make_out may be None), the seed an
+    int in [0, 2**63 - 1] or None, tol a number >= 0 or None, exact a bool, mutated a tuple of input names,
+    shape a dict or None. Each was taken before and failed later, not naming it (a str seed in an addition, 2**70
+    in torch's manual_seed, a str tol in a comparison), or was read otherwise (mutated="x" as its letters)."""
+    for what, f in functions.items():
+        if not (callable(f) or (f is None and what == "make_out")):
+            raise TypeError(f"{what} must be callable, got {f!r}")
+    if seed is not None:
+        check_seed(seed)
+    if tol is not None and not number(tol, "tol") >= 0:                             # NaN: refused
+        raise ValueError(f"tol must be a number >= 0, got {tol!r}")
+    if not isinstance(exact, bool):
+        raise TypeError(f"exact must be True or False, got {exact!r}")
+    if not (isinstance(mutated, (tuple, list)) and all(isinstance(m, str) for m in mutated)):
+        raise TypeError(f"mutated must be a tuple of input names, got {mutated!r}")
+    if shape is not None and not isinstance(shape, dict):
+        raise TypeError(f"shape must be a dict of dims (make_inputs' first argument) or None, got {shape!r}")
+
+
 def check_fn(fn, reference, make_inputs, make_out=None, *, name="kernel", shape=None, dtype=None,
              device=None, trials: int = 2, seed: int | None = None, tol: float | None = None,
              mutated: tuple[str, ...] = (), exact: bool = False, note: str = "",
@@ -451,10 +489,13 @@ def check_fn(fn, reference, make_inputs, make_out=None, *, name="kernel", shape=
     """
     if type(trials) is not int or trials < 1:
         raise ValueError(f"trials must be a whole number >= 1, got {trials!r}")
-    if tol is not None and not tol >= 0:                                               # NaN: refused
-        raise ValueError(f"tol must be a number >= 0, got {tol!r}")
+    _check_fn_arguments({"fn": fn, "reference": reference, "make_inputs": make_inputs, "make_out": make_out},
+                        seed, tol, exact, mutated, shape)
     rt = runtime()
-    dtype = dtype or rt.dtype
+    dtype = _dtypes(dtype)[0] if isinstance(dtype, str) else dtype or rt.dtype
+    if tol is None and dtype not in TOLERANCE:        # a KeyError before: float64 is fine with a tol of its own
+        raise ValueError(f"dtype {dtype} has no default tolerance: give tol= or one of "
+                         f"{[_dtype_name(d) for d in TOLERANCE]}")
     device = device or rt.device
     report = Report(name, source, note)
     case = Case(_dtype_name(dtype), dict(shape or {}), tol=tol if tol is not None else TOLERANCE[dtype])
@@ -475,7 +516,7 @@ def _dtypes(dtype) -> list[torch.dtype]:
         if not isinstance(getattr(torch, dtype, None), torch.dtype) or getattr(torch, dtype) not in TOLERANCE:
             raise ValueError(f"dtype must be one of {[_dtype_name(d) for d in TOLERANCE]}, got {dtype!r}")
         return [getattr(torch, dtype)]
-    if dtype not in TOLERANCE:
+    if not isinstance(dtype, torch.dtype) or dtype not in TOLERANCE:      # a set was "unhashable type"
         raise ValueError(f"dtype must be one of {list(TOLERANCE)}, got {dtype!r}")
     return [dtype]
 
@@ -532,6 +573,8 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
         raise ValueError(f"trials must be a whole number >= 1, got {trials!r}")
     if seed is not None and type(seed) is not int:
         raise TypeError(f"seed must be a whole number or None, got {seed!r}")
+    if seed is not None:
+        check_seed(seed)                          # 2**70 failed in torch's manual_seed: "Overflow when unpacking"
     if edges is not None and not isinstance(edges, bool):
         raise TypeError(f"edges must be True, False or None, got {edges!r}")
     for flag, value in (("fail_fast", fail_fast), ("verbose", verbose)):

@@ -71,6 +71,10 @@ def cmd_check(args) -> int:
     from .checking import check
     try:
         slots.get(args.slot)
+        if kernels.selected(args.source) == "solutions" and not kernels.has_solutions():   # was a traceback
+            asked = "--source solutions" if args.source else "TRITONLLM_KERNELS=solutions"
+            raise ValueError(f"{asked}: {kernels.course_root()} has no solutions/ (a student version); check your "
+                             "exercise instead (--source exercises)")
         report = check(args.slot, args.source, trials=args.trials, dtype=dtypes, verbose=False)
     except (KeyError, ValueError) as e:
         print(str(e).strip('"'), file=sys.stderr)
@@ -160,11 +164,11 @@ def cmd_sync_notebooks(args) -> int:
 
 def cmd_colab_links(args) -> int:
     from .colab import colab_url, github_repo
-    from .notebooks_tools import notebooks
+    from .notebooks_tools import chapters
     try:
         if args.repo_url is not None:   # named as the option it came from, not as colab.py's constant
             github_repo(args.repo_url, "--repo-url")
-        for path in notebooks():
+        for path in chapters():
             print(f"{path.name}: {colab_url(path.name, args.repo_url)}")
     except ValueError as e:
         print(e, file=sys.stderr)

@@ -38,12 +38,14 @@ class ExerciseFileError(ValueError):
 
 def read_exercise(path: Path, root: Path | None = None) -> str | None:
     """The text of the exercise at `path`, None when it is missing; an `ExerciseFileError` naming it when it
-    is a directory, a symbolic link, not UTF-8 text or unreadable."""
+    is a directory, a symbolic link, not UTF-8 text or unreadable, or naming its folder when that is a file."""
     rel = path.relative_to(root or kernels.course_root())
     if path.is_symlink():
         raise ExerciseFileError(f"{rel} is a symbolic link (to {os.readlink(path)}): exercises are regular files, "
                                 "never written through a link; replace it with a copy of the file")
     if not path.exists():
+        if path.parent.exists() and not path.parent.is_dir():   # not missing: nothing can be written there
+            raise ExerciseFileError(f"{rel.parent} is a file, not a folder: move it away, then run make-exercises")
         return None
     if path.is_dir():
         raise ExerciseFileError(f"{rel} is a directory, not a file: move it away, then run make-exercises")

@@ -14,7 +14,11 @@ from .validate import check_count, check_decoding, check_ids, check_seed, eos_id
 
 
 def check_prompt(model: Qwen35Model, prompt_ids, max_new_tokens: int) -> list[int]:
-    """The prompt as a list of ints, after checking ids and lengths; raises ValueError saying what is wrong."""
+    """The prompt as a list of ints, after checking the model, ids and lengths; raises TypeError / ValueError saying
+    what is wrong (an Engine given as the model was an AttributeError once the prompt had been checked)."""
+    if not isinstance(model, Qwen35Model):
+        raise TypeError(f"model must be a Qwen35Model (an Engine generates itself: engine.generate(prompt_ids, ...)), "
+                        f"got {type(model).__name__}")
     ids = check_ids(prompt_ids, device=model.device)
     max_new_tokens = check_count(max_new_tokens, "max_new_tokens")
     c = model.config

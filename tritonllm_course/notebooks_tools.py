@@ -5,11 +5,13 @@ open a chapter on a GPU runtime, and no committed outputs.
 code cell and clears every output, so it refuses a student version (no solutions/), where those are a
 learner's edits and results. It reads and checks every chapter before it rewrites any (a chapter that is not
 a notebook, or has no code cell, or is not a regular file, a fifo say, is a `NotebookError` naming it, and
-nothing is rewritten), and writes each one atomically, never through a symbolic link (`safe_files`). A chapter
-saved (in Jupyter, say) between that check and its write is left as it was saved, and named."""
+nothing is rewritten; so is a notebooks/ folder without a chapter), and writes each one atomically, never
+through a symbolic link (`safe_files`). A chapter saved (in Jupyter, say) between that check and its write is
+left as it was saved, and named."""
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 
 from . import safe_files
@@ -26,6 +28,15 @@ class NotebookError(ValueError):
 
 def notebooks() -> list[Path]:
     return sorted((course_root() / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+
+
+def chapters() -> list[Path]:
+    """`notebooks()` for a command that acts on every chapter: none there (no notebooks/, or not one
+    `NN_name.ipynb` in it) is a `NotebookError` naming the folder, never a run that did nothing and passed."""
+    found = notebooks()
+    if not found:
+        raise NotebookError(f"{course_root() / 'notebooks'} holds no chapter (NN_name.ipynb): nothing to do")
+    return found
 
 
 _WIDGET = re.compile(r"\bwidgets\.|\binteract(ive)?\(")
@@ -76,22 +87,28 @@ def sync_all() -> list[Path]:
                             "authors; here it would replace each chapter's first code cell and clear every output, "
                             "your edits and results included")
     plans = []
-    for path in notebooks():
+    for path in chapters():
         rel = path.relative_to(root)
         try:   # bytes first: a fifo or a device is refused by its type, never left to block the read
             before = safe_files.read_regular(path, follow_links=False)
-            nb = nbformat.reads(before.decode("utf-8"), as_version=4)
+            with warnings.catch_warnings():   # nbformat's advice (cells without ids, which its writes add) was
+                warnings.simplefilter("ignore")   # lines on stderr before a refusal's one line
+                nb = nbformat.reads(before.decode("utf-8"), as_version=4)
+            if not any(c.cell_type == "code" for c in nb.cells):
+                raise NotebookError(f"{rel} has no code cell for the set-up cell: no chapter was rewritten")
+            # the edits inside the try: nbformat reads a field of the wrong type (metadata.colab a list, say)
+            # without a word, and only the edit of it fails
+            first_code_cell(nb).source = SETUP_CELL
+            set_colab_metadata(nb)
+            strip(nb)
+            text = nbformat.writes(nb)
         except safe_files.UnreadableFile as e:
             raise NotebookError(f"{str(e).replace(str(path), str(rel), 1)}; no chapter was rewritten") from None
+        except NotebookError:
+            raise
         except Exception as e:   # not JSON, not a notebook, a directory, unreadable: all the same to a chapter
             said = (str(e).strip().splitlines() or [type(e).__name__])[0][:160]
             raise NotebookError(f"{rel} is not a readable notebook ({said}): no chapter was rewritten") from None
-        if not any(c.cell_type == "code" for c in nb.cells):
-            raise NotebookError(f"{rel} has no code cell for the set-up cell: no chapter was rewritten")
-        first_code_cell(nb).source = SETUP_CELL
-        set_colab_metadata(nb)
-        strip(nb)
-        text = nbformat.writes(nb)
         text += "" if text.endswith("\n") else "\n"   # as nbformat.write ends a file
         try:
             safe_files.check_writable(path, root)

@@ -121,6 +121,9 @@ def _check_new_folder(given: Path, root: Path) -> Path:
         raise StudentVersionError(f"{dest} is inside the course ({root}): choose a folder outside it")
     if dest.exists() and not dest.is_dir():
         raise StudentVersionError(f"{dest} is a file, not a folder: choose a new or empty folder")
+    above = next((folder for folder in dest.parents if folder.exists()), None)   # the folder it is made in
+    if above is not None and not above.is_dir():   # was "cannot be created: File exists", of a file not there
+        raise StudentVersionError(f"{dest} cannot be created: {above} is a file, not a folder")
     try:
         if dest.exists() and any(dest.iterdir()):
             raise StudentVersionError(f"{dest} exists and is not empty")

@@ -29,8 +29,9 @@ _PATCHED_PACKAGES = ("tritonllm_course.reference", "tritonllm_course.model", "tr
 
 
 def check_ops(ops: dict) -> None:
-    """Each name a reference op's, each value callable, else a KeyError / TypeError naming it."""
-    unknown = [n for n in ops if not (isinstance(n, str) and callable(getattr(R, n, None)))]
+    """Each name a reference op's, each value callable, else a KeyError / TypeError naming it. A name with a leading
+    underscore is none (__init__, the module's own method, was taken and swapped nothing)."""
+    unknown = [n for n in ops if not (isinstance(n, str) and not n.startswith("_") and callable(getattr(R, n, None)))]
     if unknown:
         raise KeyError(f"no reference op named {unknown}; see tritonllm_course.reference")
     for name, fn in ops.items():
@@ -110,6 +111,8 @@ def compare_greedy(ops: dict, n_new: int = 8, prompt_len: int = 11, seed: int = 
             raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
     if seed > MAX_SEED:                                 # torch.Generator's seed is 64 bits
         raise ValueError(f"seed must be a whole number in [0, 2**63 - 1], got {seed}")
+    if not isinstance(verbose, bool):                   # "no" was true: the report printed
+        raise TypeError(f"verbose must be True or False, got {verbose!r}")
     from .config import PRESETS
     rt = runtime()
     if prompt_len + n_new > (room := PRESETS[rt.preset].max_position_embeddings):

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import torch
+
 from .config import QWEN35_0_8B
+from .validate import check_ids
 
 _TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json")
 
@@ -29,12 +32,22 @@ class Tokenizer:
         self.known = vocab_size if known is None else known
 
     def encode(self, text: str) -> list[int]:
+        """The ids of `text`, a str of valid Unicode: anything else is a TypeError / ValueError naming `text`
+        (an int or None failed inside the implementation, a lone surrogate in the Rust tokenizer's argument)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:
+            raise ValueError(f"text is not valid Unicode: {text[e.start]!r} at index {e.start} (a lone "
+                             "surrogate, from bytes that were not UTF-8)") from None
         return list(self._impl.encode(text))
 
     def decode(self, ids) -> str:
         """The text of `ids`; one at or past `known` decodes to nothing, a negative one is refused (a BPE table
-        indexed from the end would give some other token's text)."""
-        ids = [int(i) for i in ids]
+        indexed from the end would give some other token's text). ids are one sequence of ints (`check_ids`): a
+        string, floats, bools, bytes or a set were decoded as some other sequence ("12" as [1, 2])."""
+        ids = check_ids(ids, "ids", device=ids.device if isinstance(ids, torch.Tensor) else None)
         bad = [i for i in ids if i < 0]
         if bad:
             raise ValueError(f"token ids must be >= 0, got {bad[0]}")
@@ -55,7 +68,7 @@ def load_tokenizer(source: str | Path | None = None) -> Tokenizer:
             from transformers import AutoTokenizer
             tok = AutoTokenizer.from_pretrained(str(source))
             return Tokenizer(tok, f"the checkpoint's own tokenizer ({source})", len(tok))
-        except (OSError, ValueError, KeyError, TypeError) as e:
+        except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:   # RecursionError: JSON nested too deep
             reason = f"{source} has no usable tokenizer ({type(e).__name__}: {str(e).splitlines()[0]})"
     return fallback_tokenizer(reason)
 

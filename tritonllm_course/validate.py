@@ -50,11 +50,37 @@ def tensor(x, name: str, *, dtype=None, ndim: int | None = None, shape: tuple | 
     return x
 
 
+def check_device(device, meta: bool = False) -> torch.device:
+    """A device tensors can be made or loaded on, as a torch.device: a CUDA one only where there is one (a misspelt
+    one was torch's RuntimeError, "cuda" without CUDA an AssertionError); meta only where `meta`, as it holds no
+    values to generate from (the engine refuses it; an engine of `demo.meta_weights`, built directly, sizes its
+    buffers on it)."""
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda', got {device!r}") from None
+    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
+        raise ValueError(f"device {str(device)!r} is not available: {torch.cuda.device_count()} CUDA GPU(s) here")
+    if device.type == "meta" and not meta:
+        raise ValueError("device 'meta' makes weights without values, nothing to generate from: use 'cpu' or 'cuda'")
+    return device
+
+
 def number(value, name: str) -> float:
     """A real number argument (int or float, not bool): a kernel takes it as an fp32 or int scalar, and a
     string or a tensor would fail inside the launch, not naming the argument."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a number, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def finite(value, name: str) -> float:
+    """A finite real number (an attention's scale: 0 and negative ones are softmax's business), else a TypeError /
+    ValueError naming `name`: None or a string failed in the host arithmetic without naming it, a 0-d tensor
+    inside the launch, and a NaN or an infinite scale came back as NaN probabilities without a word."""
+    number(value, name)
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be a finite number, got {value!r}")
     return value
 
 
@@ -79,6 +105,36 @@ def block_size(value, name: str = "block_size") -> int:
     if not (0 < n <= MAX_BLOCK and n & (n - 1) == 0):
         raise ValueError(f"{name} must be a power of two from 1 to 2**20, got {n}")
     return n
+
+
+def warps(value, name: str = "num_warps") -> int:
+    """Warps per program as an int, a power of two from 1 to 32, which Triton compiles (the interpreter ignores the
+    count: a 3, a 1.5 or a string ran on the CPU, to fail on a GPU), else a ValueError naming `name`."""
+    n = _index(value)
+    if n not in (1, 2, 4, 8, 16, 32):
+        raise ValueError(f"{name} must be a power of two from 1 to 32, got {value!r}")
+    return n
+
+
+def tile_config(config, name: str = "config") -> dict:
+    """Tile sizes given by hand (a wrapper's `config=`): a dict whose BLOCK_* are power-of-two ints from 16 (tl.dot's
+    least tile) to 2**20, num_warps a power of two from 1 to 32 and num_stages an int >= 1; which keys it must hold
+    is the wrapper's to say. A string was "dictionary update sequence", 16.0 a TypeError of `&`, a block of 0 or 2**30
+    an InterpreterError (a compile error on a GPU), and num_warps=3 was taken."""
+    if not isinstance(config, dict):
+        raise TypeError(f"{name} must be a dict of tile sizes, got {type(config).__name__}")
+    for key, value in config.items():
+        n = _index(value)
+        if isinstance(key, str) and key.startswith("BLOCK"):
+            if n is None:
+                raise TypeError(f"{name} {key} must be an int, got {value!r}")
+            if not (16 <= n <= MAX_BLOCK and n & (n - 1) == 0):
+                raise ValueError(f"{name} {key} = {n}: tl.dot tiles need a power of two >= 16 (at most 2**20)")
+        elif key == "num_warps":
+            warps(value, f"{name} num_warps")
+        elif key == "num_stages" and not (n is not None and n >= 1):
+            raise ValueError(f"{name} num_stages must be an int >= 1, got {value!r}")
+    return config
 
 
 def same_device(**tensors: torch.Tensor) -> torch.device:
@@ -248,7 +304,10 @@ def causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, pos: tor
 def token_rows(x: torch.Tensor, name: str) -> None:
     """x [T, ...]: each token's block x[t] contiguous, tokens at any stride (a column slice of one
     projection's output is). The last dim must have stride 1; an inner dim of more than one element,
-    the product of the sizes after it."""
+    the product of the sizes after it. An empty x has no layout to check (torch.empty(1, 2, 0) was called
+    not contiguous): its sizes are for the caller's own checks to name."""
+    if x.numel() == 0:
+        return
     inner = 1
     for dim in range(x.dim() - 1, 0, -1):
         if x.stride(dim) != inner and (dim == x.dim() - 1 or x.shape[dim] > 1):
@@ -271,6 +330,8 @@ def delta_rule_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, max_head_d
         token_rows(x, name)
     if T == 0:
         raise ValueError("q has no tokens (T = 0)")
+    if H == 0:                                      # HV % H: a ZeroDivisionError
+        raise ValueError(f"q and k have no heads (shape {list(q.shape)}): give at least one key head")
     if HV % H:
         raise ValueError(f"v has {HV} value heads, not a multiple of the {H} key heads of q and k")
     if not (0 < DK <= max_head_dim and 0 < DV <= max_head_dim):
@@ -348,6 +409,9 @@ def check_ids(ids, name: str = "prompt_ids", device=None) -> list[int]:
         raise TypeError(f"{name} must be token ids in order (a list of ints or a 1-D int tensor), got a "
                         f"{type(ids).__name__}, which has no order of its own")
     if isinstance(ids, torch.Tensor):
+        if ids.layout != torch.strided:             # a sparse tensor has no data for tolist() to read
+            raise TypeError(f"{name} must be a dense tensor, got layout {str(ids.layout).replace('torch.', '')}: "
+                            "call .to_dense() first")
         if ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dtype.is_complex:
             raise TypeError(f"{name} must hold integer token ids, got a {str(ids.dtype).replace('torch.', '')} "
                             "tensor")

@@ -20,12 +20,13 @@ import math
 import os
 import re
 import shutil
+from collections import abc
 from pathlib import Path
 
 import torch
 
 from .config import Qwen35Config
-from .validate import FLOATS, check_seed
+from .validate import FLOATS, check_device, check_seed
 
 F32_SUFFIXES = ("linear_attn.A_log", "linear_attn.norm.weight")
 _SKIPPED_PREFIXES = ("model.visual.", "mtp.")
@@ -95,27 +96,56 @@ def expected_shapes(config: Qwen35Config) -> dict[str, tuple[int, ...]]:
 def check_weights(config: Qwen35Config, weights: dict[str, torch.Tensor]) -> None:
     """Raise WeightError naming every missing or mis-shaped tensor (with both shapes), and every tensor
     that is not floating point or holds a NaN or an infinity: the kernels would read an int's bits as
-    numbers, and a NaN decodes silently as token 0 where nothing checks the logits."""
+    numbers, and a NaN decodes silently as token 0 where nothing checks the logits. A config that is not a
+    Qwen35Config or weights that are not a dict are a TypeError; a value that is not a tensor (a numpy array),
+    a float8 tensor (no reduction checks its values) or one on another device than the embedding (a meta tensor
+    among CPU ones ran, and gave token 0) is named like a mis-shaped one."""
+    if not isinstance(config, Qwen35Config):
+        raise TypeError(f"config must be a Qwen35Config (tritonllm_course.config.PRESETS holds some), got "
+                        f"{type(config).__name__}")
+    if not isinstance(weights, abc.Mapping):
+        raise TypeError(f"weights must be a dict of {{name: tensor}} (as load_weights returns them), got "
+                        f"{type(weights).__name__}")
+    embed = weights.get("embed_tokens.weight")
+    model = (embed.dtype, embed.device) if isinstance(embed, torch.Tensor) else None
     problems, more = [], 0
     for name, shape in expected_shapes(config).items():
+        problem = _weight_problem(name, weights.get(name), shape, model)
+        if problem is None:
+            continue
         if len(problems) == 10:     # the rest counted, not described: a config may declare absurdly many
-            more += (name not in weights or tuple(weights[name].shape) != shape
-                     or not weights[name].is_floating_point() or not _finite(weights[name]))
-        elif name not in weights:
-            problems.append(f"missing tensor {name} (expected shape {list(shape)})")
-        elif tuple(weights[name].shape) != shape:
-            problems.append(f"tensor {name} has shape {list(weights[name].shape)}; "
-                            f"the config expects {list(shape)}")
-        elif not weights[name].is_floating_point():
-            problems.append(f"tensor {name} has dtype {str(weights[name].dtype).replace('torch.', '')}; "
-                            "weights must be floating point")
-        elif not _finite(weights[name]):
-            problems.append(f"tensor {name} holds NaN or infinite values")
+            more += 1
+        else:
+            problems.append(problem)
     if len(problems) == 1:     # one line, as the command line prints it
         raise WeightError(f"the weights do not fit the config: {problems[0]}")
     if problems:
         tail = f"\n  ... and {more} more" if more else ""
         raise WeightError("the weights do not fit the config:\n  " + "\n  ".join(problems) + tail)
+
+
+def _weight_problem(name: str, t, shape: tuple[int, ...], model) -> str | None:
+    """What is wrong with the weight `name` (None: nothing): missing, not a tensor, its shape, its dtype, its
+    device or, for a matrix, its dtype not the embedding's (`model`: (dtype, device), or None), or a NaN or an
+    infinity among its values. Vectors may be wider (the checkpoint's fp32 norms and A_log); a matrix in
+    another dtype failed in both backends (a matmul of two dtypes, a kernel's "x has dtype float32")."""
+    if t is None:
+        return f"missing tensor {name} (expected shape {list(shape)})"
+    if not isinstance(t, torch.Tensor):
+        return f"{name} is a {type(t).__name__}, not a torch.Tensor"
+    if tuple(t.shape) != shape:
+        return f"tensor {name} has shape {list(t.shape)}; the config expects {list(shape)}"
+    if t.dtype not in (*FLOATS, torch.float64):
+        return (f"tensor {name} has dtype {str(t.dtype).replace('torch.', '')}; weights must be floating point: "
+                "float32, float16, bfloat16 or float64")
+    if model is not None and t.device != model[1]:
+        return f"tensor {name} is on {t.device}, the embedding on {model[1]}: put every weight on one device"
+    if model is not None and t.dim() > 1 and t.dtype != model[0]:
+        return (f"tensor {name} has dtype {str(t.dtype).replace('torch.', '')}, the embedding "
+                f"{str(model[0]).replace('torch.', '')}: every matrix in one dtype (load_weights(dtype=...))")
+    if not _finite(t):
+        return f"tensor {name} holds NaN or infinite values"
+    return None
 
 
 def _finite(t: torch.Tensor) -> bool:
@@ -218,6 +248,8 @@ def is_hub_id(source: str | Path) -> bool:
 
 def resolve_checkpoint(source: str | Path) -> Path:
     """A local checkpoint directory, or a hub id downloaded (with progress bars) into the HF cache."""
+    if not isinstance(source, (str, os.PathLike)):      # None: "expected str, bytes or os.PathLike object"
+        raise TypeError(f"source must be a checkpoint directory or a hub id, got {type(source).__name__}")
     path = Path(source).expanduser()
     if path.exists():
         if not path.is_dir():
@@ -306,6 +338,9 @@ def load_weights(source: str | Path, dtype=None, device="cpu", match_hf_rounding
     dtype:  None keeps the stored dtypes; a dtype casts every tensor to it, except that under fp16/bf16
             the checkpoint's fp32 tensors stay fp32 unless match_hf_rounding.
     """
+    if dtype is not None and dtype not in (*FLOATS, torch.float64):   # one line, before any file is read
+        raise TypeError(f"dtype must be None (as stored), float32, float16, bfloat16 or float64, got {dtype!r}")
+    device = check_device(device, meta=True)
     root = resolve_checkpoint(source)
     config = Qwen35Config.from_json(root)
     expected = expected_shapes(config)
@@ -317,7 +352,7 @@ def load_weights(source: str | Path, dtype=None, device="cpu", match_hf_rounding
             raise WeightError(f"the checkpoint path {str(file)!r} is not valid UTF-8, which safetensors cannot "
                               "open: move or rename the checkpoint to a UTF-8 path") from None
     # pass 1, the headers only: every stored tensor's name, shape and dtype checked, the memory counted
-    stored, unexpected, problems = {}, [], []
+    stored, unexpected, problems, where = {}, [], [], {}
     for file in files:
         with _opened(file) as f:
             for key in f.keys():
@@ -327,6 +362,11 @@ def load_weights(source: str | Path, dtype=None, device="cpu", match_hf_rounding
                 if name not in expected:
                     unexpected.append(key)
                     continue
+                if name in where:     # in two shards, or under two prefixes: the last one read won, unsaid
+                    problems.append(f"tensor {name} is stored twice ({where[name]} and {key} in {file.name}): "
+                                    "keep one")
+                    continue
+                where[name] = f"{key} in {file.name}"
                 part = f.get_slice(key)
                 shape, code = tuple(part.get_shape()), part.get_dtype()
                 if shape != expected[name]:
@@ -395,6 +435,7 @@ def random_weights(config: Qwen35Config, dtype=torch.float32, device="cpu", seed
     if dtype not in (*FLOATS, torch.float64):     # one line, not a refusal of every tensor by the config check
         raise TypeError(f"dtype must be float32, float16, bfloat16 or float64, got {dtype!r}")
     seed = check_seed(seed)
+    device = check_device(device)   # meta, a misspelt one or "cuda" without CUDA: torch's errors from the generator
     shapes = expected_shapes(config)
     check_memory(stored_bytes(shapes, dtype), device, f"random weights of {count_parameters(config):,} parameters")
     gen = torch.Generator(device=device).manual_seed(seed)

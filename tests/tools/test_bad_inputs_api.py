@@ -11,7 +11,7 @@ from tritonllm_course.engine import Engine
 from tritonllm_course.generation import generate
 from tritonllm_course.model import Qwen35Model
 from tritonllm_course.runtime import setup
-from tritonllm_course.weights import random_weights
+from tritonllm_course.weights import load_weights, random_weights
 
 DEV = setup(quiet=True).device          # the kernels take the runtime's tensors: CUDA on a GPU
 
@@ -196,3 +196,345 @@ def test_engine_construction_names_a_bad_dtype_config_or_device(weights, build, 
     torch's errors (the last once the checkpoint had been read); an integer dtype read the whole checkpoint and
     listed every tensor, one line each; own_weights="no" dropped the caller's projections."""
     _raises(error, says, lambda: build(weights))
+
+
+# --- sweep 19: the kernels' scalar arguments, empty dims, the engine's steps, the model, weights, tokenizer, check --
+def _attention_calls(scale):
+    """Every wrapper that takes an attention scale, called with `scale` on small valid tensors."""
+    q3, k3 = torch.randn(5, 4, 16, device=DEV), torch.randn(5, 2, 16, device=DEV)
+    q2, cache = torch.randn(4, 16, device=DEV), torch.randn(8, 2, 16, device=DEV)
+    pos, scores = torch.arange(5, device=DEV), torch.randn(4, 5, 7, device=DEV)
+    mask = torch.ones(5, 7, dtype=torch.bool, device=DEV)
+    get = lambda family, name: kernels.get(family, name, "solutions")  # noqa: E731
+    return [lambda: get("attention", "scaled_softmax")(scores, scale),
+            lambda: get("attention", "masked_softmax")(scores, mask, scale),
+            lambda: get("attention", "decode_attention")(q2, cache, cache, 3, scale),
+            lambda: get("attention", "attention")(q3, k3, k3, pos, scale),
+            lambda: get("flash_attention", "flash_attention")(q3, k3, k3, pos, scale),
+            lambda: get("flash_decoding", "flash_decoding")(q2, cache, cache, 3, scale)]
+
+
+@pytest.mark.parametrize("scale, error, says", [
+    (None, TypeError, "scale must be a number, got None"), ("0.25", TypeError, "scale must be a number, got '0.25'"),
+    (torch.tensor(0.25), TypeError, "scale must be a number, got tensor(0.2500)"),
+    (float("nan"), ValueError, "scale must be a finite number, got nan"),
+    (float("inf"), ValueError, "scale must be a finite number, got inf")])
+def test_an_attention_scale_must_be_a_finite_number(scale, error, says):
+    """None and "0.25" failed in the host's `scale * LOG2E` without naming scale, a 0-d tensor inside the launch
+    (an InterpreterError), and NaN or inf came back as NaN probabilities without a word."""
+    for call in _attention_calls(scale):
+        _raises(error, says, call)
+    for call in _attention_calls(-0.5):              # any finite scale runs, a negative one too
+        assert torch.isfinite(call()).all()
+
+
+def _sample_logits():
+    return torch.randn(2, 300, device=DEV)
+
+
+@pytest.mark.parametrize("call, error, says", [
+    (lambda: kernels.get("attention", "causal_mask", "solutions")(torch.arange(3, device=DEV), "4"), TypeError,
+     "kv_len must be an int, got '4'"),
+    (lambda: kernels.get("attention", "causal_mask", "solutions")(torch.arange(3, device=DEV), 2.5), TypeError,
+     "kv_len must be an int, got 2.5"),
+    (lambda: kernels.get("sampling", "argmax", "solutions")(_sample_logits(), num_blocks="2"), TypeError,
+     "num_blocks must be an int, got '2'"),
+    (lambda: kernels.get("sampling", "sample", "solutions")(_sample_logits(), 0.8, num_blocks=1.5), TypeError,
+     "num_blocks must be an int, got 1.5"),
+    (lambda: kernels.get("sampling", "sample", "solutions")(_sample_logits(), 0.8, seed=2**70), ValueError,
+     "seed must be in [0, 2**63 - 1]"),
+    (lambda: kernels.get("sampling", "sample", "solutions")(_sample_logits(), 0.8, seed=True), TypeError,
+     "seed must be an int, got True"),
+    (lambda: kernels.get("attention", "decode_attention", "solutions")(
+        torch.randn(4, 16, device=DEV), *[torch.randn(8, 2, 16, device=DEV)] * 2, 2.5, 0.25), TypeError,
+     "length must be an int, got 2.5"),
+    (lambda: kernels.get("flash_decoding", "flash_decoding", "solutions")(
+        torch.randn(4, 16, device=DEV), *[torch.randn(8, 2, 16, device=DEV)] * 2, True, 0.25), TypeError,
+     "length must be an int, got True"),
+    (lambda: kernels.get("flash_decoding", "flash_decoding", "solutions")(
+        torch.randn(4, 16, device=DEV), *[torch.randn(8, 2, 16, device=DEV)] * 2, 3, 0.25, num_splits="2"),
+     TypeError, "num_splits must be an int, got '2'"),
+    (lambda: kernels.get("conv1d", "conv1d_l2norm_prefill", "solutions")(
+        torch.randn(2, 96, device=DEV), torch.randn(96, 4, device=DEV), None, None, 16), TypeError,
+     "key_heads must be an int, got None"),
+    (lambda: kernels.get("conv1d", "conv1d_l2norm_prefill", "solutions")(
+        torch.randn(2, 96, device=DEV), torch.randn(96, 4, device=DEV), None, 2, 16, value_head_dim=0), ValueError,
+     "value_head_dim must be >= 1, got 0"),
+    (lambda: kernels.get("conv1d", "conv1d_l2norm_decode", "solutions")(
+        torch.randn(1, 96, device=DEV), torch.randn(96, 4, device=DEV), torch.randn(96, 4, device=DEV), 2, 16,
+        eps=-1.0), ValueError, "eps must be positive and finite, got -1.0")],
+    ids=["kv_len str", "kv_len float", "argmax num_blocks", "sample num_blocks", "seed 2**70", "seed True",
+         "decode length", "flash length", "num_splits", "key_heads None", "value_head_dim 0", "conv eps"])
+def test_the_kernels_integer_and_eps_arguments_are_named(call, error, says):
+    """Each failed without naming the argument (a comparison of str and int, `>>` of a float, torch.full's
+    OverflowError, an InterpreterError), or ran as something else: a length or kv_len of 2.5 as 2, True as 1, a
+    value_head_dim of 0 as head_dim, and the fused conv's eps was not checked at all (-1 normed to NaN)."""
+    _raises(error, says, call)
+
+
+def test_empty_dims_give_an_empty_result_or_a_named_refusal():
+    """Each was a ZeroDivisionError in a grid or a scale, torch's "cannot reshape tensor of 0 elements", an
+    InterpreterError of arange(0, 0), or a freshly allocated empty tensor called not contiguous."""
+    get = lambda family, name: kernels.get(family, name, "solutions")  # noqa: E731
+    e = lambda *shape: torch.empty(shape, device=DEV)  # noqa: E731
+    assert get("embedding", "embedding")(torch.tensor([1, 2], device=DEV), e(10, 0)).shape == (2, 0)
+    q_out, k_out = get("deltanet_gates", "l2norm_qk")(e(3, 2, 0), e(3, 2, 0))
+    assert q_out.shape == k_out.shape == (3, 2, 0)
+    caches = get("kv_cache", "kv_cache_write")(e(1, 2, 0), e(1, 2, 0), e(4, 2, 0), e(4, 2, 0),
+                                               torch.tensor([0], device=DEV))
+    assert caches[0].shape == (4, 2, 0)
+    assert torch.equal(get("norm_fusion", "gate_up_swiglu")(e(3, 0), e(5, 0), e(5, 0)), torch.zeros(3, 5, device=DEV))
+    assert get("norm_fusion", "rms_norm_linear")(torch.randn(3, 8, device=DEV), e(8), e(0, 8)).shape == (3, 0)
+    residual = torch.randn(3, 5, device=DEV)
+    assert torch.equal(get("layer_fusion", "linear_residual")(e(3, 0), e(5, 0), residual), residual)
+    quant = get("quant", "quant_linear")
+    int8 = lambda *shape: torch.zeros(shape, dtype=torch.int8, device=DEV)  # noqa: E731
+    assert torch.equal(quant(e(3, 0), int8(8, 0), torch.ones(8, device=DEV)), torch.zeros(3, 8, device=DEV))
+    assert quant(torch.randn(1, 32, device=DEV), int8(0, 32), e(0)).shape == (1, 0)
+    _raises(ValueError, "give at least one channel and one tap", lambda: get("conv1d", "conv1d_decode")(
+        torch.randn(1, 8, device=DEV), e(8, 0), e(8, 0)))
+    _raises(ValueError, "give at least one channel and one tap", lambda: get("conv1d", "conv1d_prefill")(
+        e(3, 0), e(0, 4)))
+    _raises(ValueError, "q and k have no heads", lambda: get("delta_rule", "gated_delta_rule_recurrent")(
+        e(1, 0, 8), e(1, 0, 8), e(1, 2, 8), e(1, 2), e(1, 2)))
+    _raises(ValueError, "x's last dim, the normalised dim, is 0", lambda: get("norm_fusion", "rms_norm_linear")(
+        e(1, 0), e(0), e(5, 0)))
+
+
+def test_prefill_and_decode_check_sampling_seed_and_token_before_any_work(weights, monkeypatch):
+    """prefill's seed and sampling were not checked: None or "1" failed in `seed % 2**31` and a dict as an
+    AttributeError, both after the prompt had run; 1.5 and 2**70 were taken. decode's sampling likewise, and its
+    token True was called prompt_ids[0]. A Sampling made by hand took a NaN temperature."""
+    from tritonllm_course.engine import Sampling
+    engine = Engine(TINY, weights, max_seq_len=16)
+    monkeypatch.setattr(engine, "_prefill", lambda *a: pytest.fail("the prompt ran"))
+    monkeypatch.setattr(engine, "_decode", lambda *a: pytest.fail("the step ran"))
+    for seed, error, says in ((None, TypeError, "seed must be an int, got None"),
+                              ("1", TypeError, "seed must be an int, got '1'"),
+                              (1.5, TypeError, "seed must be an int, got 1.5"),
+                              (2**70, ValueError, "seed must be in [0, 2**63 - 1]")):
+        _raises(error, says, lambda: engine.prefill([5, 17], seed=seed))
+    _raises(TypeError, "sampling must be a Sampling(temperature, top_k, top_p) or None",
+            lambda: engine.prefill([5, 17], sampling={"temperature": 0.8}))
+    _raises(ValueError, "temperature must be a finite number >= 0, got nan", lambda: Sampling(float("nan")))
+    _raises(ValueError, "top_p must be in (0, 1], got 0.0", lambda: Sampling(0.8, 0, 0.0))
+    engine.length = 1                                  # as after a prompt
+    _raises(TypeError, "sampling must be a Sampling", lambda: engine.decode(sampling=1))
+    _raises(TypeError, "token must be an int, got True", lambda: engine.decode(True))
+    assert engine.streams == 0
+
+
+def test_a_sparse_prompt_is_refused_by_both_backends(weights):
+    """tolist() of a sparse tensor was a RuntimeError: "Cannot access data pointer"."""
+    ids = torch.tensor([5, 17]).to_sparse()
+    for run in (lambda: Engine(TINY, weights, max_seq_len=16).generate(ids, 2),
+                lambda: generate(Qwen35Model(TINY, weights), ids, 2)):
+        _raises(TypeError, "prompt_ids must be a dense tensor, got layout sparse_coo", run)
+
+
+def test_the_model_checks_its_cache_and_switch(weights):
+    """A dict as the cache was an AttributeError, a cache of another dtype a RuntimeError in the first layer's
+    index_put, all_logits="no" was true; new_cache(1.5), ("3") and (True) failed in torch's zeros, a
+    comparison and a view."""
+    model = Qwen35Model(TINY, weights)
+    _raises(TypeError, "cache must be a Qwen35Cache (model.new_cache(max_seq_len)) or None, got dict",
+            lambda: model([5], cache={}))
+    other = Qwen35Model(TINY, {n: t.half() for n, t in weights.items()}).new_cache(4)
+    _raises(ValueError, "cache holds float16 on cpu; this model runs float32 on cpu", lambda: model([5], other))
+    _raises(TypeError, "all_logits must be True or False, got 'no'", lambda: model([5], all_logits="no"))
+    for bad in (1.5, "3", True):
+        _raises(TypeError, f"max_seq_len must be an int, got {bad!r}", lambda: model.new_cache(bad))
+    assert model([5, 17], model.new_cache(4), all_logits=True).shape == (2, TINY.vocab_size)
+
+
+@pytest.mark.parametrize("edit, error, says", [
+    (lambda w: (None, w), TypeError, "config must be a Qwen35Config"),
+    (lambda w: (TINY, list(w.items())), TypeError, "weights must be a dict of {name: tensor}"),
+    (lambda w: (TINY, {**w, "norm.weight": w["norm.weight"].numpy()}), ValueError,
+     "norm.weight is a ndarray, not a torch.Tensor"),
+    (lambda w: (TINY, {**w, "layers.0.mlp.up_proj.weight": w["layers.0.mlp.up_proj.weight"].to("meta")}),
+     ValueError, "tensor layers.0.mlp.up_proj.weight is on meta, the embedding on cpu"),
+    (lambda w: (TINY, {**w, "layers.1.self_attn.o_proj.weight": w["layers.1.self_attn.o_proj.weight"].half()}),
+     ValueError, "tensor layers.1.self_attn.o_proj.weight has dtype float16, the embedding float32"),
+    (lambda w: (TINY, {**w, "norm.weight": w["norm.weight"].to(torch.float8_e4m3fn)}), ValueError,
+     "tensor norm.weight has dtype float8_e4m3fn; weights must be floating point")],
+    ids=["no config", "a list", "a numpy array", "a meta tensor", "a float16 matrix", "float8"])
+def test_weights_given_directly_are_checked_by_type_device_and_dtype(weights, edit, error, says):
+    """None as the config was an AttributeError in the reference model; a list, "not iterable" or every tensor
+    missing; a numpy array an AttributeError; a meta tensor among CPU ones ran and gave token 0 in the reference
+    model; a float16 matrix among float32 failed in a matmul or a kernel ("x has dtype float32; expected
+    float16") mid-prompt; a float8 norm in aminmax, "not implemented for 'Float8_e4m3fn'"."""
+    config, given = edit(dict(weights))
+    for build in (Qwen35Model, Engine):
+        _raises(error, says, lambda: build(config, given))
+
+
+def test_the_tokenizer_takes_text_and_one_sequence_of_ids(tmp_path):
+    """decode("12") gave the text of ids [1, 2], floats were truncated, bools, bytes and a set read as ids;
+    encode(5) was an AttributeError inside the implementation; tokenizer.json nested too deep a RecursionError."""
+    from tritonllm_course.tokenizer import Tokenizer, load_tokenizer
+
+    class Letters:
+        def encode(self, text):
+            return [ord(c) - 97 for c in text]
+
+        def decode(self, ids):
+            return "".join(chr(97 + i) for i in ids)
+    tok = Tokenizer(Letters(), "letters", vocab_size=26)
+    for bad, error, says in (("12", TypeError, "ids must be token ids (a list of ints or a 1-D int tensor), got a str"),
+                             ([1.7], TypeError, "ids[0] must be an int token id, got 1.7"),
+                             ([True], TypeError, "ids[0] must be an int token id, got True"),
+                             (b"ab", TypeError, "got a bytes"), ({1, 2}, TypeError, "got a set"),
+                             (torch.tensor([[1, 2]]), ValueError, "ids must be one sequence")):
+        _raises(error, says, lambda: tok.decode(bad))
+    assert tok.decode(torch.tensor([7, 8])) == tok.decode(range(7, 9)) == "hi"
+    _raises(TypeError, "text must be a str, got int", lambda: tok.encode(5))
+    _raises(ValueError, "text is not valid Unicode: '\\udcff' at index 1", lambda: tok.encode("a\udcff"))
+    (tmp_path / "tokenizer.json").write_text("[" * 100_000 + "]" * 100_000)
+    try:                                      # the fallback, where the optional package is installed
+        assert isinstance(load_tokenizer(tmp_path), Tokenizer)
+    except ImportError as e:
+        assert "has no usable tokenizer (RecursionError" in str(e)
+
+
+def _fn_args(**kwargs):
+    return {"fn": lambda x, out: out.copy_(x), "reference": lambda x: x,
+            "make_inputs": lambda shape, dtype, device, gen: {"x": torch.randn(3, dtype=dtype, generator=gen)},
+            "make_out": lambda inputs: {"out": torch.empty(3, dtype=inputs["x"].dtype)}, **kwargs}
+
+
+@pytest.mark.parametrize("kwargs, error, says", [
+    ({"seed": 2**70}, ValueError, "seed must be in [0, 2**63 - 1]"),
+    ({"seed": "a"}, TypeError, "seed must be an int, got 'a'"),
+    ({"dtype": torch.float64}, ValueError, "dtype torch.float64 has no default tolerance: give tol="),
+    ({"tol": "1"}, TypeError, "tol must be a number, got '1'"),
+    ({"reference": None}, TypeError, "reference must be callable, got None"),
+    ({"exact": "yes"}, TypeError, "exact must be True or False, got 'yes'"),
+    ({"mutated": "x"}, TypeError, "mutated must be a tuple of input names, got 'x'"),
+    ({"mutated": ("y",)}, ValueError, "mutated names ['y'], which make_inputs does not return"),
+    ({"shape": [3]}, TypeError, "shape must be a dict of dims"),
+    ({"make_inputs": lambda *a: [torch.ones(3)]}, TypeError, "make_inputs must return a dict"),
+    ({"reference": lambda x: None}, TypeError, "reference must return a tensor or a tuple of tensors, got NoneType"),
+    ({"reference": lambda x: x > 0, "make_out": lambda inputs: {"out": torch.empty(3, dtype=torch.bool)}}, TypeError,
+     "make_out's out is a bool buffer, which the check cannot poison")],
+    ids=["seed 2**70", "seed str", "float64", "tol str", "reference None", "exact", "mutated str", "mutated unknown",
+         "shape list", "inputs list", "reference None out", "bool out"])
+def test_check_fn_names_a_bad_argument(kwargs, error, says):
+    """Each was an error that named nothing ("Overflow when unpacking long long", "can only concatenate str",
+    KeyError: torch.float64, "'list' object has no attribute 'items'", "'NoneType' object is not callable", "torch.bool
+    is not supported by torch.iinfo"), or was read as something else: exact="yes" as true, mutated="x" as its
+    letters."""
+    from tritonllm_course.checking import check_fn
+    args = _fn_args(**kwargs)
+    _raises(error, says, lambda: check_fn(args.pop("fn"), args.pop("reference"), args.pop("make_inputs"), **args))
+
+
+def test_check_fn_and_check_still_take_what_they_took():
+    """A dtype outside the defaults with a tol of its own, and a dtype by name, run as before."""
+    import tritonllm_course as tc
+    from tritonllm_course.checking import check_fn
+    for dtype, tol in ((torch.float64, 1e-12), ("float32", None)):
+        args = _fn_args(dtype=dtype, tol=tol, seed=3)
+        assert check_fn(args.pop("fn"), args.pop("reference"), args.pop("make_inputs"), **args).passed
+    _raises(ValueError, "dtype must be one of", lambda: tc.check("ln1", "solutions", dtype={"float32"}))
+    _raises(ValueError, "seed must be in [0, 2**63 - 1]", lambda: tc.check("ln1", "solutions", seed=2**70))
+
+
+@pytest.mark.parametrize("call, error, says", [
+    (lambda: load_weights("no/checkpoint", dtype="float16"), TypeError,
+     "dtype must be None (as stored), float32, float16, bfloat16 or float64, got 'float16'"),
+    (lambda: load_weights("no/checkpoint", dtype=torch.float8_e4m3fn), TypeError,
+     "dtype must be None (as stored), float32, float16, bfloat16 or float64, got torch.float8_e4m3fn"),
+    (lambda: load_weights("no/checkpoint", device="nowhere"), ValueError, "device must be a torch device"),
+    (lambda: load_weights("no/checkpoint", device=f"cuda:{torch.cuda.device_count()}"), ValueError,
+     "is not available"),
+    (lambda: load_weights(None), TypeError, "source must be a checkpoint directory or a hub id, got NoneType"),
+    (lambda: random_weights(TINY, device="nowhere"), ValueError, "device must be a torch device"),
+    (lambda: random_weights(TINY, device="meta"), ValueError, "device 'meta' makes weights without values"),
+    (lambda: Engine(TINY, random_weights(TINY), max_seq_len=8, merged="x"), TypeError,
+     "merged must be another engine's merged weights (engine.weights) or None, got str")],
+    ids=["dtype str", "dtype float8", "no device", "no such GPU", "source None", "random device", "random meta",
+         "merged"])
+def test_loaders_name_a_bad_dtype_device_or_source_before_reading(call, error, says):
+    """load_weights' dtype was not checked: a string failed in torch.empty, an int dtype listed every tensor, float8
+    crashed in aminmax; a misspelt device, "cuda" without CUDA, and random_weights' meta were torch's RuntimeError or
+    AssertionError; None as the source "expected str, bytes or os.PathLike"; merged="x" an AttributeError."""
+    _raises(error, says, call)
+
+
+def test_the_swap_check_names_a_bad_flag_or_op_name(monkeypatch):
+    """verbose="no" printed the report; a name with a leading underscore (__init__) was taken and swapped nothing."""
+    monkeypatch.setattr(swap, "_model", lambda *a: pytest.fail("the model was built"))
+    _raises(TypeError, "verbose must be True or False, got 'no'",
+            lambda: swap.compare_greedy({"rms_norm": abs}, n_new=1, verbose="no"))
+    _raises(KeyError, "no reference op named ['__init__']", lambda: swap.compare_greedy({"__init__": abs}, n_new=1))
+
+
+def test_generate_takes_a_model(weights):
+    """An Engine given to generation.generate was an AttributeError ('Engine' has no new_cache) after the prompt
+    had been checked; a string, "'str' object has no attribute 'device'"."""
+    for model in (Engine(TINY, weights, max_seq_len=8), "tiny"):
+        _raises(TypeError, "model must be a Qwen35Model (an Engine generates itself", lambda: generate(model, [5], 2))
+
+
+def test_the_engines_sources_are_named(weights):
+    """sources="solutions" was "dictionary update sequence element #0 has length 1; 2 is required", and a bad
+    default_source was called the source of slot 'embedding'."""
+    _raises(TypeError, "sources must be a dict of {slot name: source}, got str",
+            lambda: Engine(TINY, weights, max_seq_len=8, sources="solutions"))
+    _raises(ValueError, "default_source must be one of ('solutions', 'exercises', 'auto', 'reference') or a callable, "
+            "got 'bogus'", lambda: Engine(TINY, weights, max_seq_len=8, default_source="bogus"))
+
+
+def test_a_tensor_stored_twice_is_named(tmp_path):
+    """A tensor in two shards (the index naming the first) loaded the copy read last, other values, without a word."""
+    from safetensors.torch import load_file, save_file
+
+    from tritonllm_course.hf_compat import hf_model
+    from tritonllm_course.weights import WeightError, write_hub_checkpoint
+    hf_model(TINY).save_pretrained(tmp_path / "hf")
+    hub = write_hub_checkpoint(tmp_path / "hf", tmp_path / "hub", num_shards=2)
+    first, second = sorted(hub.glob("*.safetensors"))
+    key = next(k for k in load_file(first) if k.endswith("post_attention_layernorm.weight"))
+    tensors = load_file(second)
+    tensors[key] = load_file(first)[key] + 5.0
+    save_file(tensors, second, metadata={"format": "pt"})
+    _raises(WeightError, f"tensor {key.removeprefix('model.language_model.')} is stored twice",
+            lambda: load_weights(hub))
+
+
+@pytest.mark.parametrize("config, error, says", [
+    ("x", TypeError, "config must be a dict of tile sizes, got str"),
+    ({"BLOCK_M": 16.0, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}, TypeError, "config BLOCK_M must be an int"),
+    ({"BLOCK_M": 2**30, "BLOCK_N": 16, "num_warps": 4, "num_stages": 1}, ValueError,
+     "config BLOCK_M = 1073741824: tl.dot tiles need a power of two >= 16 (at most 2**20)"),
+    ({"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 3, "num_stages": 1}, ValueError,
+     "config num_warps must be a power of two from 1 to 32, got 3"),
+    ({"BLOCK_M": 16, "BLOCK_N": 16, "num_warps": 4, "num_stages": 0}, ValueError,
+     "config num_stages must be an int >= 1, got 0")])
+def test_tile_sizes_given_by_hand_are_checked(config, error, says):
+    """A string was "dictionary update sequence", 16.0 a TypeError of `&`, 2**30 rows (and linear_act's BLOCK_K of
+    0) an InterpreterError, 3 warps and 0 stages were taken (a compile error on a GPU)."""
+    q, k, pos = torch.randn(5, 4, 16, device=DEV), torch.randn(5, 2, 16, device=DEV), torch.arange(5, device=DEV)
+    _raises(error, says, lambda: kernels.get("flash_attention", "flash_attention", "solutions")(
+        q, k, k, pos, 0.25, config=config))
+    linear_act = kernels.get("gemm_epilogue", "linear_act", "solutions")
+    x, w = torch.randn(3, 16, device=DEV), torch.randn(8, 16, device=DEV)
+    _raises(ValueError, "config BLOCK_K = 0: tl.dot tiles need a power of two >= 16",
+            lambda: linear_act(x, w, config={"BLOCK_M": 16, "BLOCK_N": 16, "BLOCK_K": 0}))
+
+
+def test_the_delta_rules_launch_options_are_named():
+    """block_v=16.0 and chunk_size=64.0 passed `in (16, 32, 64)` and failed inside the launch (an InterpreterError);
+    num_warps of 3, 0, 1.5 or "x" ran under the interpreter, which ignores it, to fail on a GPU."""
+    def args():
+        return (torch.randn(2, 2, 4, device=DEV), torch.randn(2, 2, 4, device=DEV), torch.randn(2, 4, 4, device=DEV),
+                -torch.rand(2, 4, device=DEV), torch.rand(2, 4, device=DEV))
+    recurrent = kernels.get("delta_rule", "gated_delta_rule_recurrent", "solutions")
+    chunked = kernels.get("delta_rule", "gated_delta_rule_chunked", "solutions")
+    _raises(TypeError, "block_v must be an int, got 16.0", lambda: recurrent(*args(), block_v=16.0))
+    _raises(TypeError, "block_v must be an int, got 16.0", lambda: chunked(*args(), block_v=16.0))
+    _raises(TypeError, "chunk_size must be an int, got 64.0", lambda: chunked(*args(), chunk_size=64.0))
+    for bad in (3, 0, 1.5, "x"):
+        _raises(ValueError, f"num_warps must be a power of two from 1 to 32, got {bad!r}",
+                lambda: recurrent(*args(), num_warps=bad))

@@ -3,6 +3,10 @@ folder, TRITONLLM_DTYPE), the pytest plugin's log files, and the measurement mod
 refused before any work in one line that names the option, variable or file, with exit status 2 (pytest's own
 usage error for the plugin), never a traceback, a file written through a link, or a silent default."""
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -11,6 +15,8 @@ from tritonllm_course import checking, cli, pytest_faillog, targets
 from tritonllm_course.colab import colab_url
 from tritonllm_course.measure import benchmark, family, quant_accuracy
 from tritonllm_course.runtime import course_root_error, gpu_available, setup
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _no_survey(*args, **kwargs):
@@ -159,6 +165,20 @@ def test_check_refuses_an_empty_or_repeated_dtype(dtype, capsys):
                                  f"them, each once; got {dtype!r}")
 
 
+def test_check_of_the_solutions_in_a_student_version_is_one_line(tmp_path, capsys, monkeypatch):
+    """A student version has no solutions/: --source solutions (or TRITONLLM_KERNELS=solutions) was a
+    FileNotFoundError traceback from the kernel loader."""
+    for folder in ("exercises", "notebooks"):
+        (tmp_path / folder).mkdir()
+    monkeypatch.setenv("TRITONLLM_COURSE_ROOT", str(tmp_path))
+    for asked, argv in (("--source solutions", ["--source", "solutions"]), ("TRITONLLM_KERNELS=solutions", [])):
+        if not argv:
+            monkeypatch.setenv("TRITONLLM_KERNELS", "solutions")
+        assert cli.main(["check", "ln1", "--trials", "1", "--dtype", "float32", *argv]) == 2
+        assert _one_line(capsys) == (f"{asked}: {tmp_path} has no solutions/ (a student version); check your "
+                                     "exercise instead (--source exercises)")
+
+
 # --- the pytest plugin's log files --------------------------------------------------------------------------------
 @pytest.mark.parametrize("name", ["TRITONLLM_DURATIONS", "TRITONLLM_FAILLOG"])
 def test_the_plugin_refuses_a_log_it_cannot_append_to_at_startup(name, tmp_path, monkeypatch):
@@ -188,7 +208,13 @@ def test_family_collect_of_no_bench_is_one_line_before_the_table(tmp_path, capsy
 @pytest.mark.parametrize("text, says", [("{\"rows\": [", "not a readable bench record (JSONDecodeError"),
                                         ("[1, 2]", "not a bench record (missing or malformed: rows, gpu"),
                                         ("{\"rows\": 3, \"gpu\": 1, \"date\": 1, \"ceiling_gbps\": 1, "
-                                         "\"contexts\": []}", "not a bench record (missing or malformed: rows)")])
+                                         "\"contexts\": []}", "not a bench record (missing or malformed: rows)"),
+                                        (json.dumps({"rows": [{"system": "x", "decode_ms": [], "error": ""}],
+                                                     "gpu": "g", "date": "2026-01-01", "ceiling_gbps": 1.0,
+                                                     "contexts": [128]}), "not a bench record (malformed: rows[0])"),
+                                        (json.dumps({"rows": [], "gpu": "g", "date": "2026-01-01",
+                                                     "ceiling_gbps": 0, "contexts": [128, "4096"]}),
+                                         "not a bench record (malformed: ceiling_gbps, contexts)")])
 def test_family_collect_names_a_bench_record_that_is_not_one(text, says, tmp_path, capsys):
     """A bench.json cut off mid-write (or any stray one) under --out was a traceback from inside the table."""
     (tmp_path / "engine_x_2026-01-01").mkdir()
@@ -196,6 +222,25 @@ def test_family_collect_names_a_bench_record_that_is_not_one(text, says, tmp_pat
     assert family.main(["--collect", "--out", str(tmp_path)]) == 2
     line = _one_line(capsys)
     assert line.startswith(f"family: error: {tmp_path / 'engine_x_2026-01-01' / 'bench.json'}: {says}"), line
+
+
+def test_family_collect_refuses_a_bench_record_that_is_a_fifo_without_blocking(tmp_path, capsys):
+    """A bench.json that is a fifo blocked the table's read forever."""
+    import threading
+    bench = tmp_path / "engine_x_2026-01-01" / "bench.json"
+    bench.parent.mkdir()
+    os.mkfifo(bench)
+    codes = []
+    thread = threading.Thread(target=lambda: codes.append(family.main(["--collect", "--out", str(tmp_path)])),
+                              daemon=True)
+    thread.start()
+    thread.join(60)
+    if thread.is_alive():       # let the blocked read go, so that the test process can end
+        os.close(os.open(bench, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("a bench.json that is a fifo blocked --collect")
+    assert codes == [2]
+    assert _one_line(capsys) == (f"family: error: {bench}: not a readable bench record (UnreadableFile: {bench} is "
+                                 "a fifo, not a regular file: not read)")
 
 
 @pytest.mark.parametrize("argv, says", [
@@ -217,3 +262,202 @@ def test_a_gpu_script_says_it_needs_a_gpu_though_triton_came_first(tmp_path, cap
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     assert benchmark.gpu_script("A GPU benchmark.\n", ["--out", str(tmp_path)]) is None
     assert capsys.readouterr().out == "A GPU benchmark.\nneeds a GPU: nothing measured\n"
+
+
+# --- sync-notebooks and colab-links: no chapter at all, a chapter whose metadata has the wrong type ---------------
+@pytest.mark.parametrize("folder", ["missing", "empty"])
+def test_the_chapter_commands_refuse_a_course_without_chapters(folder, course_copy, capsys):
+    """Both printed nothing and exited 0: a course copied without its notebooks/ looked synced and linked."""
+    if folder == "empty":
+        (course_copy / "notebooks").mkdir()
+    for argv in (["sync-notebooks"], ["colab-links", "--repo-url", "https://github.com/o/r"]):
+        assert cli.main(argv) == 2, argv
+        assert _one_line(capsys) == f"{course_copy / 'notebooks'} holds no chapter (NN_name.ipynb): nothing to do"
+
+
+@pytest.mark.parametrize("colab", [[], "T4"])
+def test_sync_notebooks_names_a_chapter_whose_metadata_has_the_wrong_type(colab, course_copy, capsys):
+    """metadata.colab a list or a string was a TypeError traceback from the edit; a cell without an id added
+    nbformat's three lines of advice before the refusal."""
+    import nbformat
+    (course_copy / "notebooks").mkdir()
+    good = course_copy / "notebooks" / "01_good.ipynb"
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("my own set-up")]
+    nbformat.write(nb, good)
+    before = good.read_bytes()
+    (course_copy / "notebooks" / "02_odd.ipynb").write_text(json.dumps({
+        "cells": [{"cell_type": "code", "source": "x", "metadata": {}, "outputs": [], "execution_count": None}],
+        "metadata": {"colab": colab}, "nbformat": 4, "nbformat_minor": 5}))
+    assert cli.main(["sync-notebooks"]) == 2
+    line = _one_line(capsys)
+    assert line.startswith("notebooks/02_odd.ipynb is not a readable notebook (") and \
+        line.endswith("): no chapter was rewritten"), line
+    assert good.read_bytes() == before
+
+
+# --- make-exercises and student-copy: a file where a folder must be -----------------------------------------------
+def test_make_exercises_check_names_an_exercises_folder_that_is_a_file(course_copy, capsys):
+    """--check said every exercise "is missing: `tritonllm-course make-exercises` writes it", which it could not."""
+    (course_copy / "solutions" / "rmsnorm.py").write_text((ROOT / "solutions" / "rmsnorm.py").read_text())
+    (course_copy / "exercises").rmdir()
+    (course_copy / "exercises").write_text("notes\n")
+    for argv in (["make-exercises", "--check"], ["make-exercises"]):
+        assert cli.main(argv) == 2, argv
+        assert _one_line(capsys) == "exercises is a file, not a folder: move it away, then run make-exercises"
+    assert (course_copy / "exercises").read_text() == "notes\n"
+
+
+def test_student_copy_names_a_file_in_the_way_of_its_folder(course_copy, tmp_path_factory, capsys):
+    """It said "cannot be created: File exists", of a destination that does not exist."""
+    notes = tmp_path_factory.mktemp("elsewhere") / "notes.txt"
+    notes.write_text("mine\n")
+    assert cli.main(["student-copy", str(notes / "copy" / "here")]) == 2
+    assert _one_line(capsys) == f"{notes / 'copy' / 'here'} cannot be created: {notes} is a file, not a folder"
+    assert notes.read_text() == "mine\n"
+
+
+# --- bench, layers, weights_bench: an empty --model, a seed, a folder without config.json ------------------------
+@pytest.mark.parametrize("argv, says", [
+    (["--model", ""], "--model is empty: give 'random', a checkpoint directory or a hub id"),
+    (["--model", " "], "--model is empty"),
+    (["--seed", "-1"], "--seed must be in [0, 2**63 - 1], got -1"),
+    (["--seed", str(2**64)], f"--seed must be in [0, 2**63 - 1], got {2**64}")])
+def test_bench_names_an_empty_model_and_a_bad_seed_on_any_machine(argv, says, capsys):
+    """--model '' searched the current folder for config.json. A seed outside the course's range was not checked:
+    the random weights' build (`hf_model`) takes -1 as torch does, and fails on 2**64 ('Overflow when unpacking
+    long long') only once the bench has started on a GPU."""
+    assert cli.main(["bench", *argv]) == 2
+    assert _one_line(capsys).startswith(f"tritonllm-course bench: error: {says}")
+
+
+def test_weights_bench_names_a_bad_seed_on_any_machine(capsys):
+    from tritonllm_course.measure import weights_bench
+    assert weights_bench.main(["--seed", "-1"]) == 2
+    assert _one_line(capsys) == "weights_bench: error: --seed must be in [0, 2**63 - 1], got -1"
+
+
+def test_layers_names_a_config_folder_without_config_json(tmp_path, capsys):
+    """A folder without config.json was a FileNotFoundError traceback."""
+    assert cli.main(["layers", "--config", str(tmp_path)]) == 2
+    assert _one_line(capsys) == f"tritonllm-course layers: error: no config.json at {tmp_path / 'config.json'}"
+
+
+# --- the GPU scripts: their options named on any machine ----------------------------------------------------------
+@pytest.mark.parametrize("argv, says", [
+    (["--slots", "nope"], "--slots nope: each must be a ready slot"),
+    (["--slots"], "--slots names no slot: each must be a ready slot"),
+    (["--budget-s", "nan"], "--budget-s must be > 0 seconds, got nan")])
+def test_kernel_table_names_its_options_before_the_gpus_test(argv, says, capsys):
+    """A slot that is not one (a typo, a planned slot) measured nothing on a GPU and wrote an empty table, as
+    complete; on a CPU every bad option was 'needs a GPU'."""
+    from tritonllm_course.measure import kernel_table
+    with pytest.raises(SystemExit) as done:
+        kernel_table.main(argv)
+    assert done.value.code == 2
+    assert _one_line(capsys).startswith(f"error: {says}")
+
+
+def test_kernel_table_resume_refuses_a_fifo_without_blocking(tmp_path, capsys):
+    import threading
+    from tritonllm_course.measure import kernel_table
+    fifo = tmp_path / "table.json"
+    os.mkfifo(fifo)
+    codes = []
+
+    def resume():
+        try:
+            kernel_table._resumed(str(fifo), "NVIDIA H100", True)
+        except SystemExit as e:
+            codes.append(e.code)
+    thread = threading.Thread(target=resume, daemon=True)
+    thread.start()
+    thread.join(60)
+    if thread.is_alive():       # let the blocked read go, so that the test process can end
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        pytest.fail("--resume of a fifo blocked")
+    assert codes == [2] and "is a fifo, not a regular file" in _one_line(capsys)
+
+
+@pytest.mark.parametrize("argv, says", [
+    (["--budget-s", "nan"], "--budget-s must be above 0, got nan"),
+    (["--budget-s", "-1"], "--budget-s must be above 0, got -1.0"),
+    (["--seed", "-1"], "--seed must be in [0, 2**63 - 1], got -1"),
+    (["--steps", "nope"], "--steps: no step 'nope'; the steps are ["),
+    (["--prompt-len", "0"], "prompt_len must be >= 1, got 0")])
+def test_the_ladder_names_its_options_before_the_gpus_test(argv, says, capsys):
+    """--budget-s NaN never ran out and a negative one skipped every step, on a GPU; on a CPU every bad option
+    was 'needs a GPU'."""
+    from tritonllm_course.ladder.__main__ import main
+    with pytest.raises(SystemExit) as done:
+        main(argv)
+    assert done.value.code == 2
+    assert _one_line(capsys).startswith(f"error: {says}")
+
+
+# --- scripts/: gpu_check.sh's numbers, gpu_parts.py record's OUT, install.py --venv -------------------------------
+
+@pytest.mark.parametrize("env", [{"BUDGET_S": "08"}, {"BUDGET_S": "010"}, {"LIMIT_S": str(2**70)},
+                                 {"JOBS": "99999999999999999999"}])
+def test_gpu_check_refuses_a_number_bash_misreads(env, tmp_path):
+    """BUDGET_S=08 ended the run in bash's arithmetic with nothing run and exit 0; 010 was 8 seconds (octal); a
+    number past 2**63 printed `[`'s error and ran under it. (BUDGET_S=1 otherwise: a run let through skips every
+    part of its list, and runs no test.)"""
+    run = subprocess.run(["bash", str(ROOT / "scripts" / "gpu_check.sh"), "quick,kernels", str(tmp_path / "out")],
+                         capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHON": sys.executable, "BUDGET_S": "1", **env})
+    name, value = next(iter(env.items()))
+    assert run.returncode == 2 and run.stderr.strip().splitlines() == [
+        f"scripts/gpu_check.sh: {name} must be a whole number from 1 to 999999999 (no leading zero), got "
+        f"'{value}'"], (run.returncode, run.stderr)
+    assert not (tmp_path / "out").exists()
+
+
+def test_gpu_parts_record_never_overwrites_a_file_that_is_not_a_record(tmp_path):
+    """OUT.json named a learner's file (the course's README, say): it was replaced by the record."""
+    durations = tmp_path / "d.tsv"
+    durations.write_text("a\tpassed\t1.0\n")
+    notes, earlier = tmp_path / "notes.md", tmp_path / "record.json"
+    notes.write_text("mine\n")
+    earlier.write_text(json.dumps({"part": "quick", "passed": 0}))
+
+    def record(out):
+        return subprocess.run([sys.executable, str(ROOT / "scripts" / "gpu_parts.py"), "record", "quick",
+                               str(durations), "0", "10", str(out)], capture_output=True, text=True, timeout=60)
+    run = record(notes)
+    assert run.returncode == 2 and run.stderr.strip().splitlines() == [
+        f"gpu_parts.py record: OUT.json: {notes} exists and is not a part's record: not overwritten"], run.stderr
+    assert notes.read_text() == "mine\n"
+    assert record(earlier).returncode == 0 and json.loads(earlier.read_text())["passed"] == 1
+
+
+def test_install_refuses_an_empty_venv_before_running_anything(monkeypatch, capsys):
+    """--venv '' (an unset variable in quotes) made a virtual environment in the course's own folder."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("install_script", ROOT / "scripts" / "install.py")
+    install = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(install)
+    monkeypatch.setattr(install.subprocess, "run", lambda cmd, *a, **k: pytest.fail(f"it ran {cmd}"))
+    monkeypatch.setattr(install.sys, "argv", ["install.py", "--venv", ""])
+    with pytest.raises(SystemExit) as done:
+        install.main()
+    assert done.value.code == 2
+    assert _one_line(capsys) == "install.py: error: --venv is empty: name the virtual environment's folder " \
+                                "(e.g. .venv)"
+
+
+def test_engine_smoke_runs_on_a_cpu_and_names_a_bad_option():
+    """On a CPU every run was a RuntimeError traceback (triton imported before `setup` could choose the
+    interpreter); a bad --preset a KeyError, --prompt 0 an engine error from inside."""
+    def smoke(*argv):           # started as from a shell: not under the interpreter the tests switched on
+        env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+        return subprocess.run([sys.executable, str(ROOT / "scripts" / "engine_smoke.py"), *argv],
+                              capture_output=True, text=True, timeout=300, env=env)
+    run = smoke("--prompt", "2", "--steps", "1")
+    assert run.returncode == 0 and "operators: prompt 2, 1 steps ok" in run.stdout, run.stderr[-2000:]
+    for argv, says in ((["--preset", "nope"], "argument --preset: invalid choice: 'nope'"),
+                       (["--prompt", "0"], "--prompt must be >= 1 and --steps >= 0, got 0 and 3"),
+                       (["--level", "nope", "--prompt", "2"], "level must be one of")):
+        run = smoke(*argv)
+        assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
+        assert run.stderr.strip().splitlines()[-1].startswith(f"engine_smoke.py: error: {says}"), run.stderr

@@ -7,8 +7,9 @@ from __future__ import annotations
 import torch
 
 from ..config import Qwen35Config
-from ..validate import FLOATS, check_count
-from .merged import check_fp8
+from ..validate import FLOATS, check_count, check_device, check_seed
+from .forward import Sampling
+from .merged import EngineWeights, check_fp8
 from .plan import check_weight_format
 
 MAX_SEQ_LEN = 4096     # tokens the cache holds by default
@@ -39,34 +40,24 @@ def check_dtype(dtype, name: str = "dtype") -> None:
         raise TypeError(f"{name} must be float32, float16 or bfloat16 for the engine, got {dtype!r}")
 
 
-def check_device(device) -> torch.device:
-    """A device the weights can be made or loaded on: a CUDA one only where there is one; not meta, which holds no
-    values to generate from (an engine of `demo.meta_weights`, built directly, sizes its buffers)."""
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError):
-        raise ValueError(f"device must be a torch device such as 'cpu' or 'cuda', got {device!r}") from None
-    if device.type == "cuda" and (device.index or 0) >= torch.cuda.device_count():
-        raise ValueError(f"device {str(device)!r} is not available: {torch.cuda.device_count()} CUDA GPU(s) here")
-    if device.type == "meta":
-        raise ValueError("device 'meta' makes weights without values, nothing to generate from: use 'cpu' or 'cuda'")
-    return device
-
-
 _NOT_GIVEN = object()   # from_pretrained's config: read from the checkpoint, after these checks
 
 
 def check_arguments(max_seq_len=MAX_SEQ_LEN, prefill_chunk=PREFILL_CHUNK, level=LEVEL, weight_format=WEIGHT_FORMAT,
                     device: torch.device | str | None = None, *, config=_NOT_GIVEN, dtype=None, cuda_graph=True,
-                    prefill_graph=True, pdl=None, own_weights=False, **_) -> tuple[int, int]:
+                    prefill_graph=True, pdl=None, own_weights=False, merged=None, **_) -> tuple[int, int]:
     """The sizes as ints (`check_sizes`), after the config, the switches, the level and weight format are checked
     and, where given, the dtype, the device and fp8 against its GPU. Takes an Engine's keyword arguments whole
     (the others are not its to check). device=None: the constructor, whose device and dtype are the weights',
-    checks those (`check_weights_dtype`) once their own check has passed."""
+    checks those (`check_weights_dtype`) once their own check has passed. merged: None or an engine's merged weights
+    (a string was an AttributeError once the weights had been checked)."""
     if config is not _NOT_GIVEN and not isinstance(config, Qwen35Config):
         raise TypeError(f"config must be a Qwen35Config (tritonllm_course.config.PRESETS holds some), got "
                         f"{type(config).__name__}")
     sizes = check_sizes(max_seq_len, prefill_chunk)
+    if merged is not None and not isinstance(merged, EngineWeights):
+        raise TypeError(f"merged must be another engine's merged weights (engine.weights) or None, got "
+                        f"{type(merged).__name__}")
     check_flags(cuda_graph, prefill_graph, pdl, own_weights)
     check_weight_format(level, weight_format)
     if dtype is not None:
@@ -74,6 +65,15 @@ def check_arguments(max_seq_len=MAX_SEQ_LEN, prefill_chunk=PREFILL_CHUNK, level=
     if device is not None:
         check_fp8(weight_format, check_device(device))
     return sizes
+
+
+def step_args(sampling=None, seed=0) -> tuple[Sampling | None, int]:
+    """`prefill`'s and `decode`'s sampling (None: greedy; else a `Sampling`) and seed (`check_seed`), before any work:
+    a dict was an AttributeError once the prompt had run, a seed of None or "1" a TypeError there, 1.5 or 2**70 were
+    taken (as 1, or modulo 2**31)."""
+    if sampling is not None and not isinstance(sampling, Sampling):
+        raise TypeError(f"sampling must be a Sampling(temperature, top_k, top_p) or None (greedy), got {sampling!r}")
+    return sampling, check_seed(seed)
 
 
 def check_weights_dtype(weight_format: str, dtype: torch.dtype, device: torch.device) -> None:

@@ -39,7 +39,7 @@ from ..model.cache import Qwen35Cache
 from ..runtime import no_launch_overlap, programmatic_launches
 from ..validate import check_count, check_decoding, check_ids, check_seed, eos_ids, nonfinite_error
 from ..weights import check_memory, check_weights, load_weights, random_weights
-from .arguments import LEVEL, MAX_SEQ_LEN, PREFILL_CHUNK, WEIGHT_FORMAT, check_arguments, check_weights_dtype
+from .arguments import LEVEL, MAX_SEQ_LEN, PREFILL_CHUNK, WEIGHT_FORMAT, check_arguments, check_weights_dtype, step_args
 from .buffers import Activations, Counters
 from .forward import Forward, Sampling
 from .graph import GraphedStep, graphed_pieces, layer_pieces
@@ -132,7 +132,7 @@ class Engine(Forward):
                  own_weights: bool = False):
         max_seq_len, prefill_chunk = check_arguments(max_seq_len, prefill_chunk, level, weight_format, config=config,
                                                      cuda_graph=cuda_graph, prefill_graph=prefill_graph, pdl=pdl,
-                                                     own_weights=own_weights)
+                                                     own_weights=own_weights, merged=merged)
         check_weights(config, weights)
         check_limits(config)            # shapes no level takes: refused before anything is allocated
         embed = weights["embed_tokens.weight"]
@@ -269,7 +269,7 @@ class Engine(Forward):
     def prefill(self, ids, *, sampling: Sampling | None = None, seed: int = 0) -> torch.Tensor:
         """Append the tokens `ids` to the cache; returns the last position's logits [vocab] (a view of
         the static buffer) and leaves the next token in `counters.ids`."""
-        ids = self.check_tokens(ids)
+        ids, (sampling, seed) = self.check_tokens(ids), step_args(sampling, seed)
         if not ids:
             raise ValueError("no tokens to prefill: give at least one")
         self.streams += 1
@@ -354,9 +354,9 @@ class Engine(Forward):
         if not 0 < self.length < self.max_seq_len:
             raise ValueError(f"the cache of {self.max_seq_len} tokens is full; nothing was run" if self.length else
                              "the sequence is empty: a decode step follows a prompt (prefill); nothing was run")
-        if token is not None:
-            token, = self.check_tokens([token])
-            self.counters.ids.fill_(int(token))
+        sampling = step_args(sampling)[0]
+        if token is not None:             # named as itself: True was "prompt_ids[0] must be an int token id"
+            self.counters.ids.fill_(self.check_tokens([check_count(token, "token")])[0])
         self.streams += 1
         return self._decode(sampling)
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 import torch
 
 from ..runtime import programmatic_launches
+from ..validate import check_sampling
 from .merged import fused_weight_args, projection_args
 
 
@@ -45,6 +46,11 @@ class Sampling:
     temperature: float
     top_k: int = 0
     top_p: float = 1.0
+
+    def __post_init__(self):
+        """The options checked as `generate`'s are (`check_sampling`): `prefill` and `decode` take a Sampling made
+        by hand, whose NaN temperature or top_p of 0 would otherwise reach the sampler's float32 arithmetic."""
+        check_sampling(self.temperature, self.top_k, self.top_p)
 
 
 @functools.cache

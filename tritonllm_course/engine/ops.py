@@ -145,6 +145,11 @@ class OpTable:
         self.fallbacks = list(self.plan.fallbacks)
         self.steps = self.plan.steps
         names = slots_of(self.steps)
+        if not isinstance(sources, (dict, type(None))):   # a str or a list: "dictionary update sequence element"
+            raise TypeError(f"sources must be a dict of {{slot name: source}}, got {type(sources).__name__} (one "
+                            "source for every slot: default_source=)")
+        if default and not callable(default) and default not in SOURCES:   # named as itself (None: the variable)
+            raise ValueError(f"default_source must be one of {SOURCES} or a callable, got {default!r}")
         sources = dict(sources or {})
         unknown = sorted(set(sources) - set(names) - set(slot_names(level)))   # a slot a fallback left is known
         if unknown:

@@ -26,20 +26,31 @@ def add_args(ap) -> None:
     ap.add_argument("--seed", type=int, default=0)
 
 
+def check_args(args) -> None:
+    """The options as `climb` takes them, a ValueError naming the first it cannot run (`gpu_script` says it
+    before the GPU's test): --budget-s above 0 (a negative one skipped every step, NaN never ran out), --seed
+    as every seed of the course, each of --steps a step's key."""
+    from ..validate import check_seed
+    from .rungs import check_climb_args, rung_named
+    check_climb_args(args.prompt_len, args.tokens, args.uncached_tokens, args.repeats)
+    if not args.budget_s > 0:
+        raise ValueError(f"--budget-s must be above 0, got {args.budget_s}")
+    check_seed(args.seed, "--seed")
+    try:
+        for key in args.steps or ():
+            rung_named(key)
+    except KeyError as e:     # its message, without the quotes str() gives a KeyError
+        raise ValueError(f"--steps: {e.args[0]}") from None
+
+
 def main(argv=None) -> int:
     from ..measure.benchmark import gpu_script, results_stem
-    started = gpu_script(__doc__, argv, add_args)
+    started = gpu_script(__doc__, argv, add_args, check=check_args)
     if started is None:
         return 1
     args, rt = started
     from . import RUNGS, measure, results, rung_named
-    from .rungs import check_climb_args
-    try:
-        check_climb_args(args.prompt_len, args.tokens, args.uncached_tokens, args.repeats)
-        steps = RUNGS if args.steps is None else tuple(rung_named(k) for k in args.steps)
-    except (ValueError, KeyError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    steps = RUNGS if args.steps is None else tuple(rung_named(k) for k in args.steps)
     stem, _ = results_stem(args.out, results.NAME)
     res = measure("qwen3.5-0.8b", rt.dtype, "cuda", steps=steps, prompt_len=args.prompt_len, tokens=args.tokens,
                   uncached_tokens=args.uncached_tokens, repeats=args.repeats, check=not args.no_check,

@@ -30,7 +30,7 @@ import torch
 from .. import kernels, slots
 from ..engine.graph import capture
 from ..runtime import gpu_available, runtime, setup
-from ..safe_files import UnsafeWrite, atomic_write_text, check_out_folder, results_folder
+from ..safe_files import atomic_write_text, check_out_folder, results_folder
 
 MAX_AUTOTUNE_LABEL = "torch.compile max-autotune"
 NOT_TRIED = "not tried"     # how a baseline ruled out at a shape begins its entry in `BenchResult.failed`
@@ -341,9 +341,11 @@ def results_stem(out: str | Path, name: str) -> tuple[Path, str]:
     return out / f"{name}_{gpu_tag()}_{date}", date
 
 
-def gpu_script(doc: str, argv=None, add_args=None):
+def gpu_script(doc: str, argv=None, add_args=None, check=None):
     """The command line every GPU benchmark script shares: `--out DIR` (and `add_args(parser)`'s).
-    Returns (args, runtime), or None after saying why when there is no GPU."""
+    Returns (args, runtime), or None after saying why when there is no GPU. `check(args)` raises a ValueError
+    for an option the script cannot run: said in one line (exit 2) before the GPU's test, so a bad option is
+    named on any machine, not only after a GPU has been found for it."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="results", help="folder for the JSON, markdown and PNG results")
     if add_args:
@@ -351,7 +353,9 @@ def gpu_script(doc: str, argv=None, add_args=None):
     args = ap.parse_args(argv)
     try:
         check_out_folder(args.out)     # a file or a dangling link in the way: said before any work
-    except UnsafeWrite as e:
+        if check is not None:
+            check(args)
+    except ValueError as e:            # UnsafeWrite is one
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     if not gpu_available():   # said before `setup`, which on a CPU refuses the triton these scripts import first

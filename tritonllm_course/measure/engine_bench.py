@@ -74,7 +74,7 @@ from ..model import Qwen35Model
 from ..reference import precision
 from ..runtime import no_launch_overlap, setup
 from ..safe_files import atomic_write_text, check_out_folder, results_folder, save_figure
-from ..validate import WEIGHT_FORMATS, check_weight_format
+from ..validate import WEIGHT_FORMATS, check_seed, check_weight_format
 from ..weights import is_hub_id, load_weights, resolve_checkpoint
 from .benchmark import ceiling_gbps, gpu_tag
 from .bytes_model import bytes_per_token
@@ -540,6 +540,8 @@ def _check_model_and_lengths(args) -> None:
     fits the model's positions: both said before the bench measures anything (a hub id's config is read only
     once it is downloaded, on the GPU)."""
     from ..config import get_config
+    if not args.model.strip():      # Path("") is the current folder: it was searched for a config.json
+        raise ValueError("--model is empty: give 'random', a checkpoint directory or a hub id")
     if args.model == "random":
         config = get_config(args.config or "qwen3.5-0.8b")
     elif is_hub_id(args.model) and not Path(args.model).expanduser().exists():
@@ -570,6 +572,7 @@ def run_bench(args) -> int:
         return 2
     try:
         check_weight_format(args.weights, "--weights")
+        check_seed(args.seed, "--seed")           # the random weights' seed, as generate's: torch took -1
         systems_named(args.systems, args.weights)
         check_out_folder(args.out)                # a file or a dangling link in the way: said before the minutes
         _check_model_and_lengths(args)

@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import re
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from ..config import FAMILY
-from ..safe_files import UnsafeWrite, atomic_write_text, check_out_folder, results_folder, save_figure
+from ..safe_files import UnsafeWrite, atomic_write_text, check_out_folder, read_regular, results_folder, save_figure
 from .engine_bench import FAST, FUSED, GRAPH, OPERATORS, PDL, recorded_bytes
 
 CONTEXTS = (128, 2048, 4096)
@@ -47,14 +49,40 @@ BENCH_KEYS = ("rows", "gpu", "date", "ceiling_gbps", "contexts")
 def _bench(path: Path) -> dict:
     """A bench.json, or a ValueError naming the file: a run cut off mid-write or a stray file under --out gave a
     traceback from deep inside the table before."""
-    try:
-        res = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    try:   # a regular file only: a fifo blocked the read forever
+        res = json.loads(read_regular(path))
+    except (OSError, ValueError) as e:   # JSONDecodeError, UnicodeDecodeError and UnreadableFile are ValueErrors
         raise ValueError(f"{path}: not a readable bench record ({type(e).__name__}: {e})") from None
     missing = [k for k in BENCH_KEYS if not isinstance(res, dict) or k not in res]
     if missing or not isinstance(res["rows"], list) or not all(isinstance(r, dict) for r in res["rows"]):
         raise ValueError(f"{path}: not a bench record (missing or malformed: {', '.join(missing) or 'rows'})")
+    if bad := _malformed(res):
+        raise ValueError(f"{path}: not a bench record (malformed: {', '.join(bad)})")
     return res
+
+
+def _positive(value, kind=(int, float)) -> bool:
+    """A finite number above 0 of `kind` (JSON's true is no number, and NaN no timing)."""
+    return isinstance(value, kind) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
+def _malformed(res: dict) -> list[str]:
+    """The fields of a bench record that `collect`, the table and the plot read, each where it is not what `bench`
+    writes: a ceiling of 0 was a ZeroDivisionError, a list of timings an AttributeError, both tracebacks."""
+    def timings(ms) -> bool:      # {"128": 26.3, ...}: JSON's keys are strings, the contexts' digits
+        return isinstance(ms, dict) and all(re.fullmatch(r"[0-9]+", c) and _positive(t) for c, t in ms.items())
+    bad = [k for k in ("gpu", "date") if not isinstance(res[k], str)]
+    bad += [] if _positive(res["ceiling_gbps"]) else ["ceiling_gbps"]
+    bad += [] if isinstance(res["contexts"], list) and all(_positive(c, int) for c in res["contexts"]) \
+        else ["contexts"]
+    bad += [k for k in ("weight_and_state_bytes", "kv_bytes_per_token")
+            if k in res and not (_positive(res[k]) or res[k] == 0)]
+    for i, row in enumerate(res["rows"]):
+        if not (isinstance(row.get("system"), str) and isinstance(row.get("error", ""), (str, type(None)))
+                and timings(row.get("decode_ms")) and timings(row.get("ttft_ms", {}))
+                and (row.get("kernels") is None or _positive(row["kernels"], int))):
+            bad.append(f"rows[{i}]")
+    return bad
 
 
 def _folder(out: Path, size: str) -> Path | None:
@@ -210,7 +238,7 @@ def main(argv=None) -> int:
             print(f"== {size}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     try:
         family = collect(args.out)
-    except (ValueError, KeyError, TypeError) as e:     # a bench.json that is not one: named, in one line
+    except (ValueError, KeyError, TypeError, AttributeError) as e:   # a bench.json that is not one: one line
         print(f"family: error: {e if isinstance(e, ValueError) else f'a bench record under {args.out}: {e!r}'}",
               file=sys.stderr)
         return 2

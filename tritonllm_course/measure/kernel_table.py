@@ -20,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-from ..safe_files import atomic_write_text, save_figure
+from ..safe_files import atomic_write_text, read_regular, save_figure
 from .benchmark import MAX_AUTOTUNE_LABEL, NOT_TRIED, BenchResult, bench, gpu_script, results_stem
 
 
@@ -85,7 +85,7 @@ def _resumed(path: str | None, gpu: str, max_autotune: bool) -> list[BenchResult
     if path is None:
         return []
     try:
-        saved = json.loads(Path(path).read_text())
+        saved = json.loads(read_regular(path))   # a fifo refused by its type, never left to block the read
         rows = [BenchResult.from_dict(r) for r in saved["results"]]
         same = saved["gpu"] == gpu and saved["max_autotune"] == max_autotune
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -107,6 +107,20 @@ def _write(results, out: Path, tag: str, rt, date: str, max_autotune: bool, left
     plot(results, out / f"{tag}.png", f"Decode-shape kernels on {rt.gpu_name}, {date}")
 
 
+def _check_args(args) -> None:
+    """--budget-s above 0 (NaN refused: it never ran out), and --slots naming ready slots, at least one: a name
+    of none (a typo, a planned slot) measured nothing and wrote an empty table as complete."""
+    if args.budget_s is not None and not args.budget_s > 0:
+        raise ValueError(f"--budget-s must be > 0 seconds, got {args.budget_s}")
+    if args.slots is not None:
+        from .. import slots
+        ready = {s.name for s in slots.all_slots() if s.ready}
+        unknown = [name for name in args.slots if name not in ready]
+        if unknown or not args.slots:
+            raise ValueError(f"--slots {' '.join(unknown) if unknown else 'names no slot'}: each must be a ready "
+                             "slot (`tritonllm-course progress` lists them)")
+
+
 def main(argv=None) -> int:
     def add_args(ap):
         ap.add_argument("--slots", nargs="*", help="only these slots")
@@ -116,13 +130,10 @@ def main(argv=None) -> int:
                         help="start no row after this many seconds (the files hold what was measured)")
         ap.add_argument("--resume", default=None, help="an earlier table's JSON: keep its rows, measure the rest")
 
-    started = gpu_script(__doc__, argv, add_args=add_args)
+    started = gpu_script(__doc__, argv, add_args=add_args, check=_check_args)
     if started is None:
         return 1
     args, rt = started
-    if args.budget_s is not None and not args.budget_s > 0:
-        print(f"error: --budget-s must be > 0 seconds, got {args.budget_s}", file=sys.stderr)
-        return 2
     from .. import slots
     results = _resumed(args.resume, rt.gpu_name, args.max_autotune)
     done = {(r.name, json.dumps(r.shape, sort_keys=True)) for r in results}

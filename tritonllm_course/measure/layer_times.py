@@ -471,7 +471,7 @@ def run_layers(args) -> int:
         + (["--budget-s must be above 0"] if not args.budget_s > 0 else [])                       # NaN: refused
     try:
         config = get_config(name)
-    except ValueError as e:
+    except (ValueError, OSError) as e:   # OSError: a folder without config.json, one that cannot be read
         bad.append(str(e))
     if rt.on_gpu:                                  # the CPU writes nothing; a GPU run says so before its minutes
         try:

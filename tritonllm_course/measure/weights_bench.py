@@ -30,8 +30,9 @@ import torch
 
 from ..engine import Engine
 from ..runtime import setup
-from ..safe_files import UnsafeWrite, atomic_write_text, check_out_folder, results_folder
+from ..safe_files import atomic_write_text, check_out_folder, results_folder
 from ..triton_helpers import FP8_CAPABILITY
+from ..validate import check_seed
 from .benchmark import ceiling_gbps, gpu_tag
 from .engine_bench import Row, _engine_runner, _hf_runner, _measure, build, byte_model, recorded_bytes, warm_up
 from .quant_accuracy import evaluate, prompt_ids
@@ -160,8 +161,9 @@ def main(argv=None) -> int:
         print("weights_bench: error: --steps must be >= 2, --repeats >= 1 and every --contexts >= 1", file=sys.stderr)
         return 2
     try:
+        check_seed(args.seed, "--seed")           # the random weights' seed, as generate's: torch took -1
         check_out_folder(args.out)                # a file or a dangling link in the way: said before the minutes
-    except UnsafeWrite as e:
+    except ValueError as e:                       # UnsafeWrite is one
         print(f"weights_bench: error: {e}", file=sys.stderr)
         return 2
     if not torch.cuda.is_available() or not setup(quiet=True).on_gpu:

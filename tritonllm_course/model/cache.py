@@ -16,6 +16,7 @@ import torch
 
 from ..config import Qwen35Config
 from ..reference.precision import acc_dtype
+from ..validate import check_count
 
 
 class CacheTooLarge(ValueError):
@@ -66,7 +67,9 @@ class Qwen35Cache:
     def allocate(cls, config: Qwen35Config, max_seq_len: int, dtype=torch.float32,
                  device="cpu") -> "Qwen35Cache":
         """Every tensor a view into one flat buffer per dtype (the model's; the state's): a new sequence
-        zeroes two buffers, two launches rather than one per tensor (48 for Qwen3.5-0.8B)."""
+        zeroes two buffers, two launches rather than one per tensor (48 for Qwen3.5-0.8B). max_seq_len an int:
+        1.5 or "3" failed in torch's zeros or a comparison, True in a view."""
+        max_seq_len = check_count(max_seq_len, "max_seq_len")
         if not 0 < max_seq_len <= config.max_position_embeddings:
             raise ValueError(f"max_seq_len must be in [1, {config.max_position_embeddings}] "
                              f"(max_position_embeddings), got {max_seq_len}")

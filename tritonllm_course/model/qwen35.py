@@ -90,6 +90,7 @@ class Qwen35Model:
         returns [T, vocab] with all_logits, else [1, vocab] for the last token, in the model dtype.
         """
         c = self.config
+        self._check_call(cache, all_logits)
         if isinstance(ids, torch.Tensor):        # left where it is: ids on the CPU are range-checked for free
             if ids.dtype == torch.bool or ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dim() != 1:
                 raise ValueError(f"ids must be a 1-D tensor of integer token ids (one sequence), got "
@@ -128,6 +129,22 @@ class Qwen35Model:
         return R.lm_head(R.rms_norm(x, w["norm.weight"], eps).to(dt), self.lm_head_weight)
 
     __call__ = forward
+
+    def _check_call(self, cache, all_logits) -> None:
+        """`forward`'s cache (None, or one of this model's: `new_cache`) and switch, before any work: a dict was an
+        AttributeError, a cache of another dtype a RuntimeError of index_put in the first layer, and a string
+        all_logits such as "no" was true."""
+        if not isinstance(all_logits, bool):
+            raise TypeError(f"all_logits must be True or False, got {all_logits!r}")
+        if cache is None:
+            return
+        if not isinstance(cache, Qwen35Cache):
+            raise TypeError(f"cache must be a Qwen35Cache (model.new_cache(max_seq_len)) or None, got "
+                            f"{type(cache).__name__}")
+        flat = cache.storage[0]
+        if flat.dtype != self.dtype or flat.device != self.device:
+            raise ValueError(f"cache holds {str(flat.dtype).replace('torch.', '')} on {flat.device}; this model "
+                             f"runs {str(self.dtype).replace('torch.', '')} on {self.device}: use model.new_cache")
 
     def _grow_rope(self, n: int) -> None:
         if self.cos is None or self.cos.shape[0] < n:
