@@ -281,17 +281,17 @@ def test_sync_notebooks_names_a_chapter_whose_metadata_has_the_wrong_type(colab,
     nbformat's three lines of advice before the refusal."""
     import nbformat
     (course_copy / "notebooks").mkdir()
-    good = course_copy / "notebooks" / "01_good.ipynb"
+    good = course_copy / "notebooks" / "01_triton_basics.ipynb"
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("my own set-up")]
     nbformat.write(nb, good)
     before = good.read_bytes()
-    (course_copy / "notebooks" / "02_odd.ipynb").write_text(json.dumps({
+    (course_copy / "notebooks" / "02_inside_qwen35.ipynb").write_text(json.dumps({
         "cells": [{"cell_type": "code", "source": "x", "metadata": {}, "outputs": [], "execution_count": None}],
         "metadata": {"colab": colab}, "nbformat": 4, "nbformat_minor": 5}))
     assert cli.main(["sync-notebooks"]) == 2
     line = _one_line(capsys)
-    assert line.startswith("notebooks/02_odd.ipynb is not a readable notebook (") and \
+    assert line.startswith("notebooks/02_inside_qwen35.ipynb is not a readable notebook (") and \
         line.endswith("): no chapter was rewritten"), line
     assert good.read_bytes() == before
 
