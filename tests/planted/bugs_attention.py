@@ -16,6 +16,8 @@ def _online_update(indent: str, assign: str, rescale_acc: bool = True, rescale_l
 
 
 FA_UPDATE = "    return online_softmax_update(m, l, acc, s, v)"
+PREFILL_POS = "pos = tl.load(pos_ptr + t, mask=r_ok, other=0)            #"
+FLASH_POS = "pos = tl.load(pos_ptr + t, mask=r_ok, other=0)          #"
 FD_UPDATE = "            m, l, acc = online_softmax_update(m, l, acc, s, v)"
 
 BUGS = [
@@ -55,6 +57,11 @@ BUGS = [
         (("offs = t.to(tl.int64)[:, None] * S + s[None, :]", "offs = t.to(tl.int64)[:, None] * T + s[None, :]"),)),
     Bug("causal_mask_gen", "attention", "no key mask on the store",
         (("mask=t_ok[:, None] & (s < S)[None, :])", "mask=t_ok[:, None])"),)),
+    # the edge "positions with gaps, keys past the newest": every other case has the positions S - T .. S - 1
+    Bug("causal_mask_gen", "attention", "positions taken as the last T of the keys (S - T + t)",
+        (("visible = s[None, :] <= pos[:, None]", "visible = s[None, :] <= (S - T + t)[:, None]"),)),
+    Bug("causal_mask_gen", "attention", "positions taken as a run from the first (pos[0] + t)",
+        (("pos = tl.load(pos_ptr + t, mask=t_ok, other=0)", "pos = tl.load(pos_ptr) + t"),)),
 
     # --- ops 21 and 6: the softmax ------------------------------------------------------------------
     Bug("scale_softmax", "attention", "running sum not rescaled when a lane's max grows",
@@ -78,6 +85,10 @@ BUGS = [
     Bug("softmax_mask", "attention", "masked keys given probability in the second pass",
         (("p = tl.where(ok, tl.exp2(x - row_max), 0.0) / row_sum",
           "p = tl.where(s < S, tl.exp2(x - row_max), 0.0) / row_sum"),)),
+    Bug("scale_softmax", "attention", "padding lanes past S not set to -inf (counted in the max and sum)",
+        (('x = tl.where(ok, x, float("-inf"))\n        m_new', "m_new"),)),
+    Bug("softmax_mask", "attention", "running max from -inf (a lane of masked keys only: -inf - -inf = NaN)",
+        (("m = tl.full([BLOCK], -1e30, dtype=tl.float32)", 'm = tl.full([BLOCK], float("-inf"), dtype=tl.float32)'),)),
     Bug("softmax_mask", "attention", "mask row of the score row, not row % T",
         (("mask_row = mask_ptr + (row % T) * S", "mask_row = mask_ptr + row * S"),)),
 
@@ -142,6 +153,10 @@ BUGS = [
           "head = g + (r % G) * KV\n    r_ok = r < T * G\n    d = tl.arange(0, BLOCK_D)"),)),
     Bug("prefill_attention", "attention", "V of KV head 0 for every group",
         (("v_rows = (n * KV + g).to(tl.int64) * D", "v_rows = (n * KV).to(tl.int64) * D"),)),
+    Bug("prefill_attention", "attention", "positions taken as the last T of the keys (S - T + t)",
+        ((PREFILL_POS, "pos = S - T + t            #"),)),
+    Bug("prefill_attention", "attention", "positions taken as a run from the first (pos[0] + t)",
+        ((PREFILL_POS, "pos = tl.load(pos_ptr) + t            #"),)),
     Bug("prefill_attention", "attention", "no key mask on the K tile (reads past S)",
         (("mask=(n < S)[:, None] & d_ok[None, :], other=0.0)                      #",
           "mask=d_ok[None, :], other=0.0)                      #"),), out_of_bounds=True),
@@ -186,6 +201,15 @@ BUGS = [
         (("head = g * G + r % G", "head = g + (r % G) * KV"),)),
     Bug("flash_attention.gated", "flash_attention", "output not divided by the sum",
         (("out = acc / l[:, None]", "out = acc"),)),
+    # the edge "positions with gaps, keys past the newest"
+    *(Bug(slot, "flash_attention", what, ((FLASH_POS, new),))
+      for slot in ("flash_attention", "flash_attention.gated")
+      for what, new in (("positions taken as the last T of the keys (S - T + t)", "pos = S - T + t          #"),
+                        ("positions taken as a run from the first (pos[0] + t)",
+                         "pos = tl.load(pos_ptr) + t          #"))),
+    # the gated slot's own token at position 64, the first key of a block
+    Bug("flash_attention.gated", "flash_attention", "diagonal loop ends before the newest position",
+        (("for n0 in range(n_bulk, p_hi + 1, BLOCK_N):", "for n0 in range(n_bulk, p_hi, BLOCK_N):"),)),
 
     # --- FlashDecoding ----------------------------------------------------------------------------
     Bug("flash_decoding", "flash_decoding", "chunk rows floored (the last rows in no split)",
@@ -228,6 +252,11 @@ BUGS = [
     Bug("flash_decoding.gated", "flash_decoding", "merge divides by the sum of one split",
         (("out = tl.sum(w[:, None] * acc, axis=0) / tl.sum(w * l, axis=0)",
           "out = tl.sum(w[:, None] * acc, axis=0) / tl.max(w * l, axis=0)"),)),
+    # the edge "a length of whole splits": the only case where floor + 1 and cdiv differ
+    *(Bug(slot, "flash_decoding", "merge counts the splits in use as length // chunk + 1",
+          (("used = tl.cdiv(length, _chunk_rows(length, num_splits, BLOCK_N))",
+            "used = length // _chunk_rows(length, num_splits, BLOCK_N) + 1"),))
+      for slot in ("flash_decoding", "flash_decoding.gated")),
 ]
 
 # the interpreter names an access past a tensor for these (tests/planted/test_planted_bugs.py requires the mark)
@@ -236,4 +265,6 @@ BUGS = out_of_bounds(BUGS,
                      "softmax_mask: mask row of the score row, not row % T",
                      "flash_decoding: chunk rows floored (the last rows in no split)",
                      "flash_decoding: split end not clamped to the length",
-                     "flash_attention: no row mask on the K/V tiles (reads past S)")
+                     "flash_attention: no row mask on the K/V tiles (reads past S)",
+                     # the last head's extra split lies past the partials (the others' read the next head's)
+                     "merge counts the splits in use as length // chunk + 1")

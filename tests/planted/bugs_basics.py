@@ -17,6 +17,9 @@ BUGS = [
         (("mask=mask, other=0.0).to(tl.float32)", "mask=mask, other=0.0)"),)),
     Bug("ln1", "rmsnorm", "w instead of 1 + w",
         (("y = x * inv_rms[:, None] * (1.0 + w)[None, :]", "y = x * inv_rms[:, None] * w[None, :]"),)),
+    Bug("ln1", "rmsnorm", "eps outside the sqrt",
+        (("inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / dim + eps)",
+          "inv_rms = 1.0 / (tl.sqrt(tl.sum(x * x, axis=1) / dim) + eps)"),)),
     Bug("ln1", "rmsnorm", "mean over the padded block, not the row",
         (("tl.sum(x * x, axis=1) / dim + eps", "tl.sum(x * x, axis=1) / BLOCK_D + eps"),)),
     # the edge "x a strided view" (the kernel serves qk_norm's strided heads too)

@@ -53,10 +53,33 @@ CONV1D = [
     Bug(_FD, "conv1d", "the window without the shift (fused)",
         (("v = tl.load(state_ptr + c * K + (i + 1), mask=cmask, other=0.0)",
           "v = tl.load(state_ptr + c * K + i, mask=cmask, other=0.0)"),)),
+    # the edge "a prompt shorter than the conv, no state" (T = 2 < K): the new state's first columns precede
+    # token 0 and must come out zeros; no other case has a short prompt without a state
+    *(Bug(slot, "conv1d", what, ((old, new),)) for slot in (_P, _FP) for what, old, new in (
+        ("without a state, the new state's columns before token 0 never written",
+         "            v = tl.where(s >= 0, v, old)\n        tl.store(new_state_ptr + c * K + i, v, mask=cmask)",
+         "            v = tl.where(s >= 0, v, old)\n            tl.store(new_state_ptr + c * K + i, v, mask=cmask)\n"
+         "        else:\n            tl.store(new_state_ptr + c * K + i, v, mask=tl.where(s >= 0, cmask, False))"),
+        ("without a state, the new state's columns before token 0 read from the state pointer",
+         "        if HAS_STATE:\n            old = tl.load(state_ptr + c * K + (K + s), "
+         "mask=tl.where(s < 0, cmask, False), other=0.0)\n            v = tl.where(s >= 0, v, old)",
+         "        old = tl.load(state_ptr + c * K + (K + s), mask=tl.where(s < 0, cmask, False), other=0.0)\n"
+         "        v = tl.where(s >= 0, v, old)"))),
 ]
 
 _REC = "gated_delta_recurrent"
 _CH = "gated_delta_chunked"
+# the chunked kernels' decayed products (kernel 1's A, kernel 3's P), and two ways of writing the decay that are
+# exact until exp overflows: split into factors of each token, or unclamped and masked by a product
+CHUNK_A = ("    decay = tl.exp(tl.minimum(gamma[:, None] - gamma[None, :], 0.0))   # Gamma_ij (i > j: <= 1)\n"
+           "    A = tl.where(i > j, tl.dot(k, tl.trans(k), input_precision=PREC) * beta[:, None] * decay, 0.0)")
+CHUNK_P = ("    decay = tl.exp(tl.minimum(gamma[:, None] - gamma[None, :], 0.0))\n"
+           "    P = tl.where(i >= j, tl.dot(q, tl.trans(k), input_precision=PREC) * decay, 0.0)")
+SPLIT_K = "    ku = k.to(tl.float32) * tl.exp(-gamma)[:, None]\n"
+DECAY_THEN_PREDICT = ("    S = S * tl.exp(g)                                        # forget a little\n"
+                      "    u = beta * (v - tl.sum(S * k[:, None], axis=0))          "
+                      "# the prediction's error for k: [BV]")
+UNCLAMPED = "    decay = tl.exp(gamma[:, None] - gamma[None, :])\n"
 
 DELTA_RULE = [
     # recurrent: one program per (value head, value block), the state in registers over the tokens
@@ -67,6 +90,18 @@ DELTA_RULE = [
         (("    S = S * tl.exp(g)                                        # forget a little\n", ""),)),
     Bug(_REC, "delta_rule", "no beta in the update",
         (("u = beta * (v - tl.sum(S * k[:, None], axis=0))", "u = v - tl.sum(S * k[:, None], axis=0)"),)),
+    Bug(_REC, "delta_rule", "beta on v only (u = beta v - S^T k)",
+        (("u = beta * (v - tl.sum(S * k[:, None], axis=0))", "u = beta * v - tl.sum(S * k[:, None], axis=0)"),)),
+    Bug(_REC, "delta_rule", "the state read along the wrong axis (S k, not S^T k)",
+        (("u = beta * (v - tl.sum(S * k[:, None], axis=0))", "u = beta * (v - tl.sum(S * k[None, :], axis=1))"),)),
+    Bug(_REC, "delta_rule", "the prediction from the undecayed state",
+        ((DECAY_THEN_PREDICT, "    u = beta * (v - tl.sum(S * k[:, None], axis=0))\n    S = S * tl.exp(g)"),)),
+    Bug(_REC, "delta_rule", "the decay applied after the write",
+        ((DECAY_THEN_PREDICT + "\n    S = S + k[:, None] * u[None, :]                          "
+          "# write it: rank-1 update",
+          "    u = beta * (v - tl.sum(S * k[:, None], axis=0))\n    S = (S + k[:, None] * u[None, :]) * tl.exp(g)"),)),
+    Bug(_REC, "delta_rule", "the state read with k, not q",
+        (("o = tl.sum(S * q[:, None], axis=0)", "o = tl.sum(S * k[:, None], axis=0)"),)),
     Bug(_REC, "delta_rule", "the output read before the write",
         (("    S = S + k[:, None] * u[None, :]                          # write it: rank-1 update\n"
           "    o = tl.sum(S * q[:, None], axis=0)                       # read with the updated state: [BV]\n",
@@ -133,6 +168,20 @@ DELTA_RULE = [
     Bug(_CH, "delta_rule", "the in-chunk attention not causal",
         (("P = tl.where(i >= j, tl.dot(q, tl.trans(k), input_precision=PREC) * decay, 0.0)",
           "P = tl.dot(q, tl.trans(k), input_precision=PREC) * decay"),)),
+    # the edge "strong decays in head 0" (g down to -15.5 a token): gamma passes -88 within a chunk, where
+    # exp(-gamma), and exp(gamma_i - gamma_j) for i < j, overflow fp32; the slow decays of the other cases never
+    # leave exp's range
+    Bug(_CH, "delta_rule", "A: the decay split as exp(gamma_i) exp(-gamma_j) (overflows for strong decays)",
+        ((CHUNK_A, SPLIT_K + "    A = tl.where(i > j, tl.dot(k * tl.exp(gamma)[:, None], tl.trans(ku), "
+                   "input_precision=PREC) * beta[:, None], 0.0)"),)),
+    Bug(_CH, "delta_rule", "A: the decay unclamped, masked by a product (inf * 0 for strong decays)",
+        ((CHUNK_A, UNCLAMPED + "    A = tl.dot(k, tl.trans(k), input_precision=PREC) * beta[:, None] * decay "
+                     "* (i > j)"),)),
+    Bug(_CH, "delta_rule", "P: the decay split as exp(gamma_i) exp(-gamma_j) (overflows for strong decays)",
+        ((CHUNK_P, SPLIT_K + "    P = tl.where(i >= j, tl.dot(q.to(tl.float32) * tl.exp(gamma)[:, None], "
+                   "tl.trans(ku), input_precision=PREC), 0.0)"),)),
+    Bug(_CH, "delta_rule", "P: the decay unclamped, masked by a product (inf * 0 for strong decays)",
+        ((CHUNK_P, UNCLAMPED + "    P = tl.dot(q, tl.trans(k), input_precision=PREC) * decay * (i >= j)"),)),
 ]
 
 GATES = [
@@ -181,6 +230,9 @@ L2NORM = [
     Bug("l2norm_qk", "deltanet_gates", "the squares summed in x's dtype (cast after the sum)",
         (("y = l2_normalize_rows(x.to(tl.float32), eps) * scale",
           "y = x * tl.rsqrt(tl.sum(x * x, axis=1).to(tl.float32) + eps)[:, None] * scale"),)),
+    Bug("l2norm_qk", "deltanet_gates", "eps outside the sqrt",
+        (("y = l2_normalize_rows(x.to(tl.float32), eps) * scale",
+          "xf = x.to(tl.float32)\n    y = xf / (tl.sqrt(tl.sum(xf * xf, axis=1)) + eps)[:, None] * scale"),)),
     Bug("l2norm_qk", "deltanet_gates", "no row mask",
         (("    mask = (r < rows)[:, None] & (d < D)[None, :]\n", "    mask = (d < D)[None, :]\n"),)),
 ]
@@ -192,6 +244,9 @@ GATED_RMSNORM = [
         (("mask = (r < rows)[:, None] & (d < D)[None, :]", "mask = (d < D)[None, :]"),)),
     Bug("gated_rmsnorm", "gated_rmsnorm", "z read at x's offsets (its token stride ignored)",
         (("z = tl.load(z_ptr + z_rows[:, None] + d[None, :]", "z = tl.load(z_ptr + offsets"),)),
+    Bug("gated_rmsnorm", "gated_rmsnorm", "eps outside the sqrt",
+        (("inv_rms = tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)",
+          "inv_rms = 1.0 / (tl.sqrt(tl.sum(x * x, axis=1) / D) + eps)"),)),
     Bug("gated_rmsnorm", "gated_rmsnorm", "no eps",
         (("tl.rsqrt(tl.sum(x * x, axis=1) / D + eps)", "tl.rsqrt(tl.sum(x * x, axis=1) / D)"),)),
     Bug("gated_rmsnorm", "gated_rmsnorm", "no fp32 cast of x",
@@ -231,4 +286,5 @@ BUGS = out_of_bounds(CONV1D + DELTA_RULE + GATES + L2NORM + GATED_RMSNORM + ENGI
                      "no mask", "no row mask", "a mask one past the end (<= n)",
                      # these also stray past a tensor on the way to a wrong answer (the second inside a helper)
                      "deltanet_gates: token and head swapped (i % HV, i // HV)",
-                     "conv1d_prefill: the new state one token late (T - K + 1 + i)")
+                     "conv1d_prefill: the new state one token late (T - K + 1 + i)",
+                     "without a state, the new state's columns before token 0 read from the state pointer")

@@ -3,6 +3,9 @@ GEMV, the autotuned projections."""
 from planted import Bug, out_of_bounds
 
 NF, LF, D, S, A = "norm_fusion", "layer_fusion", "delta_rule", "splitk", "autotune"
+NF_SCALE = ("    if W_SCALED:    # the row's dequantizing scale, once; before the SwiGLU, which it does not "
+            "commute with\n        y = y * w_scale\n")
+LF_STORE = "    tl.store(y_ptr + rows, (y + r).to(y_ptr.dtype.element_ty), mask=ok)"
 
 BUGS = [
     # residual + RMSNorm ------------------------------------------------------------------------------
@@ -21,6 +24,12 @@ BUGS = [
         (("y = h * inv_rms[:, None] * (1.0 + w)[None, :]", "y = h * inv_rms[:, None] * w[None, :]"),)),
     Bug("residual_rmsnorm", NF, "the normalised x, not the new stream h",
         (("    h = h.to(tl.float32)\n    inv_rms", "    h = x\n    inv_rms"),)),
+    Bug("residual_rmsnorm", NF, "eps outside the sqrt",
+        (("inv_rms = tl.rsqrt(tl.sum(h * h, axis=1) / dim + eps)",
+          "inv_rms = 1.0 / (tl.sqrt(tl.sum(h * h, axis=1) / dim) + eps)"),)),
+    # the edge "an fp32 residual stream" (the fp16 mode's): the only case whose stream is not in x's dtype
+    Bug("residual_rmsnorm", NF, "h stored rounded to x's dtype (an fp32 residual stream)",
+        (("h = (res + x).to(h_ptr.dtype.element_ty)", "h = (res + x).to(x_ptr.dtype.element_ty)"),)),
 
     # the fused GEMV's step along K (decode: rms_norm_linear, gate_up_swiglu and their variants) ----------
     Bug("fused_rmsnorm_linear", NF, "the GEMV step without its K offset",
@@ -88,6 +97,20 @@ BUGS = [
           "        x = x * (1.0 + tl.load(norm_w_ptr + k, mask=k_ok, other=0.0).to(tl.float32))",
           "        x = x * (1.0 + tl.load(norm_w_ptr + k, mask=k_ok, other=0.0).to(tl.float32))\n"
           "        sum_sq += x * x"),)),
+    # the edge "gates past exp's overflow" (token 0's first gates 100, -100, 15, -15, ...)
+    *(Bug(slot, NF, "silu as y e^y / (1 + e^y) (inf / inf past exp's overflow)",
+          (("        y = silu(y) * up\n", "        y = y * tl.exp(y) / (1.0 + tl.exp(y)) * up\n"),))
+      for slot in ("fused_gate_up_silu", "fused_gate_up_silu.merged", "fused_gate_up_silu.ln2")),
+    # the edge "8-bit weights (int8, one scale a row)": the fast level's decode runs the walk with W_SCALED, which
+    # no other case compiles
+    Bug("fused_rmsnorm_linear", NF, "W_SCALED: the row scale never applied", ((NF_SCALE, ""),)),
+    Bug("fused_rmsnorm_linear.conv", NF, "W_SCALED: the row scale never applied", ((NF_SCALE, ""),)),
+    Bug("fused_gate_up_silu.ln2", NF, "W_SCALED: up scaled by the gate's row scale",
+        (("            up = up * up_scale", "            up = up * w_scale"),)),
+    Bug("fused_gate_up_silu.ln2", NF, "W_SCALED: the scales applied after the SwiGLU",
+        ((NF_SCALE, ""), ("        if W_SCALED:\n            up = up * up_scale\n", ""),
+         ("        y = silu(y) * up\n", "        y = silu(y) * up\n        if W_SCALED:\n"
+                                        "            y = y * w_scale * up_scale\n"))),
 
     # projection + residual add -------------------------------------------------------------------------
     Bug("fused_linear_residual", LF, "GEMV: the residual never added",
@@ -137,6 +160,36 @@ BUGS = [
     Bug("gated_norm_linear_residual", LF, "no fp32 cast of x",
         (("x = tl.load(x_ptr + t * sx + k, mask=k_ok, other=0.0).to(tl.float32)",
           "x = tl.load(x_ptr + t * sx + k, mask=k_ok, other=0.0)"),)),
+    Bug("gated_norm_linear_residual", LF, "eps outside the sqrt",
+        (("inv_rms = tl.rsqrt(tl.sum(heads * heads, axis=1) / DV + eps)",
+          "inv_rms = 1.0 / (tl.sqrt(tl.sum(heads * heads, axis=1) / DV) + eps)"),)),
+    Bug("gated_norm_linear_residual", LF, "the gate applied before the norm",
+        (("        heads = tl.reshape(x, [BLOCK_K // DV, DV])                   # one row per head of the tile\n"
+          "        inv_rms = tl.rsqrt(tl.sum(heads * heads, axis=1) / DV + eps)\n"
+          "        z = tl.load(z_ptr + t * sz + k, mask=k_ok, other=0.0).to(tl.float32)\n"
+          "        g = tl.reshape(heads * inv_rms[:, None], [BLOCK_K]) * nw * silu(z)",
+          "        z = tl.load(z_ptr + t * sz + k, mask=k_ok, other=0.0).to(tl.float32)\n"
+          "        heads = tl.reshape(x * silu(z), [BLOCK_K // DV, DV])\n"
+          "        inv_rms = tl.rsqrt(tl.sum(heads * heads, axis=1) / DV + eps)\n"
+          "        g = tl.reshape(heads * inv_rms[:, None], [BLOCK_K]) * nw"),)),
+    # the edge "inputs past exp's overflow" on z
+    Bug("gated_norm_linear_residual", LF, "silu(z) as z e^z / (1 + e^z) (inf / inf past exp's overflow)",
+        (("* nw * silu(z)      # padding", "* nw * (z * tl.exp(z) / (1.0 + tl.exp(z)))      # padding"),)),
+    # the edge "8-bit weights (int8, one scale a row)"
+    Bug("fused_linear_residual", LF, "W_SCALED: the row scale never applied",
+        (("    if W_SCALED:        # the row's scale, once, on the sum alone: the residual is not scaled\n"
+          "        y = y * w_scale\n", ""),)),
+    Bug("fused_linear_residual", LF, "W_SCALED: the residual scaled too",
+        ((LF_STORE, "    if W_SCALED:\n        r = r * w_scale\n" + LF_STORE),)),
+    Bug("gated_norm_linear_residual", LF, "W_SCALED: the row scale never applied",
+        (("    y = tl.sum(acc, axis=1)\n    if W_SCALED:\n        y = y * w_scale\n    tl.store(y_ptr + t * N + rows",
+          "    y = tl.sum(acc, axis=1)\n    tl.store(y_ptr + t * N + rows"),)),
+    # the edge "an fp32 residual stream" (the fp16 mode's)
+    Bug("fused_linear_residual", LF, "GEMV: the sum rounded to x's dtype (an fp32 residual stream)",
+        ((LF_STORE, LF_STORE.replace("y_ptr.dtype", "x_ptr.dtype")),)),
+    Bug("gated_norm_linear_residual", LF, "the sum rounded to x's dtype (an fp32 residual stream)",
+        (("tl.store(y_ptr + t * N + rows, (y + r).to(y_ptr.dtype.element_ty), mask=row_ok)",
+          "tl.store(y_ptr + t * N + rows, (y + r).to(x_ptr.dtype.element_ty), mask=row_ok)"),)),
 
     # q/k norm + RoPE + cache write ---------------------------------------------------------------------------
     Bug("qk_norm_rope_cache", LF, "the rotation's sign on the wrong half",
@@ -235,6 +288,14 @@ BUGS = [
           "o = (tl.dot(q, S.to(q.dtype), input_precision=PREC)"),)),
     Bug("gated_delta_chunked.gates", D, "the scan: writes not decayed to the chunk's end",
         (("v_decayed = v_new * tl.exp(gamma_last - gamma)[:, None]", "v_decayed = v_new"),)),
+    # the edge "strong decays in head 0" (A = 8, dt_bias = 1: g about -10 a token)
+    Bug("gated_delta_chunked.gates", D,
+        "A: the decay split as exp(gamma_i) exp(-gamma_j) (overflows for strong decays)",
+        (("    decay = tl.exp(tl.minimum(gamma[:, None] - gamma[None, :], 0.0))   # Gamma_ij (i > j: <= 1)\n"
+          "    A = tl.where(i > j, tl.dot(k, tl.trans(k), input_precision=PREC) * beta[:, None] * decay, 0.0)",
+          "    ku = k.to(tl.float32) * tl.exp(-gamma)[:, None]\n"
+          "    A = tl.where(i > j, tl.dot(k * tl.exp(gamma)[:, None], tl.trans(ku), input_precision=PREC) "
+          "* beta[:, None], 0.0)"),)),
 
     # split-K GEMV -------------------------------------------------------------------------------------------------
     Bug("splitk_gemv", S, "no split offset along K (every piece sums the first)",

@@ -3,7 +3,8 @@ decode and prefill attention, and the output gate.
 
 Shapes: "heads"/"kv_heads"/"head_dim" as in Qwen3.5 (8 / 2 / 256; tiny: 4 / 2 / 32, or odd sizes),
 "tokens" = T queries, "keys" = S keys. Queries sit at the last T positions of the S keys (a prefill
-after `S - T` cached tokens), so the causal mask has both full and partial rows.
+after `S - T` cached tokens), so the causal mask has both full and partial rows; an edge of the causal slots
+draws them with gaps, the newest before the last keys, so that a kernel must read each position.
 
 Tiny shapes cross every tile boundary the interpreter's kernels have: more than one program on each
 grid axis (keys past 64, head_dim past 32 or 64), a partial last tile, a newest position at the start
@@ -104,6 +105,29 @@ def shifted_softmax_edges() -> list[Edge]:
     return [edge("every score far below zero", -FAR), edge("every score far above zero", FAR)]
 
 
+PAST_NEWEST = 5    # keys after the newest query in the edge below
+
+
+def _gapped_positions(inputs, shape, dtype, gen):
+    """The T positions drawn at random (distinct, sorted) from 0 .. S - 1 - PAST_NEWEST: gaps between them, and
+    the last keys after the newest query (keys passed past the prompt's end, as a cache buffer longer than it
+    is), visible to no query. A kernel that takes the positions to be the last T of the S keys (S - T + t), or
+    to run on from the first (pos[0] + t), instead of reading each one, attends to the wrong keys."""
+    pos = inputs["pos"]
+    T, S = shape["tokens"], shape["keys"]
+    drawn = torch.randperm(S - PAST_NEWEST - 1, generator=gen, device=pos.device)[:T - 1].sort().values
+    pos.copy_(torch.cat([drawn, torch.tensor([S - 1 - PAST_NEWEST], device=pos.device)]))
+    return inputs
+
+
+# 7 queries at 7 positions of 0 .. 39 (the newest at 39) over 45 keys; on a GPU 100 of 0 .. 606 over 612
+GAPPED_POSITIONS = [
+    Edge("positions with gaps, keys past the newest", _gapped_positions, {"tokens": 7, "keys": 45},
+         presets=("tiny",)),
+    Edge("positions with gaps, keys past the newest", _gapped_positions, {"tokens": 100, "keys": 612},
+         presets=("real",))]
+
+
 def rising_edge(k_key: str, tiny: dict, real: dict) -> list[Edge]:
     """The `rising_scores` edge of a kernel with inputs q, `k_key` (k or k_cache) and scale, at its own
     tiny and real shapes, each of several key blocks (of the interpreter's and of the GPU's tiles)."""
@@ -157,6 +181,7 @@ implement(
             "real": [{"tokens": 128, "keys": 128}, {"tokens": 1, "keys": 4096}, {"tokens": 100, "keys": 612}]},
     bytes=lambda inp: inp["pos"].shape[0] * (inp["kv_len"] + inp["pos"].element_size()),
     extra={"bench": [0, 1]},         # timed: prefill and decode; the continued prompt is for the check
+    edges=GAPPED_POSITIONS,
     dims={"out": ("token", "key")},
 )
 
@@ -283,7 +308,8 @@ implement(
     # causal: token t does 4 * head_dim FLOPs per head for each of its pos[t] + 1 keys
     flops=lambda inp: 4 * inp["q"].shape[1] * inp["q"].shape[2] * int((inp["pos"].long() + 1).sum()),
     # three 64-key blocks: pass 1 raises its max block after block
-    edges=rising_edge("k", {"tokens": 3, "keys": 130, **ODD}, {"tokens": 128, "keys": 1024}) + shifted_edges("k"),
+    edges=rising_edge("k", {"tokens": 3, "keys": 130, **ODD}, {"tokens": 128, "keys": 1024}) + shifted_edges("k")
+    + GAPPED_POSITIONS,
     dims={"out": ("token", "head", "dim")},
 )
 

@@ -53,6 +53,17 @@ def past_exp_overflow(*keys: str, offsets: dict | None = None) -> Edge:
     return Edge("inputs past exp's overflow", apply)
 
 
+def fp32_stream(key: str = "residual") -> Edge:
+    """inputs[key], the residual stream, in fp32 ~ N(0, 1e5^2): the fp16 mode keeps the stream in fp32 because
+    it passes fp16's 65,504. What is added to it must be stored in the stream's dtype: rounded to the
+    sublayer's (x's) fp16 it overflows to inf."""
+    def apply(inputs, shape, dtype, gen):
+        x = inputs[key]
+        inputs[key] = 1e5 * torch.randn(x.shape, generator=gen, device=x.device)
+        return inputs
+    return Edge("an fp32 residual stream", apply)
+
+
 def sized(name: str, shape: dict, presets=("real",)) -> Edge:
     """The slot's inputs at `shape` (fields over its first shape), unchanged: a size whose code path the
     mode's shapes never take (on a GPU by default)."""

@@ -4,6 +4,7 @@ import torch
 
 from ..reference.conv1d import conv1d_decode, conv1d_l2norm_decode, conv1d_l2norm_prefill, conv1d_prefill
 from . import implement, tensor_bytes
+from .common import sized
 
 
 def _conv_inputs(T, C, K, with_state, dtype, device, gen):
@@ -57,6 +58,10 @@ def _read_and_written(make_out, state_rewritten):
 
 
 _STATE = ("channel", "tap")
+# A prompt of fewer tokens than the conv's taps, from no state (a new sequence's 1-3 token prompt): the new
+# state's first columns precede token 0 and must be written as zeros (not left unwritten, not read from the
+# state pointer, which then holds x).
+SHORT_PROMPT = [sized("a prompt shorter than the conv, no state", {"T": 2, "state": 0}, presets=("tiny", "real"))]
 _QKV = {"q": ("token", "key head", "column"), "k": ("token", "key head", "column"),
         "v": ("token", "value head", "column")}
 
@@ -69,6 +74,7 @@ implement(
             "real": [{"T": 128, "C": 6144, "K": 4, "state": 0}, {"T": 4096, "C": 6144, "K": 4, "state": 0},
                      {"T": 128, "C": 6144, "K": 4, "state": 1}]},
     bytes=_read_and_written(_prefill_out, False),
+    edges=SHORT_PROMPT,
     dims={"out": ("token", "channel"), "new_state": _STATE},
 )
 
@@ -93,6 +99,7 @@ implement(
                      {"T": 4, "H": 1, "HV": 3, "D": 16, "DV": 12, "K": 4, "state": 1}],
             "real": [{"T": 128, "H": 16, "HV": 16, "D": 128, "K": 4, "state": 0}]},
     bytes=_read_and_written(lambda inp: {**_qkv_out(inp), "new_state": _new_state(inp)}, False),
+    edges=SHORT_PROMPT,
     dims={**_QKV, "new_state": _STATE},
 )
 

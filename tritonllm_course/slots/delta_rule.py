@@ -81,6 +81,25 @@ def _same(inputs, shape, dtype, gen):
     return inputs
 
 
+def _strong_decays(inputs, shape, dtype, gen):
+    """Value head 0 forgets fast: g in [-15.5, -8] a token (a head whose decay all but erases its state every
+    token, as trained heads may), so that a chunk's log-decay from its start, gamma, passes -88 within 11 tokens:
+    exp(-gamma) overflows fp32 there. A chunked kernel that factors the decay exp(gamma_i - gamma_j) into
+    exp(gamma_i) exp(-gamma_j), or that leaves exp(gamma_i - gamma_j) unclamped for the pairs i < j (exp of up
+    to +240) and masks it by a product (inf * 0), returns NaN. The other heads keep their slow decays. Each g is
+    a multiple of 1/2: fp32 sums them exactly (a chunk's -1,000 too), so a correct kernel's error stays that of
+    the other edges (random g of this size would round gamma by 1e-5)."""
+    g = inputs["g"]
+    g[:, 0] = -8.0 - 0.5 * torch.randint(0, 16, (g.shape[0],), device=g.device, generator=gen)
+    return inputs
+
+
+# two chunks of 16, the second partial, two value heads (one of them fast); on a GPU chunks of 64
+STRONG_DECAYS = [Edge("strong decays in head 0", _strong_decays, {"T": 20, "HV": 2, "DV": 24, "chunk": 16},
+                      presets=("tiny",)),
+                 Edge("strong decays in head 0", _strong_decays, {"T": 100, "chunk": 64}, presets=("real",))]
+
+
 DIMS = {"out": ("token", "value head", "value column"), "final_state": ("value head", "key row", "value column")}
 
 _REAL = {"H": 16, "HV": 16, "DK": 128, "DV": 128}     # Qwen3.5-0.8B: 16 key and 16 value heads of 128
@@ -112,7 +131,8 @@ implement(
     edges=[Edge("chunks of 16, the last partial", _same, shape={"T": 100, "chunk": 16}, presets=("real",)),
            Edge("chunks of 32, the last partial", _same, shape={"T": 300, "chunk": 32, "state": False},
                 presets=("real",)),
-           Edge("chunks of 64, the last partial", _same, shape={"T": 600, "chunk": 64}, presets=("real",))],
+           Edge("chunks of 64, the last partial", _same, shape={"T": 600, "chunk": 64}, presets=("real",))]
+    + STRONG_DECAYS,
     bytes=moved, flops=chunked_flops, dims=DIMS,
     # max-autotune tunes each product of the torch reference's loop over chunks: at T = 1,024 (16 chunks) the
     # row ran past 500 s<!-- unsaved: 2026-12-06 --> on an H100 (the kernel table) without finishing

@@ -6,13 +6,15 @@ position 64, the first key of a block (a diagonal loop that stops at the newest 
 Real: the prefill of a 128-, 1,024- and 4,096-token prompt, a prompt continued after cached tokens, and
 one token at position 1,024 (the first key of a 64-key block).
 Edges: scores rising along the keys, so that every key block raises the online softmax's max; every score
-far below zero (a running max that starts at 0 divides 0 by 0), then far above it.
+far below zero (a running max that starts at 0 divides 0 by 0), then far above it; positions with gaps and keys
+after the newest query (each position read, not taken to be the last T of the keys or a run from the first).
 """
 import torch
 
 from .. import reference as R
 from . import implement, tensor_bytes
-from .attention import ODD, REAL, TINY, _attention_inputs, rising_edge, shifted_edges, with_gate
+from .attention import (GAPPED_POSITIONS, ODD, REAL, TINY, _attention_inputs, rising_edge, shifted_edges,
+                        with_gate)
 
 
 def _bytes(inp):
@@ -26,7 +28,8 @@ def _flops(inp):
 
 
 # 7 tokens at 63 .. 69: four whole (bulk) key blocks, then the diagonal one
-RISING = rising_edge("k", {"tokens": 7, "keys": 70, **ODD}, {"tokens": 100, "keys": 612}) + shifted_edges("k")
+RISING = (rising_edge("k", {"tokens": 7, "keys": 70, **ODD}, {"tokens": 100, "keys": 612}) + shifted_edges("k")
+          + GAPPED_POSITIONS)
 DIMS = {"out": ("token", "head", "dim")}
 
 implement(
@@ -58,7 +61,9 @@ implement(
     family="flash_attention", function="flash_attention", reference=gated_attention,
     make_inputs=with_gate(_attention_inputs),
     make_out=lambda inp: {"out": torch.empty_like(inp["q"])},
-    shapes={"tiny": [{"tokens": 37, "keys": 37, **TINY}, {"tokens": 29, "keys": 70, **ODD}],
+    # one token at position 64 as in the ungated slot: the same kernel, checked at the same block edges
+    shapes={"tiny": [{"tokens": 37, "keys": 37, **TINY}, {"tokens": 29, "keys": 70, **ODD},
+                     {"tokens": 1, "keys": 65, **TINY}],
             "real": [{"tokens": 128, "keys": 128, **REAL}, {"tokens": 100, "keys": 612, **REAL}]},
     bytes=lambda inp: _bytes(inp) + tensor_bytes(inp["gate"]),
     flops=_flops,

@@ -14,7 +14,8 @@ reads the partials of the 4 past the length reads NaN. Every score far below zer
 splits (the merge's 4 lanes pad one): a split whose running max starts at 0, or a merge that pads the
 unused splits' maxima with 0, divides 0 by 0. A 40-row cache in a 200-row buffer over 5 splits (1,000 in
 16,384 on a GPU): split and merge kernels that take the chunk from different lengths (the buffer's, the
-cache's) agree on the split count only by coincidence at the other shapes.
+cache's) agree on the split count only by coincidence at the other shapes. A length of whole splits (48 rows
+over 3): a merge that counts one split too many reads it only there.
 """
 import torch
 
@@ -47,7 +48,12 @@ RISING = split_edge("scores rising to the last row, 3 splits", 3, {"length": 130
 SHIFTED = [edge for name, shift in (("every score far below zero", -FAR), ("every score far above zero", FAR))
            for edge in split_edge(f"{name}, 3 splits", 3, {"length": 37, "max_len": 45, **WIDE},
                                   {"length": 1000, "max_len": 16384}, shift=shift, tol=FAR_TOL)]
-EDGES = (RISING + SHIFTED
+# 48 rows over 3 splits of 16 (1,536 over 3 of 512 on a GPU): the splits end exactly at the length, the one case
+# where a merge that counts the splits in use as length // chunk + 1, not cdiv(length, chunk), reads one more
+# (the scratch's NaN, or the next head's first split: 3 splits pad the merge's lanes to 4)
+WHOLE_SPLITS = split_edge("a length of whole splits, 3 splits", 3, {"length": 48, "max_len": 60, **TINY},
+                          {"length": 1536, "max_len": 4096})
+EDGES = (RISING + SHIFTED + WHOLE_SPLITS
          + split_edge("length 1, splits past it", 5, {"length": 1, "max_len": 200, **TINY},
                       {"length": 1, "max_len": 4096})
          + split_edge("a cache much shorter than its buffer, 5 splits", 5, {"length": 40, "max_len": 200, **TINY},
@@ -100,6 +106,6 @@ implement(
     bytes=lambda inp: _decode_bytes(inp) + tensor_bytes(inp["gate"]),
     flops=lambda inp: 4 * inp["q"].numel() * int(inp["length"][0]),
     extra={"bench": [0, 1]},
-    edges=RISING + SHIFTED,
+    edges=RISING + SHIFTED + WHOLE_SPLITS,
     dims=DIMS,
 )

@@ -4,15 +4,17 @@ the DeltaNet gates inside the recurrent (and the chunked) delta rule, gated RMSN
 Real shapes are the engine's at its level "fast": one token (decode) and, where the kernel also runs at
 prefill, a 128-token prompt. Bytes are what the fused kernel itself must move.
 """
+import math
+
 import torch
 
 from ..reference.fusion import (gated_delta_rule_chunked_gates, gated_delta_rule_recurrent_gates,
                                 gated_norm_linear_residual, linear_residual, qk_norm_rope_cache)
 from ..reference.rope import rope_cache
 from . import Edge, implement, tensor_bytes
-from .common import HUGE_SCALE, TINY_SCALE, past_exp_overflow, scaled, sized
+from .common import HUGE_SCALE, TINY_SCALE, fp32_stream, past_exp_overflow, scaled, sized
 from .delta_rule import make_inputs as delta_rule_inputs, make_out as delta_rule_out
-from .norm_fusion import PROMPT, _at, _in_place, _norm_edges_of, _norm_weight, _randn
+from .norm_fusion import PROMPT, _at, _in_place, _norm_edges_of, _norm_weight, _randn, eight_bit
 
 CHAPTER = "22_layer_fusion"
 
@@ -39,6 +41,7 @@ implement(
     # x, the weight, the stream read and written
     bytes=lambda inp: tensor_bytes(inp["x"], inp["weight"]) + 2 * tensor_bytes(inp["residual"]),
     flops=lambda inp: 2 * inp["x"].numel() * inp["weight"].shape[0],
+    edges=[eight_bit("weight"), fp32_stream()],      # the fp16 mode's fp32 stream: the sum stored in its dtype
     dims={"out": ("token", "column")},
 )
 
@@ -146,6 +149,21 @@ implement(
 )
 
 
+def _strong_decays(inputs, shape, dtype, gen):
+    """Value head 0 forgets fast: A = 8 and dt_bias = 1, so g = -8 softplus(a + 1), about -10 a token (trained
+    heads may decay so), and a chunk's log-decay from its start passes -88 about its eighth token: a kernel that
+    factors exp(gamma_i - gamma_j) into exp(gamma_i) exp(-gamma_j), or masks the unclamped exp(gamma_i - gamma_j)
+    of the pairs i < j by a product (inf * 0), returns NaN (chapter 16_delta_rule_chunked's edge). fp32 keeps a
+    log-decay of -200 to about 1.5e-5 (the chunk's sum and its cumulative sums round apart): the newest write
+    to the state is off by up to that much, hence STRONG_TOL."""
+    inputs["A_log"][0] = math.log(8.0)
+    inputs["dt_bias"][0] = 1.0
+    return inputs
+
+
+STRONG_TOL = {torch.float32: 5e-5}
+
+
 implement(
     "gated_delta_chunked.gates", title="DeltaNet gates + chunked delta rule (+ gated RMSNorm)", chapter=CHAPTER,
     qwen="prefill: beta and g computed in the chunked rule's first kernel from a and b, g kept for the "
@@ -168,6 +186,7 @@ implement(
                        + tensor_bytes(inp["v"]) + inp["v"].shape[1] * inp["k"].shape[-1] * inp["v"].shape[-1] * 4),
     # max-autotune tunes each product of the torch reference's loop over chunks: at T = 128 the row ran past
     # 430 s<!-- unsaved: 2026-12-06 --> on an H100 (the kernel table) without finishing
+    edges=[Edge("strong decays in head 0", _strong_decays, tol=STRONG_TOL)],
     extra={"max_autotune_max": {"T": 64},
            "max_autotune_why": "the compile of the reference's loop over chunks ran past 430 s (H100, 2026-12-06)"},
 )
@@ -192,9 +211,11 @@ implement(
     bytes=lambda inp: (tensor_bytes(inp["x"], inp["z"], inp["norm_weight"], inp["weight"])
                        + 2 * tensor_bytes(inp["residual"])),
     flops=lambda inp: 2 * inp["x"].numel() * inp["weight"].shape[0],
-    # a zero head needs eps; tiny and huge x: mean(x^2) near eps, squares past fp16's range
+    # a zero head needs eps; tiny and huge x: mean(x^2) near eps, squares past fp16's range; gates past exp's
+    # overflow: silu(z) = z sigmoid(z) must stay finite (chapter 17_deltanet_layer's gated norm's edge)
     edges=_at({"N": 70}, [_in_place("a zero head", ("x",), lambda x, dtype: x[0, 1].zero_()),
-                          scaled("x", "tiny scale", TINY_SCALE), scaled("x", "huge scale", HUGE_SCALE)])
+                          scaled("x", "tiny scale", TINY_SCALE), scaled("x", "huge scale", HUGE_SCALE),
+                          past_exp_overflow("z"), eight_bit("weight"), fp32_stream()])
     # on a GPU the real K (2048) is one tile of the walk: 20 heads make two
     + [sized("a walk along K of two tiles", {"heads": 20, "N": 40})],
     dims={"out": ("token", "column")},

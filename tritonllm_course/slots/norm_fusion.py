@@ -11,9 +11,10 @@ import torch
 
 from ..reference.fusion import (gate_up_swiglu, gate_up_swiglu_merged, rms_norm_gate_up_swiglu, rms_norm_linear,
                                 rms_norm_linear_conv)
+from ..reference.quant import quantize
 from ..reference.residual import residual_rms_norm
 from . import Edge, implement, tensor_bytes
-from .common import HUGE_SCALE, TINY_SCALE, norm_edges, sized, zero_rows
+from .common import HUGE_SCALE, PAST_EXP, TINY_SCALE, fp32_stream, norm_edges, sized, zero_rows
 
 CHAPTER = "21_norm_fusion"
 PROMPT = 128
@@ -73,6 +74,16 @@ def _norm_edges_of(keys, zero=_zero_first, zero_name="zero rows"):
             _in_place("huge scale", keys, _times(HUGE_SCALE))]
 
 
+def eight_bit(key: str) -> Edge:
+    """inputs[key], a projection weight, quantized to int8 with one fp32 scale a row, passed with its `scale`
+    (chapter 31_weight_quant; the reference then computes `quant_linear`): the fast level's decode runs these
+    kernels on 8-bit weights, through the W_SCALED code of the learner's walk (one token: the first shape)."""
+    def apply(inputs, shape, dtype, gen):
+        inputs[key], inputs["scale"], _ = quantize(inputs[key].to(torch.float32), "int8")
+        return inputs
+    return Edge("8-bit weights (int8, one scale a row)", apply)
+
+
 # residual + RMSNorm ---------------------------------------------------------------------------------
 def _residual_inputs(shape, dtype, device, gen):
     size = (shape["T"], shape["hidden"])
@@ -91,7 +102,8 @@ implement(
     # read x and residual, write h and its normalised copy; the weight once
     bytes=lambda inp: 4 * tensor_bytes(inp["x"]) + tensor_bytes(inp["weight"]),
     flops=lambda inp: 5 * inp["x"].numel(),
-    edges=_norm_edges_of(("x", "residual")),      # h = x + residual: both scaled, both zero in a row
+    # h = x + residual: both scaled, both zero in a row; the fp16 mode's fp32 stream (h stored in its dtype)
+    edges=_norm_edges_of(("x", "residual")) + [fp32_stream()],
     dims={"h_out": ("token", "column"), "out": ("token", "column")},
 )
 
@@ -116,7 +128,8 @@ implement(
     bytes=lambda inp: (tensor_bytes(inp["x"], inp["norm_weight"], inp["weight"])
                        + inp["x"].shape[0] * inp["weight"].shape[0] * inp["x"].element_size()),
     flops=lambda inp: 2 * inp["x"].numel() * inp["weight"].shape[0],
-    edges=_at({"N": 70}, norm_edges("x")) + [_looped("N")], dims={"out": ("token", "column")},
+    edges=_at({"N": 70}, norm_edges("x")) + [eight_bit("weight"), _looped("N")],
+    dims={"out": ("token", "column")},
 )
 
 
@@ -143,7 +156,7 @@ implement(
     bytes=lambda inp: (tensor_bytes(inp["x"], inp["norm_weight"], inp["weight"], inp["conv_weight"])
                        + inp["weight"].shape[0] * inp["x"].element_size() + 2 * tensor_bytes(inp["conv_state"])),
     flops=lambda inp: 2 * inp["x"].numel() * inp["weight"].shape[0],
-    edges=_at({"N": 70, "C": 70}, [zero_rows("x", name="a zero x (needs eps)")]),
+    edges=_at({"N": 70, "C": 70}, [zero_rows("x", name="a zero x (needs eps)"), eight_bit("weight")]),
     dims={"out": ("token", "column"), "conv_state": ("channel", "tap")},
 )
 
@@ -183,6 +196,23 @@ def _gate_up_flops(inp):
     return 2 * inp["x"].numel() * _weight_rows(inp)
 
 
+def _gates_past_exp(inputs, shape, dtype, gen):
+    """Token 0's first gates at PAST_EXP (100, -100, 15, -15, ...): each of the first gate rows of the weight set
+    to that multiple of token 0's x (normalised, where the kernel normalises it) over its squared length. Past
+    88, e^gate overflows fp32: silu written as gate e^gate / (1 + e^gate) is inf / inf there (chapter 10_mlp's
+    SwiGLU edge); random x and weights give gates of about 0.2."""
+    x = inputs["x"][0].to(torch.float32)
+    if "norm_weight" in inputs:     # the gates of the normalised x
+        x = x * torch.rsqrt(x.pow(2).mean() + 1e-6) * (1 + inputs["norm_weight"].to(torch.float32))
+    weight = inputs["gate_weight" if "gate_weight" in inputs else "gate_up_weight"]     # gate rows first
+    n = min(len(PAST_EXP), shape["I"])
+    targets = torch.tensor(PAST_EXP[:n], device=x.device)
+    weight[:n] = (targets[:, None] * x[None, :] / x.dot(x)).to(weight.dtype)
+    return inputs
+
+
+GATES_PAST_EXP = Edge("gates past exp's overflow", _gates_past_exp)
+
 # tiny: decode with odd sizes (unrolled K steps), decode with more steps than the GEMV unrolls (its loop),
 # a prompt (GEMM)
 _GATE_UP_SHAPES = {"tiny": [{"M": 1, "I": 200, "K": 131}, {"M": 1, "I": 40, "K": 600},
@@ -195,7 +225,7 @@ implement(
     make_out=lambda inp: _out_like_rows(inp, inp["gate_weight"].shape[0]),
     shapes=_GATE_UP_SHAPES, bytes=_gate_up_bytes, flops=_gate_up_flops, dims={"out": ("token", "column")},
     # the GPU table times only the first shape: the stacked variant below times the same kernel at both
-    edges=[_looped("I")], extra={"bench": [0]},
+    edges=[GATES_PAST_EXP, _looped("I")], extra={"bench": [0]},
 )
 
 implement(
@@ -205,7 +235,7 @@ implement(
     make_inputs=_merged_inputs,
     make_out=lambda inp: _out_like_rows(inp, inp["gate_up_weight"].shape[0] // 2),
     shapes=_GATE_UP_SHAPES, bytes=_gate_up_bytes, flops=_gate_up_flops, dims={"out": ("token", "column")},
-    edges=[_looped("I")],
+    edges=[GATES_PAST_EXP, _looped("I")],
 )
 
 implement(
@@ -215,5 +245,6 @@ implement(
     make_inputs=_norm_merged_inputs,
     make_out=lambda inp: _out_like_rows(inp, inp["gate_up_weight"].shape[0] // 2),
     shapes=_GATE_UP_SHAPES, bytes=_gate_up_bytes, flops=_gate_up_flops,
-    edges=_at({"I": 70}, norm_edges("x")) + [_looped("I")], dims={"out": ("token", "column")},
+    edges=_at({"I": 70}, norm_edges("x")) + [GATES_PAST_EXP, eight_bit("gate_up_weight"), _looped("I")],
+    dims={"out": ("token", "column")},
 )

@@ -1,7 +1,8 @@
 """Slot specs of the residual adds (operators 9 and 13): one kernel, two places in every layer."""
 import torch
 
-from . import Edge, implement, tensor_bytes
+from . import implement, tensor_bytes
+from .common import fp32_stream
 from ..reference import residual_add
 
 
@@ -9,13 +10,6 @@ def _inputs(shape, dtype, device, gen):
     size = (shape["T"], shape["hidden"])
     return {"x": torch.randn(size, generator=gen, device=device).to(dtype),          # the sublayer's output
             "residual": torch.randn(size, generator=gen, device=device).to(dtype)}
-
-
-def _fp32_stream(inputs, shape, dtype, gen):
-    """The fp16 mode's residual stream: fp32, past fp16's 65,504 (why it is kept in fp32). The sum must
-    be stored in the residual's dtype: rounded to x's, it overflows to inf."""
-    inputs["residual"] = 1e5 * torch.randn(inputs["residual"].shape, generator=gen, device=inputs["x"].device)
-    return inputs
 
 
 for _name in ("attn_residual", "mlp_residual"):
@@ -29,6 +23,6 @@ for _name in ("attn_residual", "mlp_residual"):
                 "real": [{"T": 1, "hidden": 1024}, {"T": 128, "hidden": 1024}]},
         bytes=lambda inp: 3 * tensor_bytes(inp["x"]),                               # read x, residual; write
         flops=lambda inp: inp["x"].numel(),
-        edges=[Edge("an fp32 residual stream", _fp32_stream)],
+        edges=[fp32_stream()],
         dims={"out": ("token", "column")},
     )
