@@ -337,6 +337,8 @@ def results_folder(path: str | Path, make: bool = True) -> Path:
     """The folder a benchmark writes its results into, made with its parents where missing (`make`), or an
     `UnsafeWrite` naming what is in the way: a file, a link to nothing or a loop, a folder that cannot be
     made. With make=False only checked, so a refusal comes before any work."""
+    if isinstance(path, (str, os.PathLike)) and not os.fspath(path):   # Path("") is ".": the results would
+        raise UnsafeWrite("an empty path names no folder: give one, e.g. results")   # land wherever it started
     path = _as_path(path, "out")
     try:
         for folder in (path, *path.parents):

@@ -461,3 +461,16 @@ def test_engine_smoke_runs_on_a_cpu_and_names_a_bad_option():
         run = smoke(*argv)
         assert run.returncode == 2 and "Traceback" not in run.stderr, run.stderr[-2000:]
         assert run.stderr.strip().splitlines()[-1].startswith(f"engine_smoke.py: error: {says}"), run.stderr
+
+
+@pytest.mark.parametrize("main", ["quant_accuracy", "family"])
+def test_an_empty_out_is_refused_not_taken_for_the_current_folder(main, capsys, monkeypatch):
+    """Path("") is "." : `--out ""` wrote a command's results wherever it was started."""
+    if main == "quant_accuracy":
+        monkeypatch.setattr(quant_accuracy, "run", lambda *a, **k: pytest.fail("the models were built"))
+        rc = quant_accuracy.main(["--out", "", "--small-only"])
+    else:
+        rc = family.main(["--collect", "--out", ""])
+    assert rc == 2
+    line = _one_line(capsys)
+    assert "--out: an empty path names no folder" in line, line
