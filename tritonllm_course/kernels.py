@@ -232,7 +232,10 @@ def jit_function(family: str, name: str, caller: str):
 
 
 def get(family: str, name: str, source: str | None = None):
-    """One function of a kernel module, e.g. `get("rmsnorm", "rms_norm")`."""
+    """One function of a kernel module, e.g. `get("rmsnorm", "rms_norm")`: a public name only ("__dict__" gave the
+    module's namespace, 5 an unclear error)."""
+    if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
+        raise ValueError(f"name must be a public function name of the module, such as 'rms_norm', got {name!r}")
     loaded = load(family, source, name)
     try:
         return getattr(loaded.module, name)

@@ -538,3 +538,9 @@ def test_the_delta_rules_launch_options_are_named():
     for bad in (3, 0, 1.5, "x"):
         _raises(ValueError, f"num_warps must be a power of two from 1 to 32, got {bad!r}",
                 lambda: recurrent(*args(), num_warps=bad))
+
+
+@pytest.mark.parametrize("name", ["__dict__", "_launch", 5, "rms norm", ""])
+def test_kernels_get_takes_a_public_function_name(name):
+    """get("rmsnorm", "__dict__") returned the module's namespace; 5 was an unclear error from the loader."""
+    _raises(ValueError, "name must be a public function name of the module", lambda: kernels.get("rmsnorm", name))
