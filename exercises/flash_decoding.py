@@ -138,11 +138,7 @@ def flash_decoding(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor
         raise ValueError(f"{H} query heads are not a multiple of {KV} KV heads (GQA)")
     validate.finite(scale, "scale")
     device = validate.same_device(q=q, k_cache=k_cache, v_cache=v_cache)
-    if isinstance(length, torch.Tensor):
-        validate.tensor(length, "length", dtype=validate.INTS, shape=(1,), device=device.type)
-    else:                                                   # an int: 2.5 attended to 2 rows, True to 1
-        length = torch.tensor([validate.check_count(length, "length")], dtype=torch.int32, device=device)
-    validate.device_range(length, 1, max_len, "length", f"a decode step attends to 1 .. {max_len} cached tokens")
+    length = validate.decode_length(length, max_len, device)
     cfg = decoding_config(max_len, KV, D, q.element_size(), device, runtime().interpreted)
     splits = cfg["num_splits"] if num_splits is None else validate.check_count(num_splits, "num_splits")
     if not 1 <= splits <= MAX_SPLITS:

@@ -463,11 +463,7 @@ def decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tens
     G = _heads(H, KV)
     validate.finite(scale, "scale")
     device = validate.same_device(q=q, k_cache=k_cache, v_cache=v_cache)
-    if isinstance(length, torch.Tensor):
-        validate.tensor(length, "length", dtype=validate.INTS, shape=(1,), device=device.type)
-    else:                                                   # an int: 2.5 attended to 2 rows, True to 1
-        length = torch.tensor([validate.check_count(length, "length")], dtype=torch.int32, device=device)
-    validate.device_range(length, 1, max_len, "length", f"a decode step attends to 1 .. {max_len} cached tokens")
+    length = validate.decode_length(length, max_len, device)
     out = validate.output(out, "out", (H, D), q.dtype, device)
     validate.disjoint({"out": out}, {"q": q, "k_cache": k_cache, "v_cache": v_cache, "length": length})
     block_n, stages = decode_config(q.element_size(), D, _shared_bytes(device))

@@ -435,6 +435,15 @@ def miniature(config: Qwen35Config, width: int = 16) -> Qwen35Config:
         max_position_embeddings=64, bos_token_id=1, eos_token_id=2)
 
 
+def check_config(config) -> Qwen35Config:
+    """`config` if it is a Qwen35Config, else a TypeError naming its type: the engine's arguments and the weights'
+    check both take one before any work (None was an AttributeError from deep inside)."""
+    if not isinstance(config, Qwen35Config):
+        raise TypeError(f"config must be a Qwen35Config (tritonllm_course.config.PRESETS holds some), got "
+                        f"{type(config).__name__}")
+    return config
+
+
 def get_config(name_or_path: str | Path) -> Qwen35Config:
     """A preset by name, or the text config of a checkpoint directory / config.json."""
     if str(name_or_path) in PRESETS:

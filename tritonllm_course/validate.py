@@ -240,6 +240,18 @@ def no_device_checks():
         _device_checks = previous
 
 
+def decode_length(length, max_len: int, device: torch.device) -> torch.Tensor:
+    """A decode step's cache length as a [1] int tensor on `device` (given as one, or as an int: 2.5 attended to 2
+    rows, True to 1), its value in [1, max_len] (`device_range`): the attention wrappers that read the cache take
+    either form, the engine's device counter or a learner's int."""
+    if isinstance(length, torch.Tensor):
+        tensor(length, "length", dtype=INTS, shape=(1,), device=device.type)
+    else:
+        length = torch.tensor([check_count(length, "length")], dtype=torch.int32, device=device)
+    device_range(length, 1, max_len, "length", f"a decode step attends to 1 .. {max_len} cached tokens")
+    return length
+
+
 def device_range(t: torch.Tensor, lo: int, hi: int, name: str, why: str = "") -> None:
     """Raise a ValueError naming `name` unless every value of the integer tensor `t` lies in [lo, hi].
 

@@ -25,9 +25,11 @@ from pathlib import Path
 
 import torch
 
-from .config import Qwen35Config
+from .config import Qwen35Config, check_config
 from .validate import FLOATS, check_device, check_seed
 
+# the dtypes weights may come in: the kernels' three, and float64 for the reference model alone
+WEIGHT_FLOATS = (*FLOATS, torch.float64)
 F32_SUFFIXES = ("linear_attn.A_log", "linear_attn.norm.weight")
 _SKIPPED_PREFIXES = ("model.visual.", "mtp.")
 _TEXT_PREFIXES = ("model.language_model.", "model.")
@@ -100,9 +102,7 @@ def check_weights(config: Qwen35Config, weights: dict[str, torch.Tensor]) -> Non
     Qwen35Config or weights that are not a dict are a TypeError; a value that is not a tensor (a numpy array),
     a float8 tensor (no reduction checks its values) or one on another device than the embedding (a meta tensor
     among CPU ones ran, and gave token 0) is named like a mis-shaped one."""
-    if not isinstance(config, Qwen35Config):
-        raise TypeError(f"config must be a Qwen35Config (tritonllm_course.config.PRESETS holds some), got "
-                        f"{type(config).__name__}")
+    check_config(config)
     if not isinstance(weights, abc.Mapping):
         raise TypeError(f"weights must be a dict of {{name: tensor}} (as load_weights returns them), got "
                         f"{type(weights).__name__}")
@@ -135,7 +135,7 @@ def _weight_problem(name: str, t, shape: tuple[int, ...], model) -> str | None:
         return f"{name} is a {type(t).__name__}, not a torch.Tensor"
     if tuple(t.shape) != shape:
         return f"tensor {name} has shape {list(t.shape)}; the config expects {list(shape)}"
-    if t.dtype not in (*FLOATS, torch.float64):
+    if t.dtype not in WEIGHT_FLOATS:
         return (f"tensor {name} has dtype {str(t.dtype).replace('torch.', '')}; weights must be floating point: "
                 "float32, float16, bfloat16 or float64")
     if model is not None and t.device != model[1]:
@@ -338,7 +338,7 @@ def load_weights(source: str | Path, dtype=None, device="cpu", match_hf_rounding
     dtype:  None keeps the stored dtypes; a dtype casts every tensor to it, except that under fp16/bf16
             the checkpoint's fp32 tensors stay fp32 unless match_hf_rounding.
     """
-    if dtype is not None and dtype not in (*FLOATS, torch.float64):   # one line, before any file is read
+    if dtype is not None and dtype not in WEIGHT_FLOATS:   # one line, before any file is read
         raise TypeError(f"dtype must be None (as stored), float32, float16, bfloat16 or float64, got {dtype!r}")
     device = check_device(device, meta=True)
     root = resolve_checkpoint(source)
@@ -432,7 +432,7 @@ def random_weights(config: Qwen35Config, dtype=torch.float32, device="cpu", seed
     dtype is fp64). Drawn on `device` from one seeded generator: the same seed gives the same weights on
     the same device type.
     """
-    if dtype not in (*FLOATS, torch.float64):     # one line, not a refusal of every tensor by the config check
+    if dtype not in WEIGHT_FLOATS:     # one line, not a refusal of every tensor by the config check
         raise TypeError(f"dtype must be float32, float16, bfloat16 or float64, got {dtype!r}")
     seed = check_seed(seed)
     device = check_device(device)   # meta, a misspelt one or "cuda" without CUDA: torch's errors from the generator

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from ..config import Qwen35Config
+from ..config import check_config
 from ..validate import FLOATS, check_count, check_device, check_seed
 from .forward import Sampling
 from .merged import EngineWeights, check_fp8
@@ -51,9 +51,8 @@ def check_arguments(max_seq_len=MAX_SEQ_LEN, prefill_chunk=PREFILL_CHUNK, level=
     (the others are not its to check). device=None: the constructor, whose device and dtype are the weights',
     checks those (`check_weights_dtype`) once their own check has passed. merged: None or an engine's merged weights
     (a string was an AttributeError once the weights had been checked)."""
-    if config is not _NOT_GIVEN and not isinstance(config, Qwen35Config):
-        raise TypeError(f"config must be a Qwen35Config (tritonllm_course.config.PRESETS holds some), got "
-                        f"{type(config).__name__}")
+    if config is not _NOT_GIVEN:
+        check_config(config)
     sizes = check_sizes(max_seq_len, prefill_chunk)
     if merged is not None and not isinstance(merged, EngineWeights):
         raise TypeError(f"merged must be another engine's merged weights (engine.weights) or None, got "
