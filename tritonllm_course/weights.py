@@ -19,13 +19,13 @@ import json
 import math
 import os
 import re
-import shutil
 from collections import abc
 from pathlib import Path
 
 import torch
 
 from .config import Qwen35Config, check_config
+from .safe_files import atomic_write_bytes
 from .validate import FLOATS, check_device, check_seed
 
 # the dtypes weights may come in: the kernels' three, and float64 for the reference model alone
@@ -478,12 +478,16 @@ def write_hub_checkpoint(src_dir: str | Path, dst_dir: str | Path, num_shards: i
     becomes the composite `qwen3_5` config with the text config nested under `text_config`. With `dtype`
     the tensors are cast to it, keeping the fp32 ones fp32 as the real checkpoint does. `num_shards > 1`
     writes model-0000i-of-0000n.safetensors and model.safetensors.index.json. Other files (tokenizer,
-    generation config) are copied. returns dst_dir.
+    generation config) are copied. Every file is written as `safe_files.atomic_write_bytes` writes: a link in
+    `dst_dir` is refused (`UnsafeWrite`), never written through. returns dst_dir.
     """
-    from safetensors.torch import save_file
+    from safetensors.torch import save
 
     src, dst = Path(src_dir), Path(dst_dir)
     dst.mkdir(parents=True, exist_ok=True)
+
+    def write(name: str, data: bytes) -> None:
+        atomic_write_bytes(dst / name, data, root=dst)
     text_config = json.loads((src / "config.json").read_text())
     tied = text_config.get("tie_word_embeddings", True)
     tensors = {}
@@ -501,32 +505,32 @@ def write_hub_checkpoint(src_dir: str | Path, dst_dir: str | Path, num_shards: i
     tensors["model.visual.patch_embed.proj.weight"] = torch.zeros(4, 3, 2, 2, 2)
     tensors["mtp.fc.weight"] = torch.zeros(hidden, 2 * hidden)
 
-    for name in _written_files(dst):
+    for name in _written_files(dst):   # a link among them is removed, not followed
         name.unlink()
     names = sorted(tensors)
     if num_shards <= 1:
-        save_file(tensors, str(dst / "model.safetensors"), metadata={"format": "pt"})
+        write("model.safetensors", save(tensors, metadata={"format": "pt"}))
     else:
         weight_map = {}
         for s in range(num_shards):
             shard = f"model-{s + 1:05d}-of-{num_shards:05d}.safetensors"
             part = {k: tensors[k] for k in names[s::num_shards]}
-            save_file(part, str(dst / shard), metadata={"format": "pt"})
+            write(shard, save(part, metadata={"format": "pt"}))
             weight_map.update(dict.fromkeys(part, shard))
         total = sum(t.numel() * t.element_size() for t in tensors.values())
-        (dst / "model.safetensors.index.json").write_text(
-            json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2))
+        write("model.safetensors.index.json",
+              json.dumps({"metadata": {"total_size": total}, "weight_map": weight_map}, indent=2).encode())
 
     text_config.pop("architectures", None)
     text_config["model_type"] = "qwen3_5_text"
     composite = {"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5",
                  "tie_word_embeddings": tied, "text_config": text_config}
-    (dst / "config.json").write_text(json.dumps(composite, indent=2))
+    write("config.json", json.dumps(composite, indent=2).encode())
     for other in src.iterdir():
         if other.is_file() and other.name != "config.json" and other not in _written_files(src):
-            shutil.copy2(other, dst / other.name)
+            write(other.name, other.read_bytes())
     return dst
 
 
 def _written_files(root: Path) -> list[Path]:
-    return [p for p in root.glob("model*.safetensors*") if p.is_file()]
+    return [p for p in root.glob("model*.safetensors*") if p.is_file() or p.is_symlink()]

@@ -11,6 +11,7 @@ from safetensors.torch import load_file, save_file
 from tritonllm_course.config import QWEN35_0_8B, TINY, Qwen35Config
 from tritonllm_course.hf_compat import hf_from_pretrained, hf_model, weights_from_hf
 from tritonllm_course.model import Qwen35Model
+from tritonllm_course.safe_files import UnsafeWrite
 from tritonllm_course.weights import (CheckpointNotFound, WeightError, count_parameters, expected_shapes,
                                       load_weights, random_weights, resolve_checkpoint, write_hub_checkpoint)
 
@@ -63,6 +64,27 @@ def test_transformers_reads_the_hub_layout_we_write(hf_dir, tmp_path):
         assert torch.equal(again(ids).logits, hf(ids).logits)
     model = Qwen35Model.from_pretrained(hub)
     assert torch.allclose(model(ids[0]), hf(ids).logits[0, -1:], rtol=1e-5, atol=1e-5)
+
+
+def test_the_hub_writer_never_writes_through_a_link(hf_dir, tmp_path):
+    """A link where the writer puts config.json is refused and its target kept; a shard left there as a link
+    from an earlier layout is removed, its target untouched."""
+    path, _ = hf_dir
+    outside = tmp_path / "outside.json"
+    outside.write_text("kept")
+    hub = tmp_path / "hub"
+    hub.mkdir()
+    (hub / "config.json").symlink_to(outside)
+    with pytest.raises(UnsafeWrite, match="config.json is a symbolic link"):
+        write_hub_checkpoint(path, hub)
+    assert outside.read_text() == "kept"
+    (hub / "config.json").unlink()
+    old_shard = tmp_path / "old.safetensors"
+    old_shard.write_bytes(b"old")
+    (hub / "model-00001-of-00009.safetensors").symlink_to(old_shard)
+    write_hub_checkpoint(path, hub)
+    assert old_shard.read_bytes() == b"old" and not (hub / "model-00001-of-00009.safetensors").exists()
+    assert sorted(p.name for p in hub.glob("model*")) == ["model.safetensors"]
 
 
 def _rewrite(src, dst, edit):
