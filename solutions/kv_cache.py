@@ -97,6 +97,7 @@ def kv_cache_write(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_ca
     validate.disjoint({"k_cache": k_cache, "v_cache": v_cache}, {"k": k, "v": v, "pos": pos})
     validate.device_range(pos, 0, max_len - 1, "position",
                 f"the KV cache holds {max_len} rows; the sequence is longer than it was allocated for")
+    validate.device_distinct(pos, "position", "each token is stored at a row of its own")
     row = kv_heads * head_dim
     if T == 0 or row == 0:        # nothing to store (a row of no element failed in the kernel's arange)
         return k_cache, v_cache

@@ -406,6 +406,7 @@ def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weig
     device = validate.same_device(q=q, k=k, v=v, q_weight=q_weight, k_weight=k_weight, cos=cos, sin=sin,
                                   pos=pos, k_cache=k_cache, v_cache=v_cache)
     validate.device_range(pos, 0, min(num_positions, max_len) - 1, "position", "beyond the cache or the cos/sin table")
+    validate.device_distinct(pos, "position", "each token's key and value are stored at a row of their own")
     out = validate.output(out, "out", (T, H, D), q.dtype, device)
     validate.disjoint({"out": out, "k_cache": k_cache, "v_cache": v_cache},
                       {"q": q, "k": k, "v": v, "q_weight": q_weight, "k_weight": k_weight, "cos": cos, "sin": sin,

@@ -268,6 +268,17 @@ def device_range(t: torch.Tensor, lo: int, hi: int, name: str, why: str = "") ->
         raise ValueError(f"{name} {bad} is outside [{lo}, {hi}]" + (f": {why}" if why else ""))
 
 
+def device_distinct(t: torch.Tensor, name: str, why: str) -> None:
+    """Raise a ValueError naming `name` and its first repeated value unless the values of the 1-D integer
+    tensor `t` are distinct: two tokens stored at one cache row race, and which one the row keeps is the
+    schedule's choice. Skipped as `device_range` is (a sync on a GPU; not allowed under capture)."""
+    if t.numel() < 2 or (t.is_cuda and (not _device_checks or torch.cuda.is_current_stream_capturing())):
+        return
+    values, counts = torch.unique(t, return_counts=True)
+    if bool((counts > 1).any()):
+        raise ValueError(f"{name} {int(values[counts > 1][0])} appears {int(counts.max())} times: {why}")
+
+
 def projection(x: torch.Tensor, weight: torch.Tensor, weight_name: str = "weight") -> int:
     """`x @ weight.T` inputs: weight [N, K] floating, x [..., K] in the weight's dtype; returns K."""
     tensor(weight, weight_name, dtype=FLOATS, ndim=2)

@@ -54,6 +54,16 @@ def test_overflow_is_rejected_and_nothing_is_written(kv):
         kv.kv_cache_read(kc, vc, 9)
 
 
+def test_a_repeated_position_is_refused_and_nothing_is_written(kv):
+    """Two tokens at one row race (which the row keeps is the schedule's choice): refused before the kernel."""
+    kc, vc = _cache(8)
+    k = torch.randn(3, KV, D, device=DEV)
+    with pytest.raises(ValueError, match="position 5 appears 2 times: each token is stored at a row of its own"):
+        kv.kv_cache_write(k, k, kc, vc, torch.tensor([5, 2, 5], device=DEV))
+    assert kc.abs().sum() == 0 and vc.abs().sum() == 0
+    kv.kv_cache_write(k[:1], k[:1], kc, vc, torch.tensor([5], device=DEV))       # one token: nothing to compare
+
+
 def test_prefill_then_decode_through_one_device_position(kv):
     """The engine's pattern: one `pos` tensor, updated in place before each step (as a graph needs)."""
     max_len, prompt, steps = 16, 5, 4

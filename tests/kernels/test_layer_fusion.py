@@ -141,6 +141,15 @@ def test_prologue_with_gpt_j_pairs_fails_the_check():
     assert not report.passed
 
 
+def test_prologue_refuses_a_repeated_position():
+    slot, inputs = _prologue_case(T=3, start=4)
+    inputs["pos"][2] = 4
+    before = inputs["k_cache"].clone()
+    with pytest.raises(ValueError, match="position 4 appears 2 times"):
+        FUSION.qk_norm_rope_cache(**inputs)
+    assert torch.equal(inputs["k_cache"], before)
+
+
 def test_prologue_refuses_a_position_past_the_cache():
     slot, inputs = _prologue_case(T=2, start=15)                     # rows 15 and 16 of a 16-row cache
     with pytest.raises(ValueError, match="position 16 is outside"):
