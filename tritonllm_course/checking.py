@@ -32,7 +32,7 @@ import torch
 
 from . import kernels, slots
 from .runtime import runtime
-from .validate import check_seed, number
+from .validate import check_device, check_seed, number
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
 # Seconds per kernel call, by default. Under the interpreter the slowest correct call of the check took
@@ -409,7 +409,7 @@ def run_case(fn, reference, make_inputs, make_out, case: Case, *, dtype, device,
         s = seed + trial if seed is not None else int.from_bytes(os.urandom(4), "little")
         case.seeds.append(s)
         gen = torch.Generator(device=device).manual_seed(s)
-        inputs = _returned(make_inputs(dict(case.shape), dtype, device, gen), "make_inputs")
+        inputs = _returned(_made(make_inputs, dict(case.shape), dtype, device, gen), "make_inputs")
         if edge is not None:
             inputs = edge.apply(inputs, dict(case.shape), dtype, gen)
         missing = [k for k in mutated if k not in inputs]
@@ -448,6 +448,18 @@ def run_case(fn, reference, make_inputs, make_out, case: Case, *, dtype, device,
         if case.problems:   # the first failing trial says enough
             break
     return case
+
+
+def _made(make_inputs, shape: dict, dtype, device, gen) -> dict:
+    """make_inputs' inputs, or a MemoryError naming the shape where they do not fit the device's memory (the
+    allocator's own message is a page of C++ about bytes)."""
+    try:
+        return make_inputs(shape, dtype, device, gen)
+    except RuntimeError as e:   # torch.OutOfMemoryError on a GPU, a RuntimeError from the CPU allocator
+        if not isinstance(e, torch.OutOfMemoryError) and "allocate" not in str(e):
+            raise
+    dims = ", ".join(f"{k}={v}" for k, v in shape.items())
+    raise MemoryError(f"shape {dims}: its inputs do not fit in the {device} memory; check a smaller shape") from None
 
 
 def _returned(value, name: str) -> dict:
@@ -496,7 +508,9 @@ def check_fn(fn, reference, make_inputs, make_out=None, *, name="kernel", shape=
     if tol is None and dtype not in TOLERANCE:        # a KeyError before: float64 is fine with a tol of its own
         raise ValueError(f"dtype {dtype} has no default tolerance: give tol= or one of "
                          f"{[_dtype_name(d) for d in TOLERANCE]}")
-    device = device or rt.device
+    device = check_device(device if device is not None else rt.device, meta=True)
+    if device.type == "meta":      # torch's own error came from inside make_inputs, naming no argument
+        raise ValueError("device 'meta' makes inputs without values, nothing to check: use 'cpu' or 'cuda'")
     report = Report(name, source, note)
     case = Case(_dtype_name(dtype), dict(shape or {}), tol=tol if tol is not None else TOLERANCE[dtype])
     try:

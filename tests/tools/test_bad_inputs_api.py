@@ -413,12 +413,17 @@ def _fn_args(**kwargs):
     ({"mutated": "x"}, TypeError, "mutated must be a tuple of input names, got 'x'"),
     ({"mutated": ("y",)}, ValueError, "mutated names ['y'], which make_inputs does not return"),
     ({"shape": [3]}, TypeError, "shape must be a dict of dims"),
+    ({"device": "meta"}, ValueError, "device 'meta' makes inputs without values, nothing to check"),
+    ({"device": "nowhere"}, ValueError, "device must be a torch device"),
+    ({"shape": {"n": 10**13}, "make_inputs": lambda shape, dtype, device, gen: {"x": torch.empty(shape["n"])}},
+     MemoryError, "shape n=10000000000000: its inputs do not fit in the"),
     ({"make_inputs": lambda *a: [torch.ones(3)]}, TypeError, "make_inputs must return a dict"),
     ({"reference": lambda x: None}, TypeError, "reference must return a tensor or a tuple of tensors, got NoneType"),
     ({"reference": lambda x: x > 0, "make_out": lambda inputs: {"out": torch.empty(3, dtype=torch.bool)}}, TypeError,
      "make_out's out is a bool buffer, which the check cannot poison")],
     ids=["seed 2**70", "seed str", "float64", "tol str", "reference None", "exact", "mutated str", "mutated unknown",
-         "shape list", "inputs list", "reference None out", "bool out"])
+         "shape list", "device meta", "device unknown", "shape too large", "inputs list", "reference None out",
+         "bool out"])
 def test_check_fn_names_a_bad_argument(kwargs, error, says):
     """Each was an error that named nothing ("Overflow when unpacking long long", "can only concatenate str",
     KeyError: torch.float64, "'list' object has no attribute 'items'", "'NoneType' object is not callable", "torch.bool
