@@ -78,7 +78,12 @@ def _import_error(path: Path, e: BaseException) -> KernelImportError:
     shown = _shown(path)
     if isinstance(e, SyntaxError):   # also IndentationError, TabError
         code = (e.text or "").strip()
-        return KernelImportError(f"{shown}:{e.lineno}: {type(e).__name__}: {e.msg}" + (f": {code}" if code else ""))
+        line = e.lineno
+        if line is None:   # Python names no line for a NUL byte: the file's bytes do
+            data = path.read_bytes() if path.is_file() else b""
+            line = data[:data.index(b"\0")].count(b"\n") + 1 if b"\0" in data else None
+        return KernelImportError(f"{shown}" + (f":{line}" if line is not None else "")
+                                 + f": {type(e).__name__}: {e.msg}" + (f": {code}" if code else ""))
     import traceback
     frames = [f for f in traceback.extract_tb(e.__traceback__) if Path(f.filename) == path]
     where = f"{shown}:{frames[-1].lineno}" if frames else shown
@@ -173,6 +178,9 @@ def exercise_status(family: str, function: str | None = None) -> tuple[bool, str
     one kernel of a family before writing the others."""
     path = module_path("exercises", family)
     if not path.exists():
+        if path.parent.exists() and not path.parent.is_dir():   # no exercise can be there: not "to do"
+            raise KernelFileError(f"{_shown(path.parent)} is a file, not a folder: move it away and run "
+                                  "`tritonllm-course make-exercises` to write the exercises")
         return False, f"{path} does not exist"
     text = source_text(path)
     todo = [r for r in regions(text, str(path)) if r.kind == "EXERCISE" and r.unfilled]

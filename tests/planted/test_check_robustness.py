@@ -146,11 +146,12 @@ def test_the_time_limit_works_outside_the_main_thread():
     ("import", lambda t: "import nonexistent_module_xyz\n" + t, "ModuleNotFoundError"),
     ("tabs", lambda t: t.replace(KERNEL_LINE, "\t" + KERNEL_LINE.lstrip(), 1), "TabError"),
     ("raise", lambda t: t + "\nraise RuntimeError('boom at import')\n", "RuntimeError: boom at import"),
+    ("nul", _in_region("    r = 1\0"), "SyntaxError: source code string cannot contain null bytes"),
 ])
 def test_a_module_that_does_not_import_is_a_fail_naming_the_line(name, edit, needle, course_copy, capsys):
     path, _ = _exercise(course_copy, edit=edit)
     line = _line_of(path.read_text(), {"syntax": "r = = 1", "import": "import nonexistent",
-                                       "tabs": "\tr = tl", "raise": "raise RuntimeError"}[name])
+                                       "tabs": "\tr = tl", "raise": "raise RuntimeError", "nul": "r = 1\0"}[name])
     rc, out, err = _run(CHECK, capsys)
     _assert_one_fail(rc, out, err, needle, f"exercises/rmsnorm.py:{line}")
     assert len(out.splitlines()) == 2, out   # the verdict and the one problem: no traceback
@@ -263,6 +264,16 @@ def test_progress_names_a_directory_in_place_of_an_exercise(course_copy, capsys)
     rows = {line.split()[0]: line for line in out.splitlines()[2:]}
     assert "exercises/rmsnorm.py is a directory" in rows["ln1"], rows["ln1"]
     assert rows["attn_residual"].rstrip().endswith("pass"), rows["attn_residual"]
+
+
+def test_progress_names_a_file_in_place_of_the_exercises_folder(course_copy, capsys):
+    """No exercise can be there: every row an error naming the file and exit 2, not every slot "to do"."""
+    (course_copy / "exercises").rmdir()
+    (course_copy / "exercises").write_text("a file\n")
+    rc, out, err = _run(["progress", "--no-run"], capsys)
+    assert rc == 2 and "Traceback" not in out + err, out + err
+    rows = {line.split()[0]: line for line in out.splitlines()[2:]}
+    assert "exercises is a file, not a folder" in rows["ln1"] and "to do" not in out, rows["ln1"]
 
 
 @interpreter_only
