@@ -59,7 +59,7 @@ def embedding(ids: torch.Tensor, weight: torch.Tensor, out: torch.Tensor | None 
     vocab, hidden = weight.shape
     out = validate.output(out, "out", (ids.shape[0], hidden), weight.dtype, device)
     validate.disjoint({"out": out}, {"ids": ids, "weight": weight})
-    if check_ids:
+    if validate.flag(check_ids, "check_ids"):   # "no" was true by its truth
         validate.device_range(ids, 0, vocab - 1, "token id", "outside the vocabulary")
     if out.numel() == 0:          # no token, or rows of no column (hidden 0 divided by zero in the grid)
         return out

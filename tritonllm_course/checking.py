@@ -32,7 +32,7 @@ import torch
 
 from . import kernels, slots
 from .runtime import runtime
-from .validate import check_device, check_seed, number
+from .validate import check_device, check_seed, flag, number
 
 TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
 # Seconds per kernel call, by default. Under the interpreter the slowest correct call of the check took
@@ -481,8 +481,7 @@ def _check_fn_arguments(functions: dict, seed, tol, exact, mutated, shape) -> No
         check_seed(seed)
     if tol is not None and not number(tol, "tol") >= 0:                             # NaN: refused
         raise ValueError(f"tol must be a number >= 0, got {tol!r}")
-    if not isinstance(exact, bool):
-        raise TypeError(f"exact must be True or False, got {exact!r}")
+    flag(exact, "exact")
     if not (isinstance(mutated, (tuple, list)) and all(isinstance(m, str) for m in mutated)):
         raise TypeError(f"mutated must be a tuple of input names, got {mutated!r}")
     if shape is not None and not isinstance(shape, dict):
@@ -591,9 +590,8 @@ def check(name: str, source: str | None = None, *, shape: dict | None = None, dt
         check_seed(seed)                          # 2**70 failed in torch's manual_seed: "Overflow when unpacking"
     if edges is not None and not isinstance(edges, bool):
         raise TypeError(f"edges must be True, False or None, got {edges!r}")
-    for flag, value in (("fail_fast", fail_fast), ("verbose", verbose)):
-        if not isinstance(value, bool):
-            raise TypeError(f"{flag} must be True or False, got {value!r}")
+    flag(fail_fast, "fail_fast")
+    flag(verbose, "verbose")
     if isinstance(dtype, (list, tuple)) and not dtype:
         raise ValueError("dtype=[] names no dtype: give one, a list of them, or None for the slot's own")
     rt = runtime()

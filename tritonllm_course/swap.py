@@ -23,7 +23,7 @@ import torch
 
 from . import reference as R
 from .runtime import runtime
-from .validate import MAX_SEED
+from .validate import MAX_SEED, flag
 
 _PATCHED_PACKAGES = ("tritonllm_course.reference", "tritonllm_course.model", "tritonllm_course.generation")
 
@@ -111,8 +111,7 @@ def compare_greedy(ops: dict, n_new: int = 8, prompt_len: int = 11, seed: int = 
             raise ValueError(f"{name} must be a whole number >= {least}, got {value!r}")
     if seed > MAX_SEED:                                 # torch.Generator's seed is 64 bits
         raise ValueError(f"seed must be a whole number in [0, 2**63 - 1], got {seed}")
-    if not isinstance(verbose, bool):                   # "no" was true: the report printed
-        raise TypeError(f"verbose must be True or False, got {verbose!r}")
+    flag(verbose, "verbose")                            # "no" was true: the report printed
     from .config import PRESETS
     rt = runtime()
     if prompt_len + n_new > (room := PRESETS[rt.preset].max_position_embeddings):

@@ -66,6 +66,13 @@ def check_device(device, meta: bool = False) -> torch.device:
     return device
 
 
+def flag(value, name: str) -> bool:
+    """A switch: True or False, else a TypeError naming it (a string such as "no" was true by its truth)."""
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be True or False, got {value!r}")
+    return value
+
+
 def number(value, name: str) -> float:
     """A real number argument (int or float, not bool): a kernel takes it as an fp32 or int scalar, and a
     string or a tensor would fail inside the launch, not naming the argument."""
@@ -499,8 +506,7 @@ def check_decoding(greedy, temperature, top_k, top_p) -> None:
     """greedy True or False; the sampling options checked where they sample (`check_sampling`), and refused
     beside greedy=True where they differ from their defaults: they would be ignored, an argmax where sampling
     was meant. The API's rule as the command line's, whose sampling options turn sampling on."""
-    if not isinstance(greedy, bool):
-        raise TypeError(f"greedy must be True or False, got {greedy!r}")
+    flag(greedy, "greedy")
     if not greedy:
         return check_sampling(temperature, top_k, top_p)
     given = [f"{name}={value!r}" for name, value, default in (

@@ -262,9 +262,13 @@ def _sample_logits():
      "value_head_dim must be >= 1, got 0"),
     (lambda: kernels.get("conv1d", "conv1d_l2norm_decode", "solutions")(
         torch.randn(1, 96, device=DEV), torch.randn(96, 4, device=DEV), torch.randn(96, 4, device=DEV), 2, 16,
-        eps=-1.0), ValueError, "eps must be positive and finite, got -1.0")],
+        eps=-1.0), ValueError, "eps must be positive and finite, got -1.0"),
+    (lambda: kernels.get("embedding", "embedding", "solutions")(
+        torch.tensor([70], device=DEV), torch.randn(64, 8, device=DEV), check_ids="no"), TypeError,
+     "check_ids must be True or False, got 'no'")],
     ids=["kv_len str", "kv_len float", "argmax num_blocks", "sample num_blocks", "seed 2**70", "seed True",
-         "decode length", "flash length", "num_splits", "key_heads None", "value_head_dim 0", "conv eps"])
+         "decode length", "flash length", "num_splits", "key_heads None", "value_head_dim 0", "conv eps",
+         "check_ids str"])
 def test_the_kernels_integer_and_eps_arguments_are_named(call, error, says):
     """Each failed without naming the argument (a comparison of str and int, `>>` of a float, torch.full's
     OverflowError, an InterpreterError), or ran as something else: a length or kv_len of 2.5 as 2, True as 1, a

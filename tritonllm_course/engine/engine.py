@@ -37,7 +37,7 @@ from .. import validate
 from ..config import Qwen35Config
 from ..model.cache import Qwen35Cache
 from ..runtime import no_launch_overlap, programmatic_launches
-from ..validate import check_count, check_decoding, check_ids, check_seed, eos_ids, nonfinite_error
+from ..validate import check_count, check_decoding, check_ids, check_seed, eos_ids, flag, nonfinite_error
 from ..weights import check_memory, check_weights, load_weights, random_weights
 from .arguments import LEVEL, MAX_SEQ_LEN, PREFILL_CHUNK, WEIGHT_FORMAT, check_arguments, check_weights_dtype, step_args
 from .buffers import Activations, Counters
@@ -394,8 +394,7 @@ class Engine(Forward):
         Logits holding NaN or inf stop the stream with a ValueError naming the step (a device flag read
         with each token, `_next_token`).
         """
-        if not isinstance(reset, bool):
-            raise TypeError(f"reset must be True or False, got {reset!r}")
+        flag(reset, "reset")
         history = [self.pending] if self.pending is not None and not reset else []
         # the pending token is the engine's own: only the new ids need checking, and once
         prompt = history + self.check_tokens(prompt_ids, max_new_tokens,

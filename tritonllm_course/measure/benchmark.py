@@ -31,6 +31,7 @@ from .. import kernels, slots
 from ..engine.graph import capture
 from ..runtime import gpu_available, runtime, setup
 from ..safe_files import atomic_write_text, check_out_folder, results_folder
+from ..validate import flag
 
 MAX_AUTOTUNE_LABEL = "torch.compile max-autotune"
 NOT_TRIED = "not tried"     # how a baseline ruled out at a shape begins its entry in `BenchResult.failed`
@@ -234,8 +235,7 @@ def bench(name: str, source: str | None = None, *, shape: dict | None = None, dt
     A baseline that raises while compiling or timing is recorded in `failed` and printed; the course's
     kernel raising is an error. Returns None (after saying why) on a machine without a GPU.
     """
-    if not isinstance(max_autotune, bool):
-        raise TypeError(f"max_autotune must be True or False, got {max_autotune!r}")
+    flag(max_autotune, "max_autotune")
     slot = slots.get(name)
     rt = runtime()
     given = None if shape is None else slot.given_shape(rt.preset, shape, strict=False)   # refused before the skip

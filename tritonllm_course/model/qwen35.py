@@ -34,7 +34,7 @@ import torch
 
 from .. import reference as R
 from ..config import Qwen35Config
-from ..validate import check_ids
+from ..validate import check_ids, flag
 from ..weights import check_weights, load_weights, random_weights
 from .cache import Qwen35Cache
 
@@ -134,8 +134,7 @@ class Qwen35Model:
         """`forward`'s cache (None, or one of this model's: `new_cache`) and switch, before any work: a dict was an
         AttributeError, a cache of another dtype a RuntimeError of index_put in the first layer, and a string
         all_logits such as "no" was true."""
-        if not isinstance(all_logits, bool):
-            raise TypeError(f"all_logits must be True or False, got {all_logits!r}")
+        flag(all_logits, "all_logits")
         if cache is None:
             return
         if not isinstance(cache, Qwen35Cache):
