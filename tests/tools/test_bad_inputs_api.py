@@ -351,6 +351,18 @@ def test_the_model_checks_its_cache_and_switch(weights):
     assert model([5, 17], model.new_cache(4), all_logits=True).shape == (2, TINY.vocab_size)
 
 
+@pytest.mark.parametrize("name", ["embed_tokens.weight", "norm.weight", "layers.1.self_attn.q_proj.weight"])
+def test_the_engine_refuses_a_weight_that_is_not_contiguous_before_any_work(weights, name):
+    """The embedding or a norm as a strided view ran until the first prompt and failed there, naming the kernel's
+    argument ("weight must be contiguous"); the reference model takes any strides."""
+    t = weights[name]
+    view = t.t().contiguous().t() if t.dim() == 2 else torch.stack([t, t], 1)[:, 0]   # same values, strided
+    given = {**weights, name: view}
+    _raises(ValueError, f"tensor {name} is not contiguous (strides {tuple(view.stride())}",
+            lambda: Engine(TINY, given, max_seq_len=8))
+    assert Qwen35Model(TINY, given)([5, 17]).shape == (1, TINY.vocab_size)
+
+
 @pytest.mark.parametrize("edit, error, says", [
     (lambda w: (None, w), TypeError, "config must be a Qwen35Config"),
     (lambda w: (TINY, list(w.items())), TypeError, "weights must be a dict of {name: tensor}"),

@@ -49,7 +49,7 @@ def check_arguments(max_seq_len=MAX_SEQ_LEN, prefill_chunk=PREFILL_CHUNK, level=
     """The sizes as ints (`check_sizes`), after the config, the switches, the level and weight format are checked
     and, where given, the dtype, the device and fp8 against its GPU. Takes an Engine's keyword arguments whole
     (the others are not its to check). device=None: the constructor, whose device and dtype are the weights',
-    checks those (`check_weights_dtype`) once their own check has passed. merged: None or an engine's merged weights
+    checks those (`check_given_weights`) once their own check has passed. merged: None or an engine's merged weights
     (a string was an AttributeError once the weights had been checked)."""
     if config is not _NOT_GIVEN:
         check_config(config)
@@ -75,7 +75,13 @@ def step_args(sampling=None, seed=0) -> tuple[Sampling | None, int]:
     return sampling, check_seed(seed)
 
 
-def check_weights_dtype(weight_format: str, dtype: torch.dtype, device: torch.device) -> None:
-    """What the weights given to the constructor decide: their dtype one the kernels take, fp8 against their GPU."""
+def check_given_weights(weights: dict, weight_format: str, dtype: torch.dtype, device: torch.device) -> None:
+    """What the weights given to the constructor decide: their dtype one the kernels take, fp8 against their GPU,
+    and each tensor contiguous, as the kernels read them in place (a transposed view ran until the first prompt,
+    and failed there naming the kernel's argument, not the weight)."""
     check_dtype(dtype, "the weights' dtype")
     check_fp8(weight_format, device)
+    for name, t in weights.items():
+        if isinstance(t, torch.Tensor) and not t.is_contiguous():
+            raise ValueError(f"tensor {name} is not contiguous (strides {tuple(t.stride())} for shape "
+                             f"{list(t.shape)}): the engine's kernels read each weight in place; give .contiguous()")

@@ -39,7 +39,7 @@ from ..model.cache import Qwen35Cache
 from ..runtime import no_launch_overlap, programmatic_launches
 from ..validate import check_count, check_decoding, check_ids, check_seed, eos_ids, flag, nonfinite_error
 from ..weights import check_memory, check_weights, load_weights, random_weights
-from .arguments import LEVEL, MAX_SEQ_LEN, PREFILL_CHUNK, WEIGHT_FORMAT, check_arguments, check_weights_dtype, step_args
+from .arguments import LEVEL, MAX_SEQ_LEN, PREFILL_CHUNK, WEIGHT_FORMAT, check_arguments, check_given_weights, step_args
 from .buffers import Activations, Counters
 from .forward import Forward, Sampling
 from .graph import GraphedStep, graphed_pieces, layer_pieces
@@ -138,7 +138,7 @@ class Engine(Forward):
         embed = weights["embed_tokens.weight"]
         c = self.config = config
         self.dtype, self.device = embed.dtype, embed.device
-        check_weights_dtype(weight_format, self.dtype, self.device)   # check_arguments' last: the weights decide
+        check_given_weights(weights, weight_format, self.dtype, self.device)   # check_arguments' last
         if merged is None:   # a second copy of the projections (own_weights: one layer's at a time)
             check_memory(merge_bytes(c, weights, weight_format, consume=own_weights), self.device,
                          "the engine's merged projections")
