@@ -217,8 +217,11 @@ def main() -> None:
     if stamp.exists() and stamp.read_text() == stamp_text():
         print(f"{venv} is up to date")
         return
-    keep = cuda_torch(sys.executable)
-    if not (venv / "bin" / "python").exists():
+    # the venv's own CUDA torch (a learner's GPU workstation: torch first, then `make lab`), else the one of the
+    # Python running this, which a new venv sees through --system-site-packages
+    exists = (venv / "bin" / "python").exists()
+    keep = (exists and cuda_torch(str(venv / "bin" / "python"))) or cuda_torch(sys.executable)
+    if not exists:
         cmd = [sys.executable, "-m", "venv", str(venv)] + (["--system-site-packages"] if keep else [])
         print("+", " ".join(cmd), flush=True)
         subprocess.run(cmd, check=True)

@@ -384,6 +384,24 @@ def test_colab_keeps_what_the_runtime_has_and_takes_the_rest_from_the_supported_
     assert inst.plan(sys.executable, None, colab=False) == ({}, inst.requirements(()))
 
 
+def test_a_venv_that_has_a_cuda_torch_keeps_it(monkeypatch, tmp_path):
+    """A learner's venv with its own CUDA torch (installed first, then `make lab`) keeps that torch and its triton,
+    even where the Python running the installer has none: the pins' torch replaced it before."""
+    inst = _installer()
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    cuda = {str(venv / "bin" / "python"): {"torch": "2.14.1", "triton": "3.8.0"}}
+    monkeypatch.setattr(inst, "cuda_torch", lambda python: cuda.get(python))
+    monkeypatch.setattr(inst, "stamp_text", lambda: "new")
+    kept = []
+    monkeypatch.setattr(inst, "install", lambda python, keep, colab=False: kept.append((python, keep)))
+    monkeypatch.setattr(sys, "argv", ["install.py", "--venv", str(venv)])
+    inst.main()
+    assert kept == [(str(venv / "bin" / "python"), {"torch": "2.14.1", "triton": "3.8.0"})]
+    assert inst.plan(kept[0][0], kept[0][1], colab=False) == (kept[0][1], inst.requirements(inst.KEPT))
+
+
 def test_the_supported_window_is_one_statement():
     """pyproject.toml's floors are the README's, and the exact pins sit inside them."""
     inst = _installer()
