@@ -181,8 +181,8 @@ def engine_probe(out, name: str, variants: dict, engine_us, contexts, repeats: i
 
 def ttft_ms(engine, prompt: list[int], runs: int = 5) -> tuple[float, int]:
     """(ms, the first token) of the engine's time to the first token of `prompt`, as `engine_bench` times it:
-    the cache reset, the prompt, the first token read by the host; the median of `runs` after two untimed
-    (a prompt chunk's graph is captured at its second use)."""
+    a new sequence (`engine.reset`), the prompt, the first token read by the host; the median of `runs` after
+    two untimed (a prompt chunk's graph is captured at its second use)."""
     times, token = [], None
     for i in range(runs + 2):
         engine.reset()

@@ -9,7 +9,7 @@ sm_90 every level launches the kernels made for PDL, and the fused GEMVs (ln1 + 
 + SwiGLU; at the fast level also o_proj and out_proj) hold their whole `[rows, K]` tile
 (`triton_helpers.pdl_gemv_config`, measured at 0.8B's K <= 3,584, grids of about one wave). Compiled for sm_90 at
 27B's shapes (`tritonllm_course.lowering`, no GPU): K = 5,120 pads to 8,192, the rule takes 2 rows on 16 warps,
-47-64 registers a thread leave 2 programs an SM, and the grids run 27 and 31 waves of one-shot programs at the
+47-64 registers a thread leave 2 programs an SM, and the grids run just over 27 and 31 waves of one-shot programs at the
 in-projections (7,168 and 8,240 programs), more at gate/up (about 40-80 KB
 in flight an SM, against 96-128 KB at 9B); no kernel spills. The operators level walks K in small programs (2 x
 512 on 2 warps for 27B's gate/up, 25 an SM). Is the whole tile what loses, and up to which K does it pay?

@@ -20,8 +20,8 @@ and the overlap counts once, for the kernel that ran first. So the parts add up 
 busy (checked against the union of the kernels' intervals); the wall time per step, measured without the
 profiler, is beside it. Outside the layers: the embedding; the head (the final norm, with the last layer's
 residual add where the level fuses them, the LM head, argmax, the position counters); "other", device work
-of no course kernel between two parts (the cache reset before a prompt, the prompt's copy to the GPU, the
-token's copy to the host); such work between two kernels of one part counts for that part (the counters
+of no course kernel between two parts (the prompt's copy to the GPU, the token's copy to the host; a new
+sequence launches nothing); such work between two kernels of one part counts for that part (the counters
 set between the LM head and the argmax of a prompt, for the head).
 
 Runs: prefill = a prompt into an empty cache, its first token read by the host, `prompts` times; decode at L
@@ -225,7 +225,7 @@ def _phase(engine, name: str, path: str, tokens: int, run, runs: int, warmup: in
 
 
 def prefill_phase(engine, prompt_len: int = 128, prompts: int = 3) -> PhaseTimes:
-    """Per part of a `prompt_len`-token prompt (the cache reset, the prompt, its first token read), as the
+    """Per part of a `prompt_len`-token prompt (a new sequence, the prompt, its first token read), as the
     engine runs it (replayed from the prompt chunk's CUDA graph where it has them). Resets the engine."""
     check_prompt_len(engine, prompt_len)
     warmup, timed = _counts(engine, prompts, "prompts")
@@ -404,7 +404,7 @@ def _markdown(results: list[LayerTimes], meta: dict) -> str:
             "order of the traced calls (tritonllm_course/measure/layer_times.py). The parts add up to the "
             "GPU's busy time (checked); outside the layers: the embedding, the head (final norm, LM head, "
             "argmax, the position counters) and other (device work of no course kernel between parts: the "
-            "cache reset before a prompt, the copies of the prompt and the token). Prefill: per prompt; "
+            "copies of the prompt and the token). Prefill: per prompt; "
             "decode: per token.\n"]
     for r in results:
         how = ("CUDA graph" if r.graph else "op by op") + (", PDL" if r.pdl else "")

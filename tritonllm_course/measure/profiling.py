@@ -214,12 +214,12 @@ def decode_breakdown(engine, steps: int = 8, prompt_len: int = 64,
 
 def prefill_breakdown(engine, prompt_len: int = 128, runs: int = 3,
                       modes: tuple[str, ...] = ("eager", "graph")) -> dict[str, Breakdown]:
-    """Profile `runs` prompts of `prompt_len` tokens on the GPU (each: the cache reset, the prompt, the
+    """Profile `runs` prompts of `prompt_len` tokens on the GPU (each: a new sequence, the prompt, the
     first token read by the host), launched op by op ("eager") and replayed from the prompt chunks' CUDA
     graphs ("graph"); {mode name: Breakdown per prompt}. Resets the engine.
 
-    The cache reset's memsets are part of every prompt and show as `OTHER`. No bytes per slot: a prompt's
-    traffic depends on its length and tiles (the weights once, plus activations).
+    A new sequence launches nothing (`Engine.reset`); the prompt's ids copied to the GPU show as `OTHER`. No
+    bytes per slot: a prompt's traffic depends on its length and tiles (the weights once, plus activations).
     """
     _check_profile(engine, "prefill_breakdown", "traced_prefill_calls", modes, "runs", runs)
     calls = traced_prefill_calls(engine, prompt_len)
