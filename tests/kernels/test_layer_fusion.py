@@ -154,3 +154,18 @@ def test_prologue_refuses_a_position_past_the_cache():
     slot, inputs = _prologue_case(T=2, start=15)                     # rows 15 and 16 of a 16-row cache
     with pytest.raises(ValueError, match="position 16 is outside"):
         FUSION.qk_norm_rope_cache(**inputs)
+
+
+@pytest.mark.parametrize("name", ["fused_linear_residual", "gated_norm_linear_residual"])
+def test_the_residual_slots_are_timed_against_pytorch_in_the_models_dtype(name, monkeypatch):
+    """Their references multiply in fp32 for the check; the timing's eager baseline is what a model runs, one
+    bf16 cuBLAS GEMM with the add (an fp32 GEMM of upcast weights made the fused kernels look 4x ahead)."""
+    slot = get_slot(name)
+    inputs = slot.make_inputs(slot.shapes["tiny"][0], torch.bfloat16, "cpu", torch.Generator().manual_seed(0))
+    upcast = []
+    real_linear = torch.nn.functional.linear
+    monkeypatch.setattr(torch.nn.functional, "linear",
+                        lambda x, w, *a: upcast.append(x.dtype) or real_linear(x, w, *a))
+    got = (slot.torch_impl or slot.reference)(**inputs)           # what `bench` times as "torch eager"
+    assert torch.float32 not in upcast and got.dtype == torch.bfloat16
+    assert rel(got, slot.reference(**inputs)) < 1e-2

@@ -72,6 +72,19 @@ def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tenso
     return (residual.float() + y).to(residual.dtype)
 
 
+def linear_residual_eager(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tensor,
+                          scale: torch.Tensor | None = None) -> torch.Tensor:
+    """`linear_residual` as eager PyTorch runs it in the model's dtype, the baseline a fused kernel is timed
+    against (the reference multiplies in fp32, which no model does): one cuBLAS GEMM with the add in its
+    epilogue (`addmm`) where the stream has x's dtype; the product rounded to x's dtype, then added, where the
+    stream is fp32 (the fp16 mode). An 8-bit weight (`scale`) goes to the reference."""
+    if scale is not None:
+        return linear_residual(x, weight, residual, scale)
+    if residual.dtype == x.dtype:
+        return torch.addmm(residual, x, weight.t())   # [T, N]
+    return residual + linear(x, weight)
+
+
 def qk_norm_rope_cache(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_weight: torch.Tensor,
                        k_weight: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pos: torch.Tensor,
                        k_cache: torch.Tensor, v_cache: torch.Tensor, eps: float = 1e-6):
@@ -134,3 +147,11 @@ def gated_norm_linear_residual(x: torch.Tensor, z: torch.Tensor, norm_weight: to
     `linear_residual(gated_rms_norm(x, z, norm_weight, eps) [T, heads * DV], weight, residual, scale)`."""
     T = x.shape[0]
     return linear_residual(gated_rms_norm(x, z, norm_weight, eps).reshape(T, -1), weight, residual, scale)
+
+
+def gated_norm_linear_residual_eager(x: torch.Tensor, z: torch.Tensor, norm_weight: torch.Tensor,
+                                     weight: torch.Tensor, residual: torch.Tensor, eps: float = 1e-6,
+                                     scale: torch.Tensor | None = None) -> torch.Tensor:
+    """`gated_norm_linear_residual` as eager PyTorch runs it: the gated norm, then `linear_residual_eager`."""
+    T = x.shape[0]
+    return linear_residual_eager(gated_rms_norm(x, z, norm_weight, eps).reshape(T, -1), weight, residual, scale)

@@ -9,7 +9,8 @@ import math
 import torch
 
 from ..reference.fusion import (gated_delta_rule_chunked_gates, gated_delta_rule_recurrent_gates,
-                                gated_norm_linear_residual, linear_residual, qk_norm_rope_cache)
+                                gated_norm_linear_residual, gated_norm_linear_residual_eager, linear_residual,
+                                linear_residual_eager, qk_norm_rope_cache)
 from ..reference.rope import rope_cache
 from . import Edge, implement, tensor_bytes
 from .common import HUGE_SCALE, TINY_SCALE, fp32_stream, past_exp_overflow, scaled, sized
@@ -32,7 +33,7 @@ def _linear_residual_inputs(shape, dtype, device, gen):
 
 implement(
     "fused_linear_residual", family="layer_fusion", function="linear_residual", reference=linear_residual,
-    make_inputs=_linear_residual_inputs,
+    torch_impl=linear_residual_eager, make_inputs=_linear_residual_inputs,
     make_out=lambda inp: {"out": torch.empty_like(inp["residual"])},
     # tiny: decode (GEMV) with odd sizes and several K steps, then a prompt (GEMM)
     shapes={"tiny": [{"M": 1, "N": 131, "K": 200}, {"M": 1, "N": 64, "K": 130}, {"M": 19, "N": 131, "K": 130}],
@@ -203,7 +204,7 @@ def _gated_out_inputs(shape, dtype, device, gen):
 
 implement(
     "gated_norm_linear_residual", family="layer_fusion", function="gated_norm_linear_residual",
-    reference=gated_norm_linear_residual, make_inputs=_gated_out_inputs,
+    reference=gated_norm_linear_residual, torch_impl=gated_norm_linear_residual_eager, make_inputs=_gated_out_inputs,
     make_out=lambda inp: {"out": torch.empty_like(inp["residual"])},
     # tiny: one token with heads split over two K tiles, then several tokens (a grid row each)
     shapes={"tiny": [{"T": 1, "heads": 4, "DV": 32, "N": 131}, {"T": 3, "heads": 3, "DV": 16, "N": 70}],
