@@ -86,7 +86,8 @@ def _recording(gpu, dtype_name: str):
     def tuned(self, *args, grid=None, warmup=False, **kwargs):
         launches.append((self.fn, self, args, kwargs))
 
-    checks = {name: getattr(validate, name) for name in ("device_range", "disjoint") if hasattr(validate, name)}
+    checks = {name: getattr(validate, name) for name in ("device_range", "device_distinct", "disjoint")
+              if hasattr(validate, name)}
 
     def unless_meta(check):
         def call(*args, **kwargs):
