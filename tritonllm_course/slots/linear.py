@@ -28,11 +28,31 @@ def _small_activations(inputs, shape, dtype, gen):
     return inputs
 
 
+def _cancelling_halves(inputs, shape, dtype, gen):
+    """Columns [h, 2h) of x repeat [0, h) and the weight's are their negation, exactly, and the last K / 32
+    columns of x are scaled by 1/8 (exact too): the partial sums are largest at K = h, several times the result
+    (a sum of the few last columns). An accumulator in fp16 or bf16 rounds at that largest partial sum: an
+    error relative to the result that an ordinary draw, whose sums stay near the result, keeps within the
+    tolerance under some Triton versions. An fp32 accumulator's rounding grows by the same factor, hence
+    the edge's fp32 tolerance (`CANCEL_TOL`)."""
+    K = inputs["x"].shape[-1]
+    h = (K - max(1, K // 32)) // 2
+    x, w = inputs["x"].clone(), inputs["weight"].clone()
+    x[..., h:2 * h] = x[..., :h]
+    w[:, h:2 * h] = -w[:, :h]
+    x[..., 2 * h:] *= 0.125
+    return {**inputs, "x": x, "weight": w}
+
+
+CANCEL_TOL = {torch.float32: 1e-4}
+
+
 def _projection(name, function, tiny, real, **fields):
     implement(name, family="linear", function=function, make_inputs=projection_inputs, make_out=projection_out,
               bytes=projection_bytes, flops=projection_flops, shapes={"tiny": tiny, "real": real},
               reference=fields.pop("reference", linear),
-              edges=[Edge("small activations", _small_activations)],
+              edges=[Edge("small activations", _small_activations), Edge("cancelling halves", _cancelling_halves,
+                                                                        tol=CANCEL_TOL)],
               dims={"out": ("token", "feature")}, **fields)
 
 
