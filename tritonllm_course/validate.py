@@ -259,6 +259,12 @@ def decode_length(length, max_len: int, device: torch.device) -> torch.Tensor:
     return length
 
 
+def _host_may_read(t: torch.Tensor) -> bool:
+    """Whether a device check may read `t` on the host now: not a GPU tensor while the checks are off
+    (`no_device_checks`) or a CUDA graph is being captured, which forbids the sync."""
+    return not (t.is_cuda and (not _device_checks or torch.cuda.is_current_stream_capturing()))
+
+
 def device_range(t: torch.Tensor, lo: int, hi: int, name: str, why: str = "") -> None:
     """Raise a ValueError naming `name` unless every value of the integer tensor `t` lies in [lo, hi].
 
@@ -267,7 +273,7 @@ def device_range(t: torch.Tensor, lo: int, hi: int, name: str, why: str = "") ->
     a CUDA graph is being captured it is not allowed at all: the check is skipped then, and the
     kernels' masks, which never touch memory outside their buffers, are the only guard.
     """
-    if t.numel() == 0 or (t.is_cuda and (not _device_checks or torch.cuda.is_current_stream_capturing())):
+    if t.numel() == 0 or not _host_may_read(t):
         return
     first, last = (int(v) for v in torch.aminmax(t.reshape(-1)))
     if first < lo or last > hi:
@@ -279,11 +285,12 @@ def device_distinct(t: torch.Tensor, name: str, why: str) -> None:
     """Raise a ValueError naming `name` and its first repeated value unless the values of the 1-D integer
     tensor `t` are distinct: two tokens stored at one cache row race, and which one the row keeps is the
     schedule's choice. Skipped as `device_range` is (a sync on a GPU; not allowed under capture)."""
-    if t.numel() < 2 or (t.is_cuda and (not _device_checks or torch.cuda.is_current_stream_capturing())):
+    if t.numel() < 2 or not _host_may_read(t):
         return
     values, counts = torch.unique(t, return_counts=True)
-    if bool((counts > 1).any()):
-        raise ValueError(f"{name} {int(values[counts > 1][0])} appears {int(counts.max())} times: {why}")
+    repeated = counts > 1
+    if bool(repeated.any()):      # the first repeated value and its own count (not the largest count)
+        raise ValueError(f"{name} {int(values[repeated][0])} appears {int(counts[repeated][0])} times: {why}")
 
 
 def projection(x: torch.Tensor, weight: torch.Tensor, weight_name: str = "weight") -> int:

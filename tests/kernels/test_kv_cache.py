@@ -61,6 +61,9 @@ def test_a_repeated_position_is_refused_and_nothing_is_written(kv):
     with pytest.raises(ValueError, match="position 5 appears 2 times: each token is stored at a row of its own"):
         kv.kv_cache_write(k, k, kc, vc, torch.tensor([5, 2, 5], device=DEV))
     assert kc.abs().sum() == 0 and vc.abs().sum() == 0
+    k6 = torch.randn(6, KV, D, device=DEV)
+    with pytest.raises(ValueError, match="position 5 appears 2 times"):          # its own count, not the largest
+        kv.kv_cache_write(k6, k6, kc, vc, torch.tensor([5, 2, 5, 7, 7, 7], device=DEV))
     kv.kv_cache_write(k[:1], k[:1], kc, vc, torch.tensor([5], device=DEV))       # one token: nothing to compare
 
 

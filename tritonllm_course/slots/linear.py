@@ -35,13 +35,13 @@ def _cancelling_halves(inputs, shape, dtype, gen):
     error relative to the result that an ordinary draw, whose sums stay near the result, keeps within the
     tolerance under some Triton versions. An fp32 accumulator's rounding grows by the same factor, hence
     the edge's fp32 tolerance (`CANCEL_TOL`)."""
-    K = inputs["x"].shape[-1]
+    x, w = inputs["x"], inputs["weight"]       # fresh from make_inputs: changed in place
+    K = x.shape[-1]
     h = (K - max(1, K // 32)) // 2
-    x, w = inputs["x"].clone(), inputs["weight"].clone()
     x[..., h:2 * h] = x[..., :h]
     w[:, h:2 * h] = -w[:, :h]
     x[..., 2 * h:] *= 0.125
-    return {**inputs, "x": x, "weight": w}
+    return inputs
 
 
 CANCEL_TOL = {torch.float32: 1e-4}
