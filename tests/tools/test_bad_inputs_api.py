@@ -414,7 +414,8 @@ def test_the_tokenizer_takes_text_and_one_sequence_of_ids(tmp_path):
 
 
 def _fn_args(**kwargs):
-    return {"fn": lambda x, out: out.copy_(x), "reference": lambda x: x,
+    """check_fn's arguments with CPU tensors, so on the CPU (check_fn's default device is a GPU where one is)."""
+    return {"device": "cpu", "fn": lambda x, out: out.copy_(x), "reference": lambda x: x,
             "make_inputs": lambda shape, dtype, device, gen: {"x": torch.randn(3, dtype=dtype, generator=gen)},
             "make_out": lambda inputs: {"out": torch.empty(3, dtype=inputs["x"].dtype)}, **kwargs}
 
