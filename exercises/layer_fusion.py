@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tritonllm_course import kernels, tma_gemm, triton_helpers as helpers, validate
+from tritonllm_course import kernels, splitk_gemm, tma_gemm, triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import (pdl_enter, pdl_launch_dependents, pdl_wait, row_tile, sigmoid, silu,
                                            softplus)
@@ -292,6 +292,8 @@ def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tenso
             num_warps=cfg["num_warps"], **pdl, **_scale_args(scale))
     elif tma_gemm.usable(x2, weight):      # sm_90 on, long prompts: the TMA's copies
         tma_gemm.launch(x2, weight, out2, residual=r2, pdl=pdl_args())
+    elif (split := splitk_gemm.splits(M, N, K, x.device)) > 1:    # ~128 tokens, long rows: K in pieces
+        splitk_gemm.launch(x2, weight, r2, out2, split, pdl_args())
     else:
         cfg = gemm_residual_config(M, N, K, x.dtype, x.device)
         grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))

@@ -87,6 +87,7 @@ PROBES_CHECKED = {
     "recurrence_chain_probe.py": "the one-round recurrence against the fp64 rule; the tiny engine's tokens with it",
     "prefill_graph_probe.py": "the tiny engine's prompt in layer pieces against the whole chunk, bit for bit",
     "gemm_clusters_probe.py": "the GEMM + residual at each tile it times, odd shapes, NaN-poisoned output",
+    "prompt_splitk_probe.py": "the two-kernel split-K GEMM + residual at odd shapes, pieces past K, NaN-poisoned",
     "decode_end_probe.py": "the argmax merge that advances the counters against torch.argmax; the tiny engine's "
                            "tokens with the norm in the LM head and the advance in the merge",
 }
