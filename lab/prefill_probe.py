@@ -36,6 +36,7 @@ import triton
 import triton.language as tl
 
 from lab import common
+from tritonllm_course.splitk_gemm import k_slice_tile
 
 
 @triton.jit
@@ -48,17 +49,8 @@ def gemm_residual_splitk_kernel(x_ptr, w_ptr, res_ptr, y_ptr, part_ptr, count_pt
     pid_m, pid_n, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
     m_ok, n_ok = rm < M, rn < N
-    k_lo = s * K_PER
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(k_lo, tl.minimum(k_lo + K_PER, K), BLOCK_K):
-        k_ok = (k0 + rk) < K
-        a = tl.load(x_ptr + rm[:, None].to(tl.int64) * K + (k0 + rk)[None, :], mask=m_ok[:, None] & k_ok[None, :],
-                    other=0.0)
-        b = tl.load(w_ptr + rn[None, :].to(tl.int64) * K + (k0 + rk)[:, None], mask=k_ok[:, None] & n_ok[None, :],
-                    other=0.0)
-        acc = tl.dot(a, b, acc, input_precision="ieee")
+    acc = k_slice_tile(x_ptr, w_ptr, rm, rn, M, N, K, s * K_PER, (s + 1) * K_PER, BLOCK_M, BLOCK_N, BLOCK_K)
     tile = pid_m * tl.num_programs(1) + pid_n
     inner = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]   # [BLOCK_M, BLOCK_N]
     tile_parts = part_ptr + tile.to(tl.int64) * SPLIT * BLOCK_M * BLOCK_N

@@ -39,34 +39,13 @@ import triton
 import triton.language as tl
 
 from lab import common
+from tritonllm_course import splitk_gemm
 
 CONFIGS = [  # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)
     (128, 64, 64, 8, 3), (128, 32, 128, 4, 3), (64, 64, 64, 4, 3), (64, 32, 128, 4, 3), (128, 128, 64, 8, 3),
     (64, 16, 256, 4, 3), (32, 32, 128, 4, 3),
 ]
 SPLITS = (2, 4, 8, 16)
-
-
-@triton.jit
-def part_gemm_kernel(x_ptr, w_ptr, part_ptr, M, N, K, K_PER,
-                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-    """part[s] = x[:, ks] @ W[:, ks].T over the s-th K_PER columns; program (m, n, s), fp32 out."""
-    pid_m, pid_n, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    rk = tl.arange(0, BLOCK_K)
-    m_ok, n_ok = rm < M, rn < N
-    k_lo = s * K_PER
-    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(k_lo, tl.minimum(k_lo + K_PER, K), BLOCK_K):
-        k_ok = (k0 + rk) < K
-        a = tl.load(x_ptr + rm[:, None].to(tl.int64) * K + (k0 + rk)[None, :], mask=m_ok[:, None] & k_ok[None, :],
-                    other=0.0)
-        b = tl.load(w_ptr + rn[None, :].to(tl.int64) * K + (k0 + rk)[:, None], mask=k_ok[:, None] & n_ok[None, :],
-                    other=0.0)
-        acc = tl.dot(a, b, acc)
-    offs = s.to(tl.int64) * M * N + rm[:, None].to(tl.int64) * N + rn[None, :]
-    tl.store(part_ptr + offs, acc, mask=m_ok[:, None] & n_ok[None, :])
 
 
 @triton.jit
@@ -90,7 +69,7 @@ def two_kernel(x, w, res, y, part, split, block_m, block_n, block_k, warps, stag
     N = w.shape[0]
     k_per = triton.cdiv(triton.cdiv(K, split), block_k) * block_k
     split = triton.cdiv(K, k_per)                       # pieces that hold any column
-    part_gemm_kernel[(triton.cdiv(M, block_m), triton.cdiv(N, block_n), split)](
+    splitk_gemm.splitk_part_kernel[(triton.cdiv(M, block_m), triton.cdiv(N, block_n), split)](
         x, w, part, M, N, K, k_per, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
         num_stages=stages)
     reduce_residual_kernel[(triton.cdiv(M * N, block),)](part, y if res is None else res, y, M * N, SPLIT=split,
@@ -186,7 +165,6 @@ def engine_ab(rounds: int) -> dict:
     `splits` returning 1 (the unsplit kernel), two engines whose graphs were captured that way, alternated
     `rounds` times; ms (`common.ttft_ms`: the median of 5) and the first token of each."""
     import gc
-    from tritonllm_course import splitk_gemm
     from tritonllm_course.config import QWEN35_0_8B
     from tritonllm_course.engine import Engine
     prompt = [(7 * i + 3) % QWEN35_0_8B.vocab_size for i in range(128)]

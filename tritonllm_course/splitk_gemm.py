@@ -30,27 +30,35 @@ REDUCE_BLOCK = 1024  # output elements a program of stage 2
 
 
 @triton.jit
-def splitk_part_kernel(x_ptr, w_ptr, part_ptr, M, N, K, K_PER,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                       PDL: tl.constexpr = False):
-    """Stage 1: part[s, m, n] = sum over the s-th K_PER columns of x[m, k] W[n, k], in fp32; program (m, n, s)."""
-    pdl_enter(PDL)
-    pid_m, pid_n, s = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+def k_slice_tile(x_ptr, w_ptr, rm, rn, M, N, K, k_lo, k_hi, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr):
+    """fp32 [BLOCK_M, BLOCK_N]: sum over k in [k_lo, min(k_hi, K)) of x[rm, k] W[rn, k], x [M, K] and W [N, K]
+    row-major; rows, columns and k past the edges masked."""
     rk = tl.arange(0, BLOCK_K)
     m_ok, n_ok = rm < M, rn < N
-    k_lo = s * K_PER
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
-    for k0 in range(k_lo, tl.minimum(k_lo + K_PER, K), BLOCK_K):
+    for k0 in range(k_lo, tl.minimum(k_hi, K), BLOCK_K):
         k_ok = (k0 + rk) < K
         a = tl.load(x_ptr + rm[:, None].to(tl.int64) * K + (k0 + rk)[None, :], mask=m_ok[:, None] & k_ok[None, :],
                     other=0.0)                                                      # [BLOCK_M, BLOCK_K]
         b = tl.load(w_ptr + rn[None, :].to(tl.int64) * K + (k0 + rk)[:, None], mask=k_ok[:, None] & n_ok[None, :],
                     other=0.0)                                                      # [BLOCK_K, BLOCK_N]
         acc = tl.dot(a, b, acc)
+    return acc
+
+
+@triton.jit
+def splitk_part_kernel(x_ptr, w_ptr, part_ptr, M, N, K, K_PER,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                       PDL: tl.constexpr = False):
+    """Stage 1: part[s, m, n] = sum over the s-th K_PER columns of x[m, k] W[n, k], in fp32; program (m, n, s)."""
+    pdl_enter(PDL)
+    s = tl.program_id(2)
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = k_slice_tile(x_ptr, w_ptr, rm, rn, M, N, K, s * K_PER, (s + 1) * K_PER, BLOCK_M, BLOCK_N, BLOCK_K)
     offs = s.to(tl.int64) * M * N + rm[:, None].to(tl.int64) * N + rn[None, :]
-    tl.store(part_ptr + offs, acc, mask=m_ok[:, None] & n_ok[None, :])
+    tl.store(part_ptr + offs, acc, mask=(rm < M)[:, None] & (rn < N)[None, :])
 
 
 @triton.jit
