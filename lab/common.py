@@ -278,3 +278,22 @@ def grid_barrier(counter_ptr, P):
     while seen < target:
         seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
     tl.debug_barrier()                  # the whole program waits for its first thread
+
+
+@triton.jit
+def k_slice_tile(x_ptr, w_ptr, rm, rn, M, N, K, k_lo, k_hi, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 BLOCK_K: tl.constexpr):
+    """fp32 [BLOCK_M, BLOCK_N]: sum over k in [k_lo, min(k_hi, K)) of x[rm, k] W[rn, k], x [M, K] and W [N, K]
+    row-major; rows, columns and k past the edges masked. The split-K GEMMs' piece (`prefill_probe`,
+    `prompt_splitk_probe`)."""
+    rk = tl.arange(0, BLOCK_K)
+    m_ok, n_ok = rm < M, rn < N
+    acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
+    for k0 in range(k_lo, tl.minimum(k_hi, K), BLOCK_K):
+        k_ok = (k0 + rk) < K
+        a = tl.load(x_ptr + rm[:, None].to(tl.int64) * K + (k0 + rk)[None, :], mask=m_ok[:, None] & k_ok[None, :],
+                    other=0.0)                                                      # [BLOCK_M, BLOCK_K]
+        b = tl.load(w_ptr + rn[None, :].to(tl.int64) * K + (k0 + rk)[:, None], mask=k_ok[:, None] & n_ok[None, :],
+                    other=0.0)                                                      # [BLOCK_K, BLOCK_N]
+        acc = tl.dot(a, b, acc)
+    return acc

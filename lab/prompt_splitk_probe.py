@@ -17,19 +17,30 @@ two-kernel form). (1) The engine's `linear_residual` (its config's pick, solutio
 solutions/linear.py, for the in-projections), (2) cuBLAS `torch.addmm` (the residual in its epilogue; `torch.matmul`
 for the in-projections), (3) the one-kernel split-K of `lab/prefill_probe.py` at its best tiles, (4) the two-kernel
 form over tiles of 64-128 rows, 16-128 columns, SPLIT 2-16 (the one-kernel form for the GEMM + residual only). Each
-form's fastest config is run once more against the fp64 product (`rel_err`).
-Result: NVIDIA H100 80GB HBM3, 2026-12-07, at 6dc5c43 with the probe beside it
-(lab/results/prompt_splitk_probe_nvidia-h100-80gb-hbm3_2026-12-07.json; triton 3.6, the sweep alone), us: the engine /
-cuBLAS / the two-kernel form at its best / the one-kernel form at its best. Down + residual (1,024 x 3,584): 10.66 /
-10.14 / 8.95 (SPLIT 4, 64 x 32 x 128 tiles, 256 programs) / 10.07; o_proj / out_proj + residual (1,024 x 2,048):
-7.13 / 7.94 / 7.38 (the same tiles) / 8.05; DeltaNet in-projection (8,224 x 1,024): 10.02 / 9.91 / 14.03 (SPLIT 2);
-attention in-projection (5,120 x 1,024): 8.30 / 7.00 / 11.17 (SPLIT 2). Every best config within 1.7e-3 of the fp64
-product (bf16 output).
-Verdict: adopted at the down projection only: `tritonllm_course/splitk_gemm.py`, which
-`linear_residual` (solutions/layer_fusion.py) takes at 65-128 tokens where K >= 3 N and the unsplit grid fills at
-most half the SMs, 16% faster than the engine's kernel and 12% faster than `torch.addmm` there. The in-projections
-lose with a second kernel and a workspace as wide as their output; o_proj / out_proj keep their unsplit kernel,
-which is level with the split one. The attention in-projection stays behind cuBLAS at 128 tokens.
+form's fastest config is run once more against the fp64 product (`rel_err`). Then (5) the time to the first token of
+a 128-token prompt through the engine (fast level, bf16, random weights of Qwen3.5-0.8B's shapes, its prompt graph,
+PDL), with the down projection split at `ENGINE_SPLIT` and as it is, two engines alternated three times
+(`engine_ab`), the first tokens compared.
+Result: NVIDIA H100 80GB HBM3, 2026-12-07, two runs. The sweep, at 6dc5c43
+(lab/results/prompt_splitk_probe_nvidia-h100-80gb-hbm3_2026-12-07.json; triton 3.6), us: the engine / cuBLAS / the
+two-kernel form at its best / the one-kernel form at its best. Down + residual (1,024 x 3,584): 10.66 / 10.14 / 8.95
+(SPLIT 4, 64 x 32 x 128 tiles, 256 programs) / 10.07; o_proj / out_proj + residual (1,024 x 2,048): 7.13 / 7.94 /
+7.38 (the same tiles) / 8.05; DeltaNet in-projection (8,224 x 1,024): 10.02 / 9.91 / 14.03 (SPLIT 2); attention
+in-projection (5,120 x 1,024): 8.30 / 7.00 / 11.17 (SPLIT 2). Every best config within 1.7e-3 of the fp64 product
+(bf16 output). The engine, at ee04725, where `linear_residual` took that split itself (the code since removed; the
+probe now puts the same split in the slot's place, `split_linear_residual`)
+(lab/results/prompt_splitk_probe_nvidia-h100-80gb-hbm3_2026-12-07_engine.json): the down projection at 8.90 us
+against 9.70 for cuBLAS in that process, and the time to the first token 1.847-1.859 ms split against 1.852-1.856 ms
+as it is, the first token the same.
+Verdict: not adopted: the fast level's GEMM + residual keeps its unsplit 64 x 16 tiles below 256 tokens
+(`gemm_residual_config`, solutions/layer_fusion.py). The split is faster than the engine's kernel and than
+`torch.addmm` at the down projection alone, and buys the first token nothing measurable: its lead, 1.7 us at each of
+24 calls, would be 40 us of the prompt, and the two medians differ by 9 us at most, within their spread. Where the
+lead goes inside the engine's graph was not measured (there the down projection's input was just written by the
+gated GEMM and sits in L2; the probe's operands are past it). A slot whose calls launch different kernels by shape
+would also need the profiler's attribution (`measure.trace.place_kernels`) to place kernels call by call: the GPU
+suite's layer-times test failed on it at ee04725. The in-projections lose with a second kernel and a workspace as
+wide as their output; o_proj / out_proj are level. The attention in-projection stays behind cuBLAS at 128 tokens.
 """
 import os
 import time
@@ -39,7 +50,12 @@ import triton
 import triton.language as tl
 
 from lab import common
-from tritonllm_course import splitk_gemm
+from tritonllm_course.triton_helpers import pdl_enter
+
+# the split the engine ran in `engine_ab`: 64 x 32 x 128 tiles, 4 warps, 3 stages, K in 4 pieces, the fastest
+# two-kernel config at the down projection; at 65-128 tokens where K >= 3 N (the down projection, not o_proj /
+# out_proj at K = 2 N)
+ENGINE_SPLIT = (4, 64, 32, 128, 4, 3)
 
 CONFIGS = [  # (BLOCK_M, BLOCK_N, BLOCK_K, warps, stages)
     (128, 64, 64, 8, 3), (128, 32, 128, 4, 3), (64, 64, 64, 4, 3), (64, 32, 128, 4, 3), (128, 128, 64, 8, 3),
@@ -49,10 +65,24 @@ SPLITS = (2, 4, 8, 16)
 
 
 @triton.jit
+def part_gemm_kernel(x_ptr, w_ptr, part_ptr, M, N, K, K_PER, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                     BLOCK_K: tl.constexpr, PDL: tl.constexpr = False):
+    """part[s] = x[:, ks] @ W[:, ks].T over the s-th K_PER columns, fp32; program (m, n, s)."""
+    pdl_enter(PDL)
+    s = tl.program_id(2)
+    rm = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = tl.program_id(1) * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = common.k_slice_tile(x_ptr, w_ptr, rm, rn, M, N, K, s * K_PER, (s + 1) * K_PER, BLOCK_M, BLOCK_N, BLOCK_K)
+    offs = s.to(tl.int64) * M * N + rm[:, None].to(tl.int64) * N + rn[None, :]
+    tl.store(part_ptr + offs, acc, mask=(rm < M)[:, None] & (rn < N)[None, :])
+
+
+@triton.jit
 def reduce_residual_kernel(part_ptr, res_ptr, y_ptr, MN, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
-                           HAS_RES: tl.constexpr = True):
+                           HAS_RES: tl.constexpr = True, PDL: tl.constexpr = False):
     """y = res + part[0] + part[1] + ... in that order (the same bits every run), BLOCK elements a program;
     without HAS_RES the plain product (the in-projection's GEMM)."""
+    pdl_enter(PDL)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < MN
     total = tl.zeros([BLOCK], dtype=tl.float32)
@@ -63,23 +93,27 @@ def reduce_residual_kernel(part_ptr, res_ptr, y_ptr, MN, SPLIT: tl.constexpr, BL
     tl.store(y_ptr + offs, total.to(y_ptr.dtype.element_ty), mask=ok)
 
 
-def two_kernel(x, w, res, y, part, split, block_m, block_n, block_k, warps, stages, block=1024):
-    """y = res + x @ w.T through `part` [>= split * M * N] fp32 (res None: y = x @ w.T)."""
+def two_kernel(x, w, res, y, part, split, block_m, block_n, block_k, warps, stages, block=1024, pdl=None):
+    """y = res + x @ w.T through `part` [>= split * M * N] fp32 (res None: y = x @ w.T); `pdl`: the engine's
+    launch arguments (`runtime.pdl_args`), none by default."""
+    pdl = pdl or {}
     M, K = x.shape
     N = w.shape[0]
     k_per = triton.cdiv(triton.cdiv(K, split), block_k) * block_k
     split = triton.cdiv(K, k_per)                       # pieces that hold any column
-    splitk_gemm.splitk_part_kernel[(triton.cdiv(M, block_m), triton.cdiv(N, block_n), split)](
+    part_gemm_kernel[(triton.cdiv(M, block_m), triton.cdiv(N, block_n), split)](
         x, w, part, M, N, K, k_per, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k, num_warps=warps,
-        num_stages=stages)
+        num_stages=stages, **pdl)
     reduce_residual_kernel[(triton.cdiv(M * N, block),)](part, y if res is None else res, y, M * N, SPLIT=split,
-                                                        BLOCK=block, HAS_RES=res is not None, num_warps=4)
+                                                        BLOCK=block, HAS_RES=res is not None, num_warps=4, **pdl)
     return y
 
 
 def check(device="cpu"):
     """The two-kernel form at odd shapes (M, N, K not multiples of the tiles, pieces that end past K), the
-    output poisoned with NaN first, against the fp64 product; returns the largest relative error."""
+    output poisoned with NaN first, with the engine's launch arguments, and `split_linear_residual` (the engine's
+    split: 66 tokens in place, 64 left to the slot's own function), against the fp64 product; returns the largest
+    relative error."""
     worst = 0.0
     g = torch.Generator(device="cpu").manual_seed(0)
     for M, N, K, split in ((5, 37, 100, 3), (17, 20, 64, 2), (3, 9, 33, 4)):
@@ -91,7 +125,21 @@ def check(device="cpu"):
         two_kernel(x, w, res, y, part, split, 16, 16, 16, 4, 1, block=64)
         want = res.double() + x.double() @ w.double().T
         worst = max(worst, common.rel_err(y, want))
-    return worst
+    from tritonllm_course import kernels
+    from tritonllm_course.runtime import pdl_args
+    x, w, res = (torch.randn(*shape, generator=g).to(device) for shape in ((66, 64), (16, 64), (66, 16)))
+    want = res.double() + x.double() @ w.double().T
+    y = torch.full_like(res, float("nan"))
+    two_kernel(x, w, res, y, torch.full((4 * 66 * 16,), float("nan"), device=device), 4, 16, 16, 16, 4, 1, block=64,
+               pdl=pdl_args())
+    worst = max(worst, common.rel_err(y, want))
+    calls = []
+    split = split_linear_residual(lambda *a, **k: calls.append(1), anywhere=True)   # the engine's routing
+    stream = res.clone()
+    split(x, w, stream, out=stream)
+    split(x[:64], w, res[:64].clone())                                             # 64 tokens: not split
+    assert calls == [1], "split_linear_residual split a call it should not, or missed one"
+    return max(worst, common.rel_err(stream, want))
 
 
 def main(out):
@@ -159,24 +207,42 @@ def main(out):
     return res
 
 
+def split_linear_residual(original, anywhere: bool = False):
+    """The fused_linear_residual slot's function with the down projection of 65-128 tokens split
+    (`ENGINE_SPLIT`, through one workspace per width kept for the engine's graphs), else `original`; on a GPU
+    only, unless `anywhere` (`check`, under the interpreter)."""
+    from tritonllm_course.runtime import pdl_args
+    parts = {}
+
+    def linear_residual(x, weight, residual, out=None, scale=None):
+        N, K = weight.shape
+        M = x.shape[:-1].numel()
+        if scale is not None or not 65 <= M <= 128 or K < 3 * N or not (x.is_cuda or anywhere):
+            return original(x, weight, residual, out=out, scale=scale)
+        out = residual.clone() if out is None else out
+        part = parts.setdefault(N, torch.empty(ENGINE_SPLIT[0] * 128 * N, device=x.device, dtype=torch.float32))
+        return two_kernel(x.reshape(M, K), weight, residual.view(M, N), out.view(M, N), part, *ENGINE_SPLIT,
+                          pdl=pdl_args()).view(out.shape)
+    return linear_residual
+
+
 def engine_ab(rounds: int) -> dict:
     """The fast level's time to the first token of a 128-token prompt (bf16, random weights of Qwen3.5-0.8B's
-    shapes, its prompt graph, PDL where the GPU has it), with the split as `splitk_gemm.splits` takes it and with
-    `splits` returning 1 (the unsplit kernel), two engines whose graphs were captured that way, alternated
-    `rounds` times; ms (`common.ttft_ms`: the median of 5) and the first token of each."""
+    shapes, its prompt graph, PDL where the GPU has it), its fused_linear_residual slot split
+    (`split_linear_residual`) and as it is, two engines alternated `rounds` times; ms (`common.ttft_ms`: the median
+    of 5) and the first token of each."""
     import gc
+    from tritonllm_course import kernels
     from tritonllm_course.config import QWEN35_0_8B
     from tritonllm_course.engine import Engine
+    original = kernels.load("layer_fusion", "solutions").module.linear_residual
     prompt = [(7 * i + 3) % QWEN35_0_8B.vocab_size for i in range(128)]
-    engines, out, splits = {}, {"split": [], "unsplit": []}, splitk_gemm.splits
-    try:
-        for name in out:
-            if name == "unsplit":
-                splitk_gemm.splits = lambda *a, **k: 1
-            engines[name] = Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=0, max_seq_len=256)
-            common.ttft_ms(engines[name], prompt)                # its prompt graph captured here
-    finally:
-        splitk_gemm.splits = splits
+    sources = {"split": {"fused_linear_residual": split_linear_residual(original)}, "unsplit": {}}
+    engines = {name: Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=0, max_seq_len=256,
+                                   sources=src) for name, src in sources.items()}
+    out = {name: [] for name in engines}
+    for engine in engines.values():
+        common.ttft_ms(engine, prompt)                  # its prompt graph captured here
     for _ in range(rounds):
         for name, engine in engines.items():
             out[name].append(common.ttft_ms(engine, prompt))

@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from tritonllm_course import kernels, splitk_gemm, tma_gemm, triton_helpers as helpers, validate
+from tritonllm_course import kernels, tma_gemm, triton_helpers as helpers, validate
 from tritonllm_course.runtime import pdl_args, runtime
 from tritonllm_course.triton_helpers import (pdl_enter, pdl_launch_dependents, pdl_wait, row_tile, sigmoid, silu,
                                            softplus)
@@ -269,8 +269,8 @@ def gemv_residual_config(N: int, K: int, interpreted: bool = False, pdl: bool = 
 def gemm_residual_config(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device) -> dict:
     """Launch parameters of the GEMM + residual: chapter 05_projections's tiles, but for N < 4096 (the 1024-row
     out- and down projections). At M < 256, 64 x 16 tiles in steps of 256 (at M = 128: 128 programs for
-    132 SMs; `lab/prefill_probe.py`), where `splitk_gemm.splits` does not cut K (it does at the down projection
-    of 65-128 tokens).
+    132 SMs; `lab/prefill_probe.py`; a split along K was faster alone at the down projection and no faster in the
+    engine: `lab/prompt_splitk_probe.py`).
     From M = 256 on, 128-row tiles as wide as still make about one wave (`WAVE_TILES`, widest first; the
     narrowest where none does): on an H200 128 x 256 at M = 4,096 and 128 x 64 in steps of 128 at M = 1,024,
     which the square 128 x 128 tiles lost to (`lab/prompt_gemm_sweep.py`). Only tiles whose stages fit the
@@ -358,8 +358,6 @@ def linear_residual(x: torch.Tensor, weight: torch.Tensor, residual: torch.Tenso
             num_warps=cfg["num_warps"], **pdl, **_scale_args(scale))
     elif tma_gemm.usable(x2, weight):      # sm_90 on, long prompts: the TMA's copies
         tma_gemm.launch(x2, weight, out2, residual=r2, pdl=pdl_args())
-    elif (split := splitk_gemm.splits(M, N, K, x.device)) > 1:    # ~128 tokens, long rows: K in pieces
-        splitk_gemm.launch(x2, weight, r2, out2, split, pdl_args())
     else:
         cfg = gemm_residual_config(M, N, K, x.dtype, x.device)
         grid = (triton.cdiv(M, cfg["BLOCK_M"]), triton.cdiv(N, cfg["BLOCK_N"]))

@@ -23,8 +23,8 @@ ENGINE_MAX_LINES = 500
 # floor -> the modules and packages on it (a package: every module under it), bottom floor first
 FLOORS = {
     "kernels and helpers": ("checking", "config", "exercise_files", "figures", "hf_compat", "kernels", "lowering",
-                            "memcheck", "reference", "regions", "runtime", "safe_files", "slots", "splitk_gemm",
-                            "tokenizer", "tma_gemm", "triton_helpers", "validate", "weights"),
+                            "memcheck", "reference", "regions", "runtime", "safe_files", "slots", "tokenizer",
+                            "tma_gemm", "triton_helpers", "validate", "weights"),
     "model": ("demo", "generation", "model", "swap"),
     "engine": ("engine",),
     "measurement": ("ladder", "measure"),
