@@ -27,20 +27,21 @@ two-kernel form at its best / the one-kernel form at its best. Down + residual (
 (SPLIT 4, 64 x 32 x 128 tiles, 256 programs) / 10.07; o_proj / out_proj + residual (1,024 x 2,048): 7.13 / 7.94 /
 7.38 (the same tiles) / 8.05; DeltaNet in-projection (8,224 x 1,024): 10.02 / 9.91 / 14.03 (SPLIT 2); attention
 in-projection (5,120 x 1,024): 8.30 / 7.00 / 11.17 (SPLIT 2). Every best config within 1.7e-3 of the fp64 product
-(bf16 output). The engine, at ee04725, where `linear_residual` took that split itself (the code since removed; the
-probe now puts the same split in the slot's place, `split_linear_residual`)
+(bf16 output). The engine, at ee04725, where `linear_residual` took that split itself (the code since removed;
+the probe now puts the same split in the slot's place, `split_linear_residual`)
 (lab/results/prompt_splitk_probe_nvidia-h100-80gb-hbm3_2026-12-07_engine.json): the down projection at 8.90 us
-against 9.70 for cuBLAS in that process, and the time to the first token 1.847-1.859 ms split against 1.852-1.856 ms
-as it is, the first token the same.
-Verdict: not adopted: the fast level's GEMM + residual keeps its unsplit 64 x 16 tiles below 256 tokens
-(`gemm_residual_config`, solutions/layer_fusion.py). The split is faster than the engine's kernel and than
-`torch.addmm` at the down projection alone, and buys the first token nothing measurable: its lead, 1.7 us at each of
-24 calls, would be 40 us of the prompt, and the two medians differ by 9 us at most, within their spread. Where the
-lead goes inside the engine's graph was not measured (there the down projection's input was just written by the
-gated GEMM and sits in L2; the probe's operands are past it). A slot whose calls launch different kernels by shape
-would also need the profiler's attribution (`measure.trace.place_kernels`) to place kernels call by call: the GPU
-suite's layer-times test failed on it at ee04725. The in-projections lose with a second kernel and a workspace as
-wide as their output; o_proj / out_proj are level. The attention in-projection stays behind cuBLAS at 128 tokens.
+against 9.70 for cuBLAS in that process. Its time to the first token, 1.847-1.859 ms "split" against 1.852-1.856 ms
+"unsplit", measured nothing: `engine_ab` built both engines at `Engine.random`'s default level, "operators", which
+runs the projections and the residual adds as separate slots and never calls `linear_residual`, so both ran the same
+kernels (it now asks for the fast level).
+Verdict: not adopted yet: the fast level's GEMM + residual keeps its unsplit 64 x 16 tiles below 256 tokens
+(`gemm_residual_config`, solutions/layer_fusion.py). The split leads the engine's kernel and `torch.addmm` at the
+down projection alone; at 24 calls a prompt its 1.7 us a call would be 40 us of the fast level's first token, which
+`engine_ab` (run it again) measures. Taking it also needs the profiler's attribution (`measure.trace.place_kernels`)
+to place kernels where one slot's calls launch different kernels by shape (o_proj / out_proj unsplit, down split):
+the GPU suite's layer-times test failed on it at ee04725. The in-projections lose with a second kernel and a
+workspace as wide as their output; o_proj / out_proj are level. The attention in-projection stays behind cuBLAS at
+128 tokens.
 """
 import os
 import time
@@ -228,7 +229,8 @@ def split_linear_residual(original, anywhere: bool = False):
 
 def engine_ab(rounds: int) -> dict:
     """The fast level's time to the first token of a 128-token prompt (bf16, random weights of Qwen3.5-0.8B's
-    shapes, its prompt graph, PDL where the GPU has it), its fused_linear_residual slot split
+    shapes, its prompt graph, PDL where the GPU has it; the level named: `Engine.random`'s default, "operators",
+    never calls the GEMM + residual), its fused_linear_residual slot split
     (`split_linear_residual`) and as it is, two engines alternated `rounds` times; ms (`common.ttft_ms`: the median
     of 5) and the first token of each."""
     import gc
@@ -239,7 +241,7 @@ def engine_ab(rounds: int) -> dict:
     prompt = [(7 * i + 3) % QWEN35_0_8B.vocab_size for i in range(128)]
     sources = {"split": {"fused_linear_residual": split_linear_residual(original)}, "unsplit": {}}
     engines = {name: Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=0, max_seq_len=256,
-                                   sources=src) for name, src in sources.items()}
+                                   level="fast", sources=src) for name, src in sources.items()}
     out = {name: [] for name in engines}
     for engine in engines.values():
         common.ttft_ms(engine, prompt)                  # its prompt graph captured here
