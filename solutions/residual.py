@@ -5,8 +5,10 @@ Every layer adds twice: the mixer's output (attention or DeltaNet, after o_proj 
 MLP's output onto the residual stream. One kernel serves both slots.
 
 An elementwise add does one FLOP per 6 bytes (bf16): it is memory-bound, and at decode (T = 1, 2 KB per
-tensor) it is launch-bound, which is why the engine later fuses it into the next RMSNorm. The add runs
-in fp32 and rounds once, which is exactly what PyTorch's bf16 `residual + x` does.
+tensor) it is launch-bound, which is why the engine's faster levels fold it into a neighbour: the fused
+level the last layer's add into the final norm, the fast level every add into the epilogue of the projection
+before it (chapter 22_layer_fusion). The add runs in fp32 and rounds once, which is exactly what PyTorch's
+bf16 `residual + x` does.
 
 The residual stream may be kept in fp32 while x is in the model dtype (the fp16 mode: a trained model's
 residual stream can outgrow fp16's 65,504); the output then has the residual's dtype. `out` may

@@ -34,9 +34,9 @@ CONTEXT = 262144    # Qwen3.5's max_position_embeddings: the tables' length when
 
 def _end_of_the_context(inputs, shape, dtype, gen):
     """Every token within 64 positions of the end of the model's whole context (the last one at it): only
-    there are the lowest frequencies' angles large (theta 1e7: the last pair turns by 1e-6 radians a
-    position), so a rotation that leaves its last pair alone, or a table row computed in too few bits,
-    is exact at small positions and wrong here."""
+    there are the lowest frequencies' angles large (theta 1e7: the last of 32 pairs turns by
+    1e7 ** (-31 / 32), about 1.7e-7 radians, a position), so a rotation that leaves its last pair alone, or a
+    table row computed in too few bits, is exact at small positions and wrong here."""
     pos = inputs["pos"]
     pos.copy_(shape["max_pos"] - 1 - torch.randint(0, 64, pos.shape, device=pos.device, generator=gen))
     pos[-1] = shape["max_pos"] - 1
