@@ -282,10 +282,10 @@ def grid_barrier(counter_ptr, P):
 
 @triton.jit
 def k_slice_tile(x_ptr, w_ptr, rm, rn, M, N, K, k_lo, k_hi, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 BLOCK_K: tl.constexpr):
+                 BLOCK_K: tl.constexpr, PREC: tl.constexpr = None):
     """fp32 [BLOCK_M, BLOCK_N]: sum over k in [k_lo, min(k_hi, K)) of x[rm, k] W[rn, k], x [M, K] and W [N, K]
-    row-major; rows, columns and k past the edges masked. The split-K GEMMs' piece (`prefill_probe`,
-    `prompt_splitk_probe`)."""
+    row-major; rows, columns and k past the edges masked; PREC: `tl.dot`'s input_precision (None: its default).
+    The split-K GEMMs' piece (`prefill_probe`, "ieee"; `prompt_splitk_probe`)."""
     rk = tl.arange(0, BLOCK_K)
     m_ok, n_ok = rm < M, rn < N
     acc = tl.zeros([BLOCK_M, BLOCK_N], dtype=tl.float32)
@@ -295,5 +295,5 @@ def k_slice_tile(x_ptr, w_ptr, rm, rn, M, N, K, k_lo, k_hi, BLOCK_M: tl.constexp
                     other=0.0)                                                      # [BLOCK_M, BLOCK_K]
         b = tl.load(w_ptr + rn[None, :].to(tl.int64) * K + (k0 + rk)[:, None], mask=k_ok[:, None] & n_ok[None, :],
                     other=0.0)                                                      # [BLOCK_K, BLOCK_N]
-        acc = tl.dot(a, b, acc)
+        acc = tl.dot(a, b, acc, input_precision=PREC)
     return acc

@@ -49,7 +49,8 @@ def gemm_residual_splitk_kernel(x_ptr, w_ptr, res_ptr, y_ptr, part_ptr, count_pt
     rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     m_ok, n_ok = rm < M, rn < N
-    acc = common.k_slice_tile(x_ptr, w_ptr, rm, rn, M, N, K, s * K_PER, (s + 1) * K_PER, BLOCK_M, BLOCK_N, BLOCK_K)
+    acc = common.k_slice_tile(x_ptr, w_ptr, rm, rn, M, N, K, s * K_PER, (s + 1) * K_PER, BLOCK_M, BLOCK_N, BLOCK_K,
+                              "ieee")
     tile = pid_m * tl.num_programs(1) + pid_n
     inner = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]   # [BLOCK_M, BLOCK_N]
     tile_parts = part_ptr + tile.to(tl.int64) * SPLIT * BLOCK_M * BLOCK_N

@@ -126,7 +126,6 @@ def check(device="cpu"):
         two_kernel(x, w, res, y, part, split, 16, 16, 16, 4, 1, block=64)
         want = res.double() + x.double() @ w.double().T
         worst = max(worst, common.rel_err(y, want))
-    from tritonllm_course import kernels
     from tritonllm_course.runtime import pdl_args
     x, w, res = (torch.randn(*shape, generator=g).to(device) for shape in ((66, 64), (16, 64), (66, 16)))
     want = res.double() + x.double() @ w.double().T
@@ -221,8 +220,9 @@ def split_linear_residual(original, anywhere: bool = False):
         if scale is not None or not 65 <= M <= 128 or K < 3 * N or not (x.is_cuda or anywhere):
             return original(x, weight, residual, out=out, scale=scale)
         out = residual.clone() if out is None else out
-        part = parts.setdefault(N, torch.empty(ENGINE_SPLIT[0] * 128 * N, device=x.device, dtype=torch.float32))
-        return two_kernel(x.reshape(M, K), weight, residual.view(M, N), out.view(M, N), part, *ENGINE_SPLIT,
+        if N not in parts:          # once: a captured graph keeps its address
+            parts[N] = torch.empty(ENGINE_SPLIT[0] * 128 * N, device=x.device, dtype=torch.float32)
+        return two_kernel(x.reshape(M, K), weight, residual.view(M, N), out.view(M, N), parts[N], *ENGINE_SPLIT,
                           pdl=pdl_args()).view(out.shape)
     return linear_residual
 
@@ -255,5 +255,4 @@ def engine_ab(rounds: int) -> dict:
 
 
 if __name__ == "__main__":
-    import sys
     main(common.out_dir())
