@@ -138,7 +138,7 @@ def check(device="cpu"):
     stream = res.clone()
     split(x, w, stream, out=stream)
     split(x[:64], w, res[:64].clone())                                             # 64 tokens: not split
-    assert calls == [1], "split_linear_residual split a call it should not, or missed one"
+    assert calls == [1] and split.splits == 1, "split_linear_residual split a call it should not, or missed one"
     return max(worst, common.rel_err(stream, want))
 
 
@@ -210,7 +210,8 @@ def main(out):
 def split_linear_residual(original, anywhere: bool = False):
     """The fused_linear_residual slot's function with the down projection of 65-128 tokens split
     (`ENGINE_SPLIT`, through one workspace per width kept for the engine's graphs), else `original`; on a GPU
-    only, unless `anywhere` (`check`, under the interpreter)."""
+    only, unless `anywhere` (`check`, under the interpreter). Its `splits` counts the calls it split: an A/B whose
+    split side never split measured nothing."""
     from tritonllm_course.runtime import pdl_args
     parts = {}
 
@@ -222,8 +223,10 @@ def split_linear_residual(original, anywhere: bool = False):
         out = residual.clone() if out is None else out
         if N not in parts:          # once: a captured graph keeps its address
             parts[N] = torch.empty(ENGINE_SPLIT[0] * 128 * N, device=x.device, dtype=torch.float32)
+        linear_residual.splits += 1
         return two_kernel(x.reshape(M, K), weight, residual.view(M, N), out.view(M, N), parts[N], *ENGINE_SPLIT,
                           pdl=pdl_args()).view(out.shape)
+    linear_residual.splits = 0
     return linear_residual
 
 
@@ -232,14 +235,16 @@ def engine_ab(rounds: int) -> dict:
     shapes, its prompt graph, PDL where the GPU has it; the level named: `Engine.random`'s default, "operators",
     never calls the GEMM + residual), its fused_linear_residual slot split
     (`split_linear_residual`) and as it is, two engines alternated `rounds` times; ms (`common.ttft_ms`: the median
-    of 5) and the first token of each."""
+    of 5) and the first token of each, and the down projections the split engine split while it captured its
+    graphs (`splits`: 24 a prompt, the graph replaying them)."""
     import gc
     from tritonllm_course import kernels
     from tritonllm_course.config import QWEN35_0_8B
     from tritonllm_course.engine import Engine
     original = kernels.load("layer_fusion", "solutions").module.linear_residual
     prompt = [(7 * i + 3) % QWEN35_0_8B.vocab_size for i in range(128)]
-    sources = {"split": {"fused_linear_residual": split_linear_residual(original)}, "unsplit": {}}
+    split = split_linear_residual(original)
+    sources = {"split": {"fused_linear_residual": split}, "unsplit": {}}
     engines = {name: Engine.random(QWEN35_0_8B, dtype=torch.bfloat16, device="cuda", seed=0, max_seq_len=256,
                                    level="fast", sources=src) for name, src in sources.items()}
     out = {name: [] for name in engines}
@@ -251,7 +256,7 @@ def engine_ab(rounds: int) -> dict:
     engines.clear()
     gc.collect()
     torch.cuda.empty_cache()
-    return out
+    return {**out, "splits": split.splits}
 
 
 if __name__ == "__main__":
