@@ -204,8 +204,8 @@ def gemv_residual_config(N: int, K: int, interpreted: bool = False, pdl: bool = 
 def gemm_residual_config(M: int, N: int, K: int, dtype: torch.dtype, device: torch.device) -> dict:
     """Launch parameters of the GEMM + residual: chapter 05_projections's tiles, but for N < 4096 (the 1024-row
     out- and down projections). At M < 256, 64 x 16 tiles in steps of 256 (at M = 128: 128 programs for
-    132 SMs; `lab/prefill_probe.py`; a split along K in two kernels led alone at the down projection, its effect
-    on the first token not measured yet: `lab/prompt_splitk_probe.py`).
+    132 SMs; `lab/prefill_probe.py`; a split along K in two kernels led alone at the down projection and
+    brought the first token no sooner: `lab/prompt_splitk_probe.py`).
     From M = 256 on, 128-row tiles as wide as still make about one wave (`WAVE_TILES`, widest first; the
     narrowest where none does): on an H200 128 x 256 at M = 4,096 and 128 x 64 in steps of 128 at M = 1,024,
     which the square 128 x 128 tiles lost to (`lab/prompt_gemm_sweep.py`). Only tiles whose stages fit the

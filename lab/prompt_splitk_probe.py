@@ -34,14 +34,17 @@ against 9.70 for cuBLAS in that process. Its time to the first token, 1.847-1.85
 "unsplit", measured nothing: `engine_ab` built both engines at `Engine.random`'s default level, "operators", which
 runs the projections and the residual adds as separate slots and never calls `linear_residual`, so both ran the same
 kernels (it now asks for the fast level).
-Verdict: not adopted yet: the fast level's GEMM + residual keeps its unsplit 64 x 16 tiles below 256 tokens
+At the fast level, at 365272b (lab/results/prompt_splitk_probe_nvidia-h100-80gb-hbm3_2026-12-07_engine_fast.json;
+the split's call count was added after this run): 1.750, 1.766 and 1.757 ms "split" against 1.765, 1.767 and
+1.749 ms "unsplit", the first tokens equal; in that process the engine's down projection alone 10.71 us against
+9.66 for cuBLAS.
+Verdict: not adopted: the fast level's GEMM + residual keeps its unsplit 64 x 16 tiles below 256 tokens
 (`gemm_residual_config`, solutions/layer_fusion.py). The split leads the engine's kernel and `torch.addmm` at the
-down projection alone; at 24 calls a prompt its 1.7 us a call would be 40 us of the fast level's first token, which
-`engine_ab` (run it again) measures. Taking it also needs the profiler's attribution (`measure.trace.place_kernels`)
-to place kernels where one slot's calls launch different kernels by shape (o_proj / out_proj unsplit, down split):
-the GPU suite's layer-times test failed on it at ee04725. The in-projections lose with a second kernel and a
-workspace as wide as their output; o_proj / out_proj are level. The attention in-projection stays behind cuBLAS at
-128 tokens.
+down projection alone, and the first token comes no sooner with it (why the 1.7 us a call does not show was not
+profiled). The in-projections lose with a second kernel and a workspace as wide as their output; o_proj /
+out_proj are level. The attention in-projection stays behind cuBLAS at 128 tokens. (Taking a split would also need
+the profiler's attribution, `measure.trace.place_kernels`, to place kernels where one slot's calls launch
+different kernels by shape: the GPU suite's layer-times test failed on it at ee04725.)
 """
 import os
 import time
