@@ -110,15 +110,14 @@ def climbed(rt):
                           uncached_tokens=2, repeats=1)
 
 
-def test_every_step_gives_the_reference_models_greedy_tokens(climbed):
+def test_every_step_gives_the_reference_models_greedy_tokens_in_the_calls_it_says(climbed):
+    """One test for the one climb (a module fixture is built again on every xdist worker that needs it)."""
     for row in climbed["steps"]:
         assert not row["error"], f"{row['key']}: {row['error']}"
         assert row["identical"] and row["tokens"] == row["reference"], row["key"]
         assert row["prefill_ms"] > 0 and row["decode_ms"] > 0
     assert climbed["check"]["dtype"] == "float32" and climbed["floor_ms"] is None      # no floor off a GPU
-
-
-def test_kernel_calls_per_token_fall_as_the_steps_say(climbed):
+    # the kernel calls a token fall as the steps say
     calls = {r["key"]: r["calls_per_token"] for r in climbed["steps"]}
     tiny_rows = 4                                      # the decode step runs the 3-token prompt + 1 again
     projections = 31                                   # per token row at the tiny config (4 layers, lm_head once)
