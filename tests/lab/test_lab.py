@@ -88,6 +88,8 @@ PROBES_CHECKED = {
     "prefill_graph_probe.py": "the tiny engine's prompt in layer pieces against the whole chunk, bit for bit",
     "gemm_clusters_probe.py": "the GEMM + residual at each tile it times, odd shapes, NaN-poisoned output",
     "prompt_splitk_probe.py": "the two-kernel split-K GEMM + residual at odd shapes, pieces past K, NaN-poisoned",
+    "prompt_pdl_prologue_probe.py": "the three prompt GEMMs edited to ask L2 for their weight rows before the PDL "
+                                    "wait, odd shapes, NaN-poisoned outputs; the tiny engine's tokens with them",
     "decode_end_probe.py": "the argmax merge that advances the counters against torch.argmax; the tiny engine's "
                            "tokens with the norm in the LM head and the advance in the merge",
 }
