@@ -26,6 +26,10 @@ tokens of the three are compared. The check: the edited kernels against fp64 at 
 (under the interpreter, where PDL is off and the request is never made; on the GPU with PDL, the request made);
 under the interpreter also the tiny engine's tokens with the edited kernels swapped in, its prompt launching all
 three.
+Compiled for sm_90 without a GPU (`tritonllm_course.lowering`'s compile, triton 3.7.1, bf16, PDL on): each edited
+kernel's SASS asks with `UBLKPF.L2` in a loop over its rows' addresses (`BRA.U.ANY`), all before `ACQBULK` (the
+wait); registers a thread 124 -> 128 for `gemm_kernel` at 128 x 64 x 64 tiles, the same for the other two, shared
+memory the same for all three.
 Result: not measured yet: `python -m lab.prompt_pdl_prologue_probe` on an sm_90 GPU.
 Verdict: not adopted yet: the prompt GEMMs of solutions/linear.py, solutions/norm_fusion.py and
 solutions/layer_fusion.py wait before any load, until this probe has measured the request.
