@@ -238,8 +238,8 @@ def engine_ab(rounds: int) -> dict:
     shapes, its prompt graph, PDL where the GPU has it; the level named: `Engine.random`'s default, "operators",
     never calls the GEMM + residual), its fused_linear_residual slot split
     (`split_linear_residual`) and as it is, two engines alternated `rounds` times; ms (`common.ttft_ms`: the median
-    of 5) and the first token of each, and the down projections the split engine split while it captured its
-    graphs (`splits`: 24 a prompt, the graph replaying them)."""
+    of 5) and the first token of each, and `splits`: the down projections the split engine split in its eager
+    runs and while capturing its prompt graph (a replay calls no Python), none where the split never ran."""
     import gc
     from tritonllm_course import kernels
     from tritonllm_course.config import QWEN35_0_8B
