@@ -30,9 +30,16 @@ Compiled for sm_90 without a GPU (`tritonllm_course.lowering`'s compile, triton 
 kernel's SASS asks with `UBLKPF.L2` in a loop over its rows' addresses (`BRA.U.ANY`), all before `ACQBULK` (the
 wait); registers a thread 124 -> 128 for `gemm_kernel` at 128 x 64 x 64 tiles, the same for the other two, shared
 memory the same for all three.
-Result: not measured yet: `python -m lab.prompt_pdl_prologue_probe` on an sm_90 GPU.
-Verdict: not adopted yet: the prompt GEMMs of solutions/linear.py, solutions/norm_fusion.py and
-solutions/layer_fusion.py wait before any load, until this probe has measured the request.
+Result: NVIDIA H100 80GB HBM3, 2026-12-07, at 0a45394
+(lab/results/prompt_pdl_prologue_probe_nvidia-h100-80gb-hbm3_2026-12-07.json; triton 3.6.0, torch 2.11.0), the
+first token of a 128-token prompt, three rounds: as it is 1.79-1.81 ms, weights to L2 first 1.94-1.97 ms,
+`pdl=False` 1.79-1.81 ms; the same first token in all three.
+The requests made the first token slower by about a twelfth. Why was not profiled; what the kernels do says
+where to look: every program sharing a column tile asks for the same BLOCK_N x K slice in BLOCK_N requests,
+and the previous kernel's tail is short next to the slice's bytes, so the requests queue ahead of the loads
+that would have fetched the same lines.
+Verdict: not adopted: the prompt GEMMs of solutions/linear.py, solutions/norm_fusion.py and
+solutions/layer_fusion.py wait before any load, as they did.
 """
 import contextlib
 import functools

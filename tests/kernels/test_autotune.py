@@ -294,21 +294,17 @@ def test_subprocess_programs_are_valid_python():
 @pytest.mark.gpu
 @pytest.mark.timing
 @pytest.mark.parametrize("N,K", DECODE)
-def test_tuned_gemv_is_within_10_percent_of_chapter_05(N, K):
-    """Chapter 05_projections's config is in the space, so on the autotuner's own clock (`_quick_bench`: do_bench,
-    one launch after an L2 flush) its pick is at most chapter 05_projections's time, give or take the clock's noise:
-    10%. On the course's clock (a CUDA graph replayed over weights past L2) the two clocks rank near configs
-    differently: at 5,120 x 1,024 the H200's record (results/autotune_nvidia-h200_2026-11-30.json) has three
-    configs within 5% on the tuner's clock that span 4.38-5.20 us on the graph's, and an H100 run (2026-12-07)
-    picked one 13% behind chapter 05_projections's. There the pick gets 25%: the slowest configs of each decode
-    shape are 1.4-1.7x the fastest (the same record), so a tuner that picked by anything else still fails."""
+def test_tuned_gemv_is_within_25_percent_of_chapter_05(N, K):
+    """Chapter 05_projections's config is in the space, so the autotuner's pick is at most its time on the tuner's
+    own clock (`_quick_bench`: do_bench, one launch after an L2 flush) by construction. On the course's clock (a
+    CUDA graph replayed over weights past L2) the two clocks rank near configs differently: at 5,120 x 1,024 the
+    H200's record (results/autotune_nvidia-h200_2026-11-30.json) has three configs within 5% on the tuner's clock
+    that span 4.38-5.20 us on the graph's, and an H100 run (2026-12-07) picked one 13% behind chapter
+    05_projections's. So the pick gets 25%: the slowest configs of each decode shape are 1.4-1.7x the fastest (the
+    same record), and a tuner that picked by anything else fails. (Timing the two Python wrappers under do_bench
+    measures the host, not the kernels: 43-55 us a call on an H100, 2026-12-07.)"""
     sets = B._input_sets(N, K, torch.bfloat16)
-    AT.autotuned_gemv(**sets[0])      # tuned here (or earlier in this process), before either clock runs
-    own = {name: min(AT._quick_bench(lambda: fn(**sets[0]), None) for _ in range(3))
-           for name, fn in (("tuned", AT.autotuned_gemv), ("hand", LIN.gemv))}
-    assert own["tuned"] <= 1.10 * own["hand"], (
-        f"{N} x {K}, the tuner's clock: tuned {own['tuned'] * 1e3:.2f} us, chapter 05_projections "
-        f"{own['hand'] * 1e3:.2f} us")
+    AT.autotuned_gemv(**sets[0])      # tuned here (or earlier in this process), before the clock runs
     us = B.side_by_side({"tuned": AT.autotuned_gemv, "hand": LIN.gemv}, sets)
     assert us["tuned"] <= 1.25 * us["hand"], (
         f"{N} x {K}, graph replay: tuned {us['tuned']:.2f} us, chapter 05_projections {us['hand']:.2f} us")
