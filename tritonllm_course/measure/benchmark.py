@@ -9,10 +9,11 @@ to run is recorded with its error in `BenchResult.failed` and left out, rather t
 
 Timing method. Decode kernels run for microseconds, so a plain loop of launches from Python would time
 the launch overhead, and re-using one input would time the L2 cache (50 MB on an H200) instead of HBM. Each
-implementation is therefore captured in a CUDA graph that calls it on `copies` independent sets of
-inputs (together larger than L2), the graph is replayed several times, and the median time per call
-is reported. The ceiling is a device-to-device copy of 2 GiB (bytes read + written), measured once per
-GPU and cached.
+implementation is therefore captured in a CUDA graph that calls it on `copies` independent sets
+of inputs (enough to pass 256 MiB, at most 64: larger than L2 where a call moves more than about
+0.8 MB; a decode kernel of kilobytes is timed with its 64 sets in L2), the graph is replayed several
+times, and the median time per call is reported. The ceiling is a device-to-device copy of 2 GiB
+(bytes read + written), measured once per GPU and cached.
 """
 from __future__ import annotations
 
