@@ -90,6 +90,8 @@ PROBES_CHECKED = {
     "prompt_splitk_probe.py": "the two-kernel split-K GEMM + residual at odd shapes, pieces past K, NaN-poisoned",
     "prompt_pdl_prologue_probe.py": "the three prompt GEMMs edited to ask L2 for their weight rows before the PDL "
                                     "wait, odd shapes, NaN-poisoned outputs; the tiny engine's tokens with them",
+    "prompt_gaps_probe.py": "the gap accounting on a made-up timeline: head, busy time with overlap counted once, "
+                            "gaps, tail",
     "decode_end_probe.py": "the argmax merge that advances the counters against torch.argmax; the tiny engine's "
                            "tokens with the norm in the LM head and the advance in the merge",
 }
