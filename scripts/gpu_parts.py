@@ -235,7 +235,10 @@ def write_readme() -> None:
     import textwrap
     readme = ROOT / "README.md"
     text = readme.read_text()
-    start = text.index("GPU checks (`scripts/gpu_check.sh`")
+    found = re.search(r"GPU checks\s+\(`scripts/gpu_check\.sh`", text)     # wrapped anywhere by the last write
+    if found is None:
+        raise SystemExit("README.md has no sentence starting \"GPU checks (`scripts/gpu_check.sh`\" to replace")
+    start = found.start()
     end = text.index("\n\n", start)
     para = text.rindex("\n\n", 0, start) + 2
     body = text[para:start].replace("\n", " ") + readme_line()

@@ -202,6 +202,22 @@ def test_the_records_are_whole_and_the_readme_says_what_they_say():
         assert named == rec["passed_all"], line
 
 
+def test_the_readme_line_is_replaced_wherever_the_last_write_wrapped_it(tmp_path, monkeypatch):
+    """`readme --write` finds its sentence with the line break anywhere in it (the last write re-wraps the
+    paragraph, and once put one between "GPU checks" and its parenthesis), replaces it, keeps what comes
+    around it, and names the sentence when a README has none."""
+    monkeypatch.setattr(gpu_parts, "ROOT", tmp_path)
+    readme = tmp_path / "README.md"
+    readme.write_text("# Title\n\nThe notebooks ran. GPU checks\n(`scripts/gpu_check.sh`, old) passed.\n\nAfter.\n")
+    gpu_parts.write_readme()
+    text = readme.read_text()
+    assert text.startswith("# Title\n\nThe notebooks ran. ") and text.endswith("\n\nAfter.\n")
+    assert gpu_parts.readme_line() in text.replace("\n", " ") and "old" not in text
+    readme.write_text("# Title\n\nNothing here.\n")
+    with pytest.raises(SystemExit, match="GPU checks"):
+        gpu_parts.write_readme()
+
+
 def test_a_tests_measurement_is_kept_only_where_a_gpu_run_asks(tmp_path, monkeypatch):
     """tests/helpers.py `record_measured`: with TRITONLLM_MEASURED (gpu_check.sh sets it) a JSON record with the
     device and the date, which gpu_check.sh packs into results.tgz; without it, nothing written."""
