@@ -19,9 +19,23 @@ on the profiler's one timeline (`gap_report`): the head (the prompt's start to i
 device's busy time (the union of its kernels, copies and memsets), the gaps between them, the tail (the last
 device event's end to the prompt's end), and the largest gaps with the events on either side. `check` runs
 `gap_report` on a made-up timeline whose answer is known (overlapping events counted once).
-Result: not measured yet: `python -m lab.prompt_gaps_probe` on a GPU.
-Verdict: not adopted yet: a diagnosis; what it finds decides a change to tritonllm_course/engine/engine.py's
-prompt path, measured with this probe again.
+Result: NVIDIA H100 80GB HBM3, 2026-12-07, at 5a812b0
+(lab/results/prompt_gaps_probe_nvidia-h100-80gb-hbm3_2026-12-07.json; triton 3.6.0, torch 2.11.0), the second
+and third profiled prompts of each length (the first carries the profiler's start: 3.0-4.0 ms of head), us:
+  128 tokens: wall 2,420-2,495 (1.91-1.97 ms unprofiled), head 169-207, busy 1,686-1,694, gaps 497-524, tail 68-70;
+  1,024: wall 4,821-4,917 (4.15-4.34 ms unprofiled), head 293-321, busy 3,714-3,715, gaps 757-811, tail 56-70;
+  4,000: wall 14,445-14,640 (14.08-14.13 ms unprofiled), head 608-672, busy 13,034-13,037, gaps 693-819,
+  tail 106-115.
+At every length one gap is most of the gaps: from the ids' copy to the GPU to the graph's first kernel,
+480-509, 622-677 and 596-722 us, while the host is inside the graph's launch (`replay`: 490-503, 630-658 and
+547-688 us); all the others add 15-16, 134-135 and 97-98 us. What grows with the prompt is the head, the
+host's work before that launch: the ids checked (`check`: 41-51, 119-125 and 298-350 us) and copied. The first
+token's LM head and pick are launched (`next`, 408-525 us on the host) while the graph runs, and cost no idle.
+All of it under the profiler, which slows the host: unprofiled, the GPU's idle is the wall less about the busy
+time above, some 0.2-0.3 ms at 128 tokens and 1.0-1.1 ms at 4,000.
+Verdict: not adopted: a diagnosis, nothing changed. Where a change would go: the ids' check and copy at C speed
+in one pass (tritonllm_course/engine/engine.py `check_tokens` and `_prefill`), and the graph's launch, which
+lab/prefill_graph_probe.py found no sooner in pieces.
 """
 import contextlib
 import os
