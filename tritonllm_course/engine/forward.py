@@ -9,7 +9,7 @@ Optimisation levels (`level`), the benchmark's rows with `cuda_graph`: each a pl
 the kernel slot each runs, and of what each path fuses (`plan.Fusions`), which the one prefill path and the
 one decode path below follow:
   "operators"  one kernel per operator (chapter 19_engine)
-  "fused"      RMSNorm folded into the merged projections (ln1 at decode only), the last residual add
+  "fused"      RMSNorm folded into the merged projections (ln1 and ln2, at decode only), the last residual add
                into the final norm, split-K for the narrow decode GEMVs, FlashDecoding /
                FlashAttention (chapters 21_norm_fusion, 23_flash_attention, 24_split_k and 25_flash_decoding)
   "fast"       "fused" with the residual adds in the output projections' epilogues, plain GEMVs for

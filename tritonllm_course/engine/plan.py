@@ -8,8 +8,8 @@ steps (which slot each runs) and, per path, its `Fusions` (which operators share
 engine follows. Each level's steps are an `edit` of the previous level's:
   operators  one kernel per operator of the model (`STEPS`, chapter 19_engine)
   fused      chapters 21_norm_fusion, 23_flash_attention, 24_split_k and 25_flash_decoding (`FUSED_STEPS`):
-             ln1 folded into the merged input projection (at decode),
-             ln2 into the gate/up projection and its SwiGLU, the last residual add into the final norm;
+             ln1 folded into the merged input projection and ln2 into the gate/up projection and its
+             SwiGLU (both at decode), the last residual add into the final norm;
              split-K for the narrow decode GEMVs (o_proj / out_proj, down); FlashDecoding at decode and
              FlashAttention at prefill
   fast       the fewest kernels (`FAST_STEPS`, chapter 22_layer_fusion): see the comment above it
@@ -124,18 +124,17 @@ FUSED_STEPS = edit(STEPS, {
     "final_norm": Step("final_residual_norm", "model", "residual_rmsnorm", "residual_rmsnorm"),
 })
 
-# The fast level: the fused level with the residual add after each output projection (o_proj, out_proj,
-# down) moved into that projection's epilogue, plain GEMVs for them rather than split-K (at 1024 output
-# rows a GEMV already has 512 programs for the 132 SMs), an attention layer's q/k norms, RoPE and cache
-# write in one kernel, its output gate inside the attention (FlashAttention's epilogue, FlashDecoding's
-# merge), and at decode the DeltaNet conv's step inside the in-projection's epilogue (a program owns whole
-# output channels, so their conv state too; the L2 norm of q and k, which needs whole heads, moves into
-# the recurrence), the gates inside the recurrent delta rule and the gated RMSNorm inside out_proj. A decode
-# step of Qwen3.5-0.8B launches 138 kernels. At a prompt the gates go into the chunked rule's first kernel and
-# the gated RMSNorm into its last one's epilogue.
-# In fp16 the residual stream is fp32 and a norm-folded projection reads a scaled fp16 copy of it, which
-# `residual_rmsnorm` writes: there the projections add a zero residual and the add stays in that kernel, as
-# at the fused level.
+# The fast level: the fused level with the residual add after each output projection (o_proj, out_proj, down) moved
+# into that projection's epilogue, plain GEMVs for them rather than split-K (at 1024 output rows a GEMV already has
+# 256-512 programs for the 132 SMs: 4 rows a program with PDL, 2 without), an attention layer's q/k norms, RoPE and
+# cache write in one kernel, its output gate inside the attention (FlashAttention's epilogue, FlashDecoding's
+# merge), and at decode the DeltaNet conv's step inside the in-projection's epilogue (a program owns whole output
+# channels, so their conv state too; the L2 norm of q and k, which needs whole heads, moves into the recurrence),
+# the gates inside the recurrent delta rule and the gated RMSNorm inside out_proj. A decode step of Qwen3.5-0.8B
+# launches 138 kernels. At a prompt the gates go into the chunked rule's first kernel and the gated RMSNorm into its
+# last one's epilogue. In fp16 the residual stream is fp32 and a norm-folded projection reads a scaled fp16 copy of
+# it, which `residual_rmsnorm` writes: there the projections add a zero residual and the add stays in that kernel,
+# as at the fused level.
 FAST_STEPS = edit(FUSED_STEPS, {
     "q_norm": Step("qk_prologue", "attention layers", "qk_norm_rope_cache", "qk_norm_rope_cache"),
     "k_norm": None, "q_rope": None, "k_rope": None, "cache_kv_write": None,
