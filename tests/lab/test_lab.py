@@ -92,6 +92,8 @@ PROBES_CHECKED = {
                                     "wait, odd shapes, NaN-poisoned outputs; the tiny engine's tokens with them",
     "prompt_gaps_probe.py": "the gap accounting on a made-up timeline: head, busy time with overlap counted once, "
                             "gaps, tail",
+    "qk_prologue_tile_probe.py": "the q/k prologue on a tile of tokens against the course's kernel, odd shapes, "
+                                 "positions reversed, NaN-poisoned outputs",
     "decode_end_probe.py": "the argmax merge that advances the counters against torch.argmax; the tiny engine's "
                            "tokens with the norm in the LM head and the advance in the merge",
 }
