@@ -180,8 +180,14 @@ def engine_probe(out, name: str, variants: dict, engine_us, contexts, repeats: i
 
 
 def ttft_ms(engine, prompt: list[int], runs: int = 5) -> tuple[float, int]:
-    """(ms, the first token) of the engine's time to the first token of `prompt`, as `engine_bench` times it:
-    a new sequence (`engine.reset`), the prompt, the first token read by the host; the median of `runs` after
+    """(ms, the first token) of the engine's time to the first token of `prompt`: the median of `ttft_runs_ms`."""
+    times, token = ttft_runs_ms(engine, prompt, runs)
+    return statistics.median(times), token
+
+
+def ttft_runs_ms(engine, prompt: list[int], runs: int = 5) -> tuple[list[float], int]:
+    """(each run's ms, the first token) of the engine's time to the first token of `prompt`, as `engine_bench`
+    times it: a new sequence (`engine.reset`), the prompt, the first token read by the host; `runs` runs after
     two untimed (a prompt chunk's graph is captured at its second use)."""
     times, token = [], None
     for i in range(runs + 2):
@@ -192,7 +198,7 @@ def ttft_ms(engine, prompt: list[int], runs: int = 5) -> tuple[float, int]:
         token = int(engine.counters.ids[0])
         if i >= 2:
             times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times), token
+    return times, token
 
 
 def rel_err(got: torch.Tensor, want: torch.Tensor) -> float:

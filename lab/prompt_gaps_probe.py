@@ -10,14 +10,14 @@ Question: the fast level's prompt profile from its CUDA graphs (results/profile_
 Which part of a prompt is it: the host's work before the first kernel (the ids checked and copied, the graph
 launched), gaps between the device's work, or the host's after the last (the first token read back)?
 Method: the fast level of Qwen3.5-0.8B (random weights of the real shapes, bf16, PDL, its prompt graphs), each
-prompt as `prefill_breakdown` runs it: a new sequence (`Engine.reset`), `Engine.prefill`, the first token read
-by the host. At each length of PROMPTS (default 128, 1,024 and 4,000): the wall time of RUNS (default 3) prompts
-after two untimed (the chunk's graph is captured at its second use), then RUNS more under torch.profiler, CPU
-and CUDA activities, each prompt inside a named range and its phases in ranges of their own (`PHASES`: the ids
-checked, the chunks' graphs replayed, the first token's LM head and pick launched, the token read). Per prompt,
-on the profiler's one timeline (`gap_report`): the head (the prompt's start to its first device event), the
-device's busy time (the union of its kernels, copies and memsets), the gaps between them, the tail (the last
-device event's end to the prompt's end), and the largest gaps with the events on either side. `check` runs
+prompt as `prefill_breakdown` runs it: a new sequence (`Engine.reset`), `Engine.prefill`, the first token read by
+the host. At each length of PROMPTS (default 128, 1,024 and 4,000): the wall time of RUNS (default 3) prompts after
+two untimed (`common.ttft_runs_ms`; the chunk's graph is captured at its second use), then RUNS more under
+torch.profiler, CPU and CUDA activities, each prompt inside a named range and its phases in ranges of their own
+(`PHASES`: the ids checked, the chunks' graphs replayed, the first token's LM head and pick launched, the token
+read). Per prompt, on the profiler's one timeline (`gap_report`): the head (the prompt's start to its first device
+event), the device's busy time (the union of its kernels, copies and memsets), the gaps between them, the tail (the
+last device event's end to the prompt's end), and the largest gaps with the events on either side. `check` runs
 `gap_report` on a made-up timeline whose answer is known (overlapping events counted once).
 Result: NVIDIA H100 80GB HBM3, 2026-12-07, at 5a812b0
 (lab/results/prompt_gaps_probe_nvidia-h100-80gb-hbm3_2026-12-07.json; triton 3.6.0, torch 2.11.0), the second
@@ -40,11 +40,11 @@ lab/prefill_graph_probe.py found no sooner in pieces.
 import contextlib
 import os
 import statistics
-import time
 
 import torch
 
 from lab import common
+from tritonllm_course.measure.trace import busy_us
 
 PHASES = ("check", "replay", "next", "read")     # the named ranges inside a prompt, in order
 TOP = 5                                          # the largest gaps kept per prompt
@@ -63,16 +63,13 @@ def gap_report(prompt: tuple[float, float], phases: dict[str, list[tuple[float, 
     if not events:
         return {"wall_us": p1 - p0, "head_us": p1 - p0, "busy_us": 0.0, "gaps_us": 0.0, "tail_us": 0.0,
                 "events": 0, "top_gaps": [], "phase_us": phase_us}
-    busy, gaps, reach, before = 0.0, [], events[0][1], events[0][0]
-    lo = events[0][1]
+    gaps, reach, before = [], events[0][1], events[0][0]
     for name, s, e in events:
         if s > reach:                        # idle from the latest end so far to this start
             gaps.append((s - reach, before, name))
-            busy += reach - lo
-            lo = s
         if e > reach:
             reach, before = e, name
-    busy += reach - lo
+    busy = busy_us([e[1] for e in events], [e[2] for e in events])
     gaps.sort(key=lambda g: -g[0])
     return {"wall_us": p1 - p0, "head_us": events[0][1] - p0, "busy_us": busy,
             "gaps_us": sum(g[0] for g in gaps), "tail_us": max(0.0, p1 - reach), "events": len(events),
@@ -146,19 +143,6 @@ def profiled(engine, prompt: list[int], runs: int) -> list[dict]:
     return reports
 
 
-def wall_ms(engine, prompt: list[int], runs: int) -> list[float]:
-    """The wall time of each of `runs` prompts without the profiler (reset, prefill, the token read)."""
-    out = []
-    for _ in range(runs):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        engine.reset()
-        engine.prefill(prompt)
-        int(engine.counters.ids[0])
-        out.append((time.perf_counter() - t0) * 1e3)
-    return out
-
-
 def main(out):
     common.setup()
     from tritonllm_course.config import QWEN35_0_8B
@@ -172,8 +156,7 @@ def main(out):
                            max_seq_len=max(prompts) + 8, level="fast")
     for length in prompts:
         prompt = [(7 * i + 3) % QWEN35_0_8B.vocab_size for i in range(length)]
-        wall_ms(engine, prompt, 2)                         # its chunk's graph captured at the second use
-        walls = wall_ms(engine, prompt, runs)
+        walls, _ = common.ttft_runs_ms(engine, prompt, runs)    # its chunk's graph captured in the two untimed
         reports = profiled(engine, prompt, runs)
         mean = {key: statistics.mean(r[key] for r in reports)
                 for key in ("wall_us", "head_us", "busy_us", "gaps_us", "tail_us")}

@@ -11,14 +11,14 @@ prompt, each moving one 512-byte row. In the fast level's prompt profile on an H
 3 TB/s: a third of the bandwidth, the programs too small to hide their own latency. Does a program that owns a
 tile of BLOCK_T tokens of one head come nearer its bytes?
 Method: `qk_norm_rope_cache_tiled_kernel` below: the same arithmetic on a [BLOCK_T, BLOCK_D] tile (each row's
-statistic over its own head, its own position's cos and sin, a masked store per row), grid (cdiv(T, BLOCK_T),
-heads + kv heads). Qwen3.5-0.8B's shapes in bf16 (8 query and 2 KV heads of 256, rotary dims 64): q, k and v
-as views of one [T, 5120] projection output (the engine's layout: token stride 5,120), positions 0..T-1, a cache
-of T rows. At each T of PROMPTS: the course's kernel as the wrapper launches it (4 warps, no PDL) and the tiled
-one at BLOCK_T in (2, 4, 8, 16) on 4 and 8 warps, each timed as the course times kernels
-(`benchmark.time_calls`: a CUDA graph replayed over copies of the inputs past L2), the outputs (q and both caches)
-compared with the course kernel's. `check` runs the tiled kernel under the interpreter at odd shapes (T not a
-multiple of BLOCK_T, a head dim not a power of two, positions out of order) with NaN-poisoned outputs against the
+statistic over its own head, its own position's cos and sin, a masked store per row), grid (cdiv(T, BLOCK_T), heads
++ kv heads). Qwen3.5-0.8B's shapes in bf16 (8 query and 2 KV heads of 256, rotary dims 64): q, k and v as views of
+one [T, 5120] projection output (the engine's layout: token stride 5,120), positions 0..T-1, a cache of T rows. At
+each T of PROMPTS: the course's kernel as its wrapper `qk_norm_rope_cache` launches it (without PDL's overlap, as
+the tiled one runs) and the tiled one at BLOCK_T in (2, 4, 8, 16) on 4 and 8 warps, each timed as the course times
+kernels (`benchmark.time_calls`: a CUDA graph replayed over copies of the inputs past L2), the outputs (q and both
+caches) compared with the course kernel's. `check` runs the tiled kernel under the interpreter at odd shapes (T not
+a multiple of BLOCK_T, a head dim not a power of two, positions out of order) with NaN-poisoned outputs against the
 course kernel.
 Result: not measured yet: `python -m lab.qk_prologue_tile_probe` on a GPU.
 Verdict: not adopted yet: solutions/layer_fusion.py keeps one program per token and head until this probe has
@@ -31,6 +31,7 @@ import triton
 import triton.language as tl
 
 from lab import common
+from tritonllm_course.reference import rope_cache
 
 HEADS, KV_HEADS, HEAD_DIM, ROTARY = 8, 2, 256, 64      # Qwen3.5-0.8B's attention layers
 TILES = [(bt, w) for bt in (2, 4, 8, 16) for w in (4, 8)]
@@ -85,31 +86,27 @@ def qk_norm_rope_cache_tiled_kernel(q_ptr, k_ptr, v_ptr, qw_ptr, kw_ptr, cos_ptr
         tl.store(v_cache_ptr + dst, vrow, mask=w_ok)
 
 
-def _args(s: dict) -> tuple:
-    """The kernels' shared arguments from an input set (`inputs`)."""
-    q, k, v = s["q"], s["k"], s["v"]
-    return (q, k, v, s["qw"], s["kw"], s["cos"], s["sin"], s["pos"], s["out"], s["k_cache"], s["v_cache"],
-            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1))
-
-
 def course(**s) -> None:
-    """Chapter 22_layer_fusion's kernel as `qk_norm_rope_cache` launches it (without PDL)."""
+    """Chapter 22_layer_fusion's kernel through its wrapper, launched without PDL's overlap (the host's reads of
+    the positions are skipped while a graph is captured)."""
     from tritonllm_course import kernels
-    kernel = kernels.load("layer_fusion", "solutions").module.qk_norm_rope_cache_kernel
-    T, H, D = s["q"].shape
-    KV = s["k"].shape[1]
-    block_d = triton.next_power_of_2(D)
-    kernel[(T, H + KV)](*_args(s), H, KV, D, s["cos"].shape[1] // 2, s["cos"].shape[0], s["k_cache"].shape[0],
-                        1e-6, BLOCK_D=block_d, num_warps=max(1, min(4, block_d // 64)))
+    from tritonllm_course.runtime import no_launch_overlap
+    wrapper = kernels.load("layer_fusion", "solutions").module.qk_norm_rope_cache
+    with no_launch_overlap():
+        wrapper(s["q"], s["k"], s["v"], s["qw"], s["kw"], s["cos"], s["sin"], s["pos"], s["k_cache"],
+                s["v_cache"], out=s["out"])
 
 
 def tiled(block_t: int, warps: int):
     """The tiled kernel at BLOCK_T = block_t on `warps` warps, as a call on an input set."""
     def call(**s) -> None:
-        T, H, D = s["q"].shape
-        KV = s["k"].shape[1]
+        q, k, v = s["q"], s["k"], s["v"]
+        T, H, D = q.shape
+        KV = k.shape[1]
         qk_norm_rope_cache_tiled_kernel[(triton.cdiv(T, block_t), H + KV)](
-            *_args(s), T, H, KV, D, s["cos"].shape[1] // 2, s["cos"].shape[0], s["k_cache"].shape[0], 1e-6,
+            q, k, v, s["qw"], s["kw"], s["cos"], s["sin"], s["pos"], s["out"], s["k_cache"], s["v_cache"],
+            q.stride(0), q.stride(1), k.stride(0), k.stride(1), v.stride(0), v.stride(1), T, H, KV, D,
+            s["cos"].shape[1] // 2, s["cos"].shape[0], s["k_cache"].shape[0], 1e-6,
             BLOCK_T=block_t, BLOCK_D=triton.next_power_of_2(D), num_warps=warps)
     return call
 
@@ -123,13 +120,12 @@ def inputs(T: int, H: int, KV: int, D: int, rotary: int, dtype, device, gen, pos
     q = proj[:, :H * D].view(T, H, D)                                       # [T, H, D], token stride `width`
     k = proj[:, 2 * H * D:2 * H * D + KV * D].view(T, KV, D)
     v = proj[:, 2 * H * D + KV * D:].view(T, KV, D)
-    angles = torch.arange(T, device=device)[:, None] * (1e4 ** (-torch.arange(0, rotary, 2, device=device) / rotary))
-    angles = torch.cat([angles, angles], dim=1)                             # [T, rotary]: both halves alike
+    cos, sin = rope_cache(T, rotary, dtype=dtype, device=device)           # [T, rotary] each
     nan = float("nan")
     return {"q": q, "k": k, "v": v,
             "qw": 0.1 * torch.randn(D, generator=gen, device=device).to(dtype),
             "kw": 0.1 * torch.randn(D, generator=gen, device=device).to(dtype),
-            "cos": angles.cos().to(dtype), "sin": angles.sin().to(dtype),
+            "cos": cos, "sin": sin,
             "pos": torch.arange(T, device=device) if pos is None else pos,
             "out": torch.full((T, H, D), nan, device=device, dtype=dtype),
             "k_cache": torch.full((T, KV, D), nan, device=device, dtype=dtype),
